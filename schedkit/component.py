@@ -1,0 +1,130 @@
+"""The component model: ``@component`` turns a class into a slotted, keyword-only attrs class
+and registers it under a short name so that a wiring file can refer to it.
+
+Components know nothing of the container: a component class is usable with plain keyword
+arguments, and this module imports nothing from the wiring or container modules.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any, TypeVar, overload
+
+import attrs
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "ComponentRegistrationError",
+    "component",
+    "component_name",
+    "is_component",
+    "load_entry_points",
+    "registered",
+]
+
+ENTRY_POINT_GROUP = "schedkit.components"
+
+C = TypeVar("C", bound=type)
+
+_REGISTRY: dict[str, type] = {}
+_MARK = "__schedkit_component__"
+_entry_points_loaded = False
+
+
+class ComponentRegistrationError(Exception):
+    """Two different classes claimed one component name, or a plugin could not be loaded."""
+
+
+def _snake_case(name: str) -> str:
+    name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _register(cls: type, name: str) -> None:
+    existing = _REGISTRY.get(name)
+    # Re-importing the same module (e.g. under test reloaders) re-registers the same class path.
+    if existing is not None and _qualified(existing) != _qualified(cls):
+        raise ComponentRegistrationError(
+            f"component name {name!r} is claimed by both {_qualified(existing)} and "
+            f"{_qualified(cls)}; give one of them another name with @component('other_name')"
+        )
+    _REGISTRY[name] = cls
+
+
+def _make_component(cls: type, name: str | None, frozen: bool) -> type:
+    name = name or _snake_case(cls.__name__)
+    new_cls = attrs.define(cls, slots=True, kw_only=True, frozen=frozen)
+    setattr(new_cls, _MARK, name)
+    _register(new_cls, name)
+    return new_cls
+
+
+@overload
+def component(cls: C, /) -> C: ...
+@overload
+def component(name: str | None = None, /, *, frozen: bool = False) -> Callable[[C], C]: ...
+
+
+def component(name_or_cls: Any = None, /, *, frozen: bool = False) -> Any:
+    """Declare a scheduler component.
+
+    Use bare (``@component``) or with a name and options (``@component("radix_cache",
+    frozen=True)``). The class becomes an attrs class with ``slots=True, kw_only=True`` and is
+    registered under ``name`` (default: the class name in snake_case).
+    """
+    if isinstance(name_or_cls, type):
+        return _make_component(name_or_cls, None, frozen)
+    if name_or_cls is not None and not isinstance(name_or_cls, str):
+        raise TypeError("@component takes a name string, e.g. @component('radix_cache')")
+
+    def decorate(cls: C) -> C:
+        return _make_component(cls, name_or_cls, frozen)
+
+    return decorate
+
+
+def is_component(obj: object) -> bool:
+    """True when ``obj`` is a class declared with ``@component``."""
+    return isinstance(obj, type) and _MARK in obj.__dict__
+
+
+def component_name(cls: type) -> str:
+    """The registered name of a component class."""
+    return cls.__dict__[_MARK]
+
+
+def load_entry_points() -> list[str]:
+    """Import every module advertised under the ``schedkit.components`` entry-point group.
+
+    Runs once per process; returns the errors of entry points that failed to load (each
+    naming the entry point) so that callers can report them instead of crashing.
+    """
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return []
+    _entry_points_loaded = True
+    errors = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()
+        except Exception as exc:
+            errors.append(f"entry point {ep.name} = {ep.value!r} failed to load: {exc}")
+    return errors
+
+
+def registered() -> dict[str, type]:
+    """A snapshot of the registry: component name -> class (entry points loaded first)."""
+    load_entry_points()
+    return dict(_REGISTRY)
+
+
+def import_module(module: str) -> None:
+    """Import a plugin module so that its components register."""
+    importlib.import_module(module)
