@@ -7,7 +7,6 @@ arguments, and this module imports nothing from the wiring or container modules.
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -100,14 +99,15 @@ def component_name(cls: type) -> str:
     return cls.__dict__[_MARK]
 
 
-def load_entry_points() -> list[str]:
+def load_entry_points(refresh: bool = False) -> list[str]:
     """Import every module advertised under the ``schedkit.components`` entry-point group.
 
-    Runs once per process; returns the errors of entry points that failed to load (each
-    naming the entry point) so that callers can report them instead of crashing.
+    Runs once per process unless ``refresh`` (for newly installed distributions); returns the
+    errors of entry points that failed to load (each naming the entry point) so that callers
+    can report them instead of crashing.
     """
     global _entry_points_loaded
-    if _entry_points_loaded:
+    if _entry_points_loaded and not refresh:
         return []
     _entry_points_loaded = True
     errors = []
@@ -125,6 +125,3 @@ def registered() -> dict[str, type]:
     return dict(_REGISTRY)
 
 
-def import_module(module: str) -> None:
-    """Import a plugin module so that its components register."""
-    importlib.import_module(module)

@@ -105,8 +105,12 @@ class _VllmBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
 def _to_vllm(event: Event) -> _VllmEvent:
     if type(event) is BlockStored:
         return _VllmBlockStored(
-            event.block_hashes, event.parent_block_hash, event.token_ids,
-            event.block_size, event.lora_id, event.medium,
+            event.block_hashes,
+            event.parent_block_hash,
+            event.token_ids,
+            event.block_size,
+            event.lora_id,
+            event.medium,
         )
     if type(event) is BlockRemoved:
         return _VllmBlockRemoved(event.block_hashes, event.medium)
@@ -116,8 +120,12 @@ def _to_vllm(event: Event) -> _VllmEvent:
 def _from_vllm(event: _VllmEvent) -> Event:
     if type(event) is _VllmBlockStored:
         return BlockStored(
-            event.block_hashes, event.parent_block_hash, event.token_ids,
-            event.block_size, event.lora_id, event.medium,
+            event.block_hashes,
+            event.parent_block_hash,
+            event.token_ids,
+            event.block_size,
+            event.lora_id,
+            event.medium,
         )
     if type(event) is _VllmBlockRemoved:
         return BlockRemoved(event.block_hashes, event.medium)
@@ -160,7 +168,9 @@ def get_profile(name: str) -> Profile:
     try:
         return _profiles[name]
     except KeyError:
-        raise ValueError(f"unknown KV-events profile {name!r}; valid: {', '.join(PROFILES)}")
+        raise ValueError(
+            f"unknown KV-events profile {name!r}; valid: {', '.join(PROFILES)}"
+        ) from None
 
 
 def encode_batch(batch: EventBatch, profile: str = "sglang") -> bytes:

@@ -1,0 +1,168 @@
+"""The ``schedkit`` command line: validate, graph and show wirings (and the commands that run
+what they assemble).
+
+Wiring problems print as a list and exit with status 2, never with a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import msgspec
+import yaml
+
+from schedkit.validate import iter_refs
+from schedkit.wiring import Ref, Wiring, WiringDumper, WiringError, load_wiring
+
+__all__ = ["main"]
+
+
+def _add_wiring_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", help="wiring YAML file")
+    parser.add_argument(
+        "-o",
+        "--overlay",
+        action="append",
+        default=[],
+        metavar="OVERLAY",
+        help="overlay YAML merged over FILE (repeatable, applied in order)",
+    )
+
+
+def _edges(wiring: Wiring) -> list[tuple[str, Ref]]:
+    return [
+        (name, r)
+        for name, spec in wiring.components.items()
+        for value in spec.args.values()
+        for r in iter_refs(value)
+    ]
+
+
+def _table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    wiring = load_wiring(args.file, *args.overlay)
+    edges = _edges(wiring)
+    rows = [("component", "type", "references")]
+    for name, spec in wiring.components.items():
+        refs = ", ".join(
+            f"{r.kind} {'.'.join((r.target, *r.attrs))}" for n, r in edges if n == name
+        )
+        rows.append((name, spec.type or "", refs or "-"))
+    print(_table(rows))
+    print(f"\n{args.file}: {len(wiring.components)} components, wiring is valid")
+    return 0
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    wiring = load_wiring(args.file, *args.overlay)
+    edges = _edges(wiring)
+    if args.format == "dot":
+        lines = ["digraph wiring {", "  rankdir=LR;"]
+        lines += [f'  {n} [label="{n}\\n{s.type}"];' for n, s in wiring.components.items()]
+        for name, r in edges:
+            style = "solid" if r.eager else "dashed"
+            label = ".".join(r.attrs) or r.kind
+            lines.append(f'  {name} -> {r.target} [style={style}, label="{label}"];')
+        lines.append("}")
+    else:
+        lines = ["flowchart LR"]
+        lines += [f'  {n}["{n}<br/>{s.type}"]' for n, s in wiring.components.items()]
+        for name, r in edges:
+            label = ".".join(r.attrs) or r.kind
+            arrow = f"-->|{label}|" if r.eager else f"-.->|{label}|"
+            lines.append(f"  {name} {arrow} {r.target}")
+    print("\n".join(lines))
+    return 0
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Ref):
+        return value
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    try:
+        return msgspec.to_builtins(value)
+    except TypeError:
+        return repr(value)
+
+
+def resolved_config(wiring: Wiring) -> dict[str, Any]:
+    """Every component with every constructor field, defaults filled in, as plain data."""
+    components = {}
+    for name, spec in wiring.components.items():
+        args = {}
+        for field in attrs.fields(spec.cls):
+            if not field.init:
+                continue
+            if field.alias in spec.args:
+                args[field.alias] = _plain(spec.args[field.alias])
+            elif isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
+                if not field.default.takes_self:
+                    args[field.alias] = _plain(field.default.factory())
+            else:
+                args[field.alias] = _plain(field.default)
+        components[name] = {"type": spec.type, "args": args}
+    return {"components": components}
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    wiring = load_wiring(args.file, *args.overlay)
+    if args.resolved:
+        data = resolved_config(wiring)
+    else:
+        data = {
+            "components": {
+                n: {"type": s.type, "args": _plain(s.args)} for n, s in wiring.components.items()
+            }
+        }
+    if wiring.plugins:
+        data = {"plugins": [p for p, _, _ in wiring.plugins], **data}
+    print(yaml.dump(data, Dumper=WiringDumper, sort_keys=False, default_flow_style=False), end="")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="schedkit", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("validate", help="check a wiring and list its components and edges")
+    _add_wiring_args(p)
+    p.set_defaults(run=cmd_validate)
+    p = sub.add_parser("graph", help="print the component graph (eager solid, late dashed)")
+    _add_wiring_args(p)
+    p.add_argument("--format", choices=("mermaid", "dot"), default="mermaid")
+    p.set_defaults(run=cmd_graph)
+    p = sub.add_parser("config", help="print the configuration a wiring operates with")
+    _add_wiring_args(p)
+    p.add_argument(
+        "--resolved", action="store_true", help="every field of every component, defaults included"
+    )
+    p.set_defaults(run=cmd_config)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``schedkit`` command."""
+    args = _parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except WiringError as exc:
+        print(f"schedkit {args.command}: {len(exc.errors)} problem(s):", file=sys.stderr)
+        for error in exc.errors:
+            print(f"  {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

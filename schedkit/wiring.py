@@ -1,0 +1,417 @@
+"""Loading a wiring: YAML files (or mappings) that declare components, merged with overlays.
+
+A wiring file looks like::
+
+    plugins: [my_pkg.components]
+    components:
+      tree_cache:
+        type: radix_cache
+        args: {page_size: 16}
+      kv_events_publisher:
+        type: kv_events_publisher
+        args:
+          tree_cache: !ref tree_cache
+          get_stats: !late metrics_reporter.stats
+          endpoint: ${KV_ENDPOINT:-tcp://127.0.0.1:5557}
+
+Loading keeps the file and line of every component, type and argument so that validation
+errors can name them. ``load_wiring`` loads, merges and validates; it raises ``WiringError``
+carrying every problem found.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import yaml
+
+__all__ = [
+    "INVALID",
+    "ComponentSpec",
+    "EnvStr",
+    "Ref",
+    "Wiring",
+    "WiringDumper",
+    "WiringError",
+    "call",
+    "late",
+    "load_wiring",
+    "ref",
+]
+
+RefKind = Literal["ref", "late", "call"]
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_TARGET = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+_ENV = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_TOP_KEYS = ("plugins", "components")
+_ENTRY_KEYS = ("type", "args")
+
+
+class WiringError(Exception):
+    """A wiring could not be loaded, validated or built. ``errors`` lists every problem."""
+
+    def __init__(self, errors: list[str] | str) -> None:
+        self.errors = [errors] if isinstance(errors, str) else list(errors)
+        super().__init__("\n".join(self.errors))
+
+
+@attrs.frozen
+class Ref:
+    """A reference to another component: ``!ref`` (eager), ``!late`` or ``!call`` (late)."""
+
+    kind: RefKind
+    target: str
+    attrs: tuple[str, ...] = ()
+    file: str = "<mapping>"
+    line: int | None = None
+
+    @property
+    def eager(self) -> bool:
+        return self.kind == "ref"
+
+    def __str__(self) -> str:
+        return f"!{self.kind} {'.'.join((self.target, *self.attrs))}"
+
+
+def _make_ref(kind: RefKind, text: str, file: str = "<mapping>", line: int | None = None) -> Ref:
+    if not _TARGET.match(text):
+        raise ValueError(
+            f"!{kind} {text!r} is not a reference; write !{kind} component or "
+            f"!{kind} component.attribute"
+        )
+    target, *attributes = text.split(".")
+    if kind == "call" and not attributes:
+        raise ValueError(f"!call {text} names no method; write !call {text}.method_name")
+    return Ref(kind, target, tuple(attributes), file, line)
+
+
+def ref(target: str) -> Ref:
+    """An eager reference, for wirings written as Python mappings: the shared instance."""
+    return _make_ref("ref", target)
+
+
+def late(target: str) -> Ref:
+    """A late reference: a zero-argument callable returning ``target`` at call time."""
+    return _make_ref("late", target)
+
+
+def call(target: str) -> Ref:
+    """A late call: a callable forwarding its arguments to ``target`` at call time."""
+    return _make_ref("call", target)
+
+
+class _Invalid:
+    """Stands for a value whose problem was already reported while reading it."""
+
+    def __repr__(self) -> str:
+        return "<invalid>"
+
+
+INVALID = _Invalid()
+
+
+class EnvStr(str):
+    """A string produced by ``${VAR}`` interpolation; validation converts it leniently."""
+
+    __slots__ = ()
+
+
+@attrs.define
+class ComponentSpec:
+    """One component entry after overlays: its type, arguments, and where each came from."""
+
+    name: str
+    type: str | None
+    args: dict[str, Any]
+    file: str
+    line: int | None
+    type_loc: tuple[str, int | None]
+    arg_locs: dict[str, tuple[str, int | None]]
+    cls: type | None = None
+
+    def where(self, key: str | None = None) -> str:
+        """``FILE:LINE`` of the entry, of its ``type`` (key ``"type"``) or of an argument."""
+        if key == "type":
+            file, line = self.type_loc
+        elif key is not None and key in self.arg_locs:
+            file, line = self.arg_locs[key]
+        else:
+            file, line = self.file, self.line
+        return file if line is None or file == "<mapping>" else f"{file}:{line}"
+
+
+@attrs.define
+class Wiring:
+    """A merged, validated wiring: component specs in declaration order, and plugin modules."""
+
+    components: dict[str, ComponentSpec]
+    plugins: list[tuple[str, str, int | None]]
+    sources: list[str]
+    validated: bool = False
+
+
+class _Errors(list):
+    def add(self, file: str, line: int | None, path: str, message: str) -> None:
+        where = file if line is None or file == "<mapping>" else f"{file}:{line}"
+        self.append(f"{where}: {path}: {message}" if path else f"{where}: {message}")
+
+
+class _FileReader:
+    """Turns one YAML document into plain values and ``Ref``s, remembering lines."""
+
+    def __init__(self, file: str, errors: _Errors) -> None:
+        self.file = file
+        self.errors = errors
+        self.constructor = yaml.constructor.SafeConstructor()
+
+    def value(self, node: yaml.Node, path: str) -> Any:
+        line = node.start_mark.line + 1
+        if node.tag in ("!ref", "!late", "!call"):
+            if not isinstance(node, yaml.ScalarNode):
+                self.errors.add(self.file, line, path, f"{node.tag} takes a component name")
+                return INVALID
+            try:
+                return _make_ref(node.tag[1:], node.value.strip(), self.file, line)
+            except ValueError as exc:
+                self.errors.add(self.file, line, path, str(exc))
+                return INVALID
+        if node.tag.startswith("!"):
+            self.errors.add(
+                self.file, line, path, f"unknown tag {node.tag}; valid tags: !ref, !late, !call"
+            )
+            return INVALID
+        if isinstance(node, yaml.SequenceNode):
+            return [self.value(item, f"{path}[{i}]") for i, item in enumerate(node.value)]
+        if isinstance(node, yaml.MappingNode):
+            return {
+                str(self.constructor.construct_object(k)): self.value(v, f"{path}.{k.value}")
+                for k, v in node.value
+            }
+        try:
+            value = self.constructor.construct_object(node)
+        except yaml.YAMLError as exc:
+            self.errors.add(self.file, line, path, f"bad value: {exc}")
+            return INVALID
+        if isinstance(value, str) and "$" in value:
+            return self.interpolate(value, line, path)
+        return value
+
+    def interpolate(self, text: str, line: int, path: str) -> str | _Invalid:
+        unset = []
+
+        def replace(match: re.Match) -> str:
+            if match.group(0) == "$$":
+                return "$"
+            name, default = match.group(1), match.group(2)
+            if name in os.environ:
+                return os.environ[name]
+            if default is not None:
+                return default
+            unset.append(name)
+            self.errors.add(
+                self.file,
+                line,
+                path,
+                f"environment variable {name} is not set and has no default; set it or "
+                f"write ${{{name}:-default}}",
+            )
+            return ""
+
+        result = _ENV.sub(replace, text)
+        return INVALID if unset else EnvStr(result)
+
+
+def _read_file(path: Path, errors: _Errors) -> tuple[yaml.Node | None, _FileReader]:
+    file = str(path)
+    reader = _FileReader(file, errors)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        errors.add(file, None, "", f"cannot read wiring file: {exc.strerror}")
+        return None, reader
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader), reader
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = " ".join(p for p in (exc.context, exc.problem) if p)
+        errors.add(file, mark.line + 1 if mark else None, "", f"YAML syntax error: {problem}")
+    except yaml.YAMLError as exc:
+        errors.add(file, None, "", f"YAML error: {exc}")
+    return None, reader
+
+
+def _merge_file(wiring: Wiring, root: yaml.Node | None, reader: _FileReader) -> None:
+    file, errors = reader.file, reader.errors
+    if root is None:
+        return
+    if not isinstance(root, yaml.MappingNode):
+        errors.add(
+            file,
+            root.start_mark.line + 1,
+            "",
+            "a wiring file is a mapping with the keys 'plugins' and 'components'",
+        )
+        return
+    for key_node, value_node in root.value:
+        key, line = key_node.value, key_node.start_mark.line + 1
+        if key == "plugins":
+            plugins = reader.value(value_node, "plugins")
+            if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
+                errors.add(file, line, "plugins", "expected a list of module names")
+                continue
+            wiring.plugins += [(p, file, line) for p in plugins]
+        elif key == "components":
+            if not isinstance(value_node, yaml.MappingNode):
+                errors.add(
+                    file, line, "components", "expected a mapping of component name -> {type, args}"
+                )
+                continue
+            for name_node, entry_node in value_node.value:
+                _merge_entry(wiring, name_node, entry_node, reader)
+        else:
+            valid = ", ".join(_TOP_KEYS)
+            errors.add(file, line, key, f"unknown top-level key; valid keys: {valid}")
+
+
+def _merge_entry(
+    wiring: Wiring, name_node: yaml.Node, entry_node: yaml.Node, reader: _FileReader
+) -> None:
+    file, errors = reader.file, reader.errors
+    name, line = str(name_node.value), name_node.start_mark.line + 1
+    path = f"components.{name}"
+    if not _NAME.match(name):
+        errors.add(
+            file,
+            line,
+            path,
+            "a component name is a Python identifier (letters, digits, underscores)",
+        )
+        return
+    if isinstance(entry_node, yaml.ScalarNode) and entry_node.tag == "tag:yaml.org,2002:null":
+        wiring.components.pop(name, None)  # an overlay removes the component
+        return
+    if not isinstance(entry_node, yaml.MappingNode):
+        errors.add(file, line, path, "expected a mapping with the keys 'type' and 'args'")
+        return
+    spec = wiring.components.get(name)
+    if spec is None:
+        spec = ComponentSpec(name, None, {}, file, line, (file, line), {})
+        wiring.components[name] = spec
+    for key_node, value_node in entry_node.value:
+        key, key_line = key_node.value, key_node.start_mark.line + 1
+        if key == "type":
+            value = reader.value(value_node, f"{path}.type")
+            if not isinstance(value, str) or not value:
+                errors.add(
+                    file,
+                    key_line,
+                    f"{path}.type",
+                    "expected a registered component name or 'package.module:ClassName'",
+                )
+                continue
+            spec.type, spec.type_loc = value, (file, key_line)
+        elif key == "args":
+            if isinstance(value_node, yaml.ScalarNode) and value_node.value in ("", "null", "~"):
+                continue
+            if not isinstance(value_node, yaml.MappingNode):
+                errors.add(
+                    file, key_line, f"{path}.args", "expected a mapping of argument name -> value"
+                )
+                continue
+            for arg_node, arg_value_node in value_node.value:
+                arg = str(arg_node.value)
+                value = reader.value(arg_value_node, f"{path}.args.{arg}")
+                if (
+                    value is None
+                    and arg_value_node.tag == "tag:yaml.org,2002:null"
+                    and (spec.file != file)
+                ):
+                    spec.args.pop(arg, None)  # an overlay's null removes the argument
+                    spec.arg_locs.pop(arg, None)
+                    continue
+                spec.args[arg] = value
+                spec.arg_locs[arg] = (file, arg_node.start_mark.line + 1)
+        else:
+            errors.add(
+                file,
+                key_line,
+                f"{path}.{key}",
+                f"unknown key; valid keys: {', '.join(_ENTRY_KEYS)}",
+            )
+
+
+class WiringDumper(yaml.SafeDumper):
+    """A YAML dumper that writes ``Ref``s back as ``!ref``/``!late``/``!call`` tags."""
+
+
+WiringDumper.add_representer(
+    Ref, lambda d, r: d.represent_scalar(f"!{r.kind}", ".".join((r.target, *r.attrs)))
+)
+
+
+def _compose_mapping(mapping: Mapping, errors: _Errors) -> yaml.Node | None:
+    try:
+        text = yaml.dump(dict(mapping), Dumper=WiringDumper, sort_keys=False)
+    except yaml.representer.RepresenterError as exc:
+        errors.add("<mapping>", None, "", f"the mapping holds a value a wiring cannot: {exc}")
+        return None
+    return yaml.compose(text, Loader=yaml.SafeLoader)
+
+
+def read_wiring(
+    source: str | os.PathLike | Mapping,
+    *overlays: str | os.PathLike | Mapping,
+    errors: list[str] | None = None,
+) -> Wiring:
+    """Read and merge ``source`` and ``overlays`` without validating; problems go to ``errors``."""
+    found = _Errors()
+    wiring = Wiring({}, [], [])
+    for item in (source, *overlays):
+        if isinstance(item, Mapping):
+            wiring.sources.append("<mapping>")
+            reader = _FileReader("<mapping>", found)
+            _merge_file(wiring, _compose_mapping(item, found), reader)
+        else:
+            path = Path(item)
+            wiring.sources.append(str(path))
+            root, reader = _read_file(path, found)
+            _merge_file(wiring, root, reader)
+    for spec in wiring.components.values():
+        if spec.type is None:
+            found.add(
+                spec.file,
+                spec.line,
+                f"components.{spec.name}",
+                "no 'type' given; name a registered component or 'package.module:Class'",
+            )
+    if errors is not None:
+        errors.extend(found)
+    return wiring
+
+
+def load_wiring(
+    source: str | os.PathLike | Mapping, *overlays: str | os.PathLike | Mapping
+) -> Wiring:
+    """Load a wiring file (or mapping), merge ``overlays`` over it in order, and validate it.
+
+    Raises ``WiringError`` listing every problem, each as ``FILE:LINE: path: problem; fix``.
+    """
+    from schedkit.validate import validate
+
+    errors: list[str] = []
+    wiring = read_wiring(source, *overlays, errors=errors)
+    errors += validate(wiring)
+    if errors:
+        raise WiringError(sorted(errors, key=_location))
+    return wiring
+
+
+def _location(error: str) -> tuple[str, int]:
+    file, _, rest = error.partition(":")
+    line = rest.split(":", 1)[0]
+    return (file, int(line) if line.isdigit() else 0)

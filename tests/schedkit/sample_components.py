@@ -1,0 +1,90 @@
+"""Small components for testing the wiring machinery."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import attrs
+
+from schedkit import component
+
+EVENTS: list[str] = []
+
+
+class HasValue(Protocol):
+    value: int
+
+
+@component("sample_counter")
+class Counter:
+    """Holds a value that changes at run time."""
+
+    start: int = 0
+    step: float = 1.0
+    tags: list[str] = attrs.Factory(list)
+    value: int = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.value = self.start
+
+    def bump(self, by: int = 1) -> int:
+        self.value += by
+        return self.value
+
+
+@component("sample_reader")
+class Reader:
+    """Reads a counter eagerly and late."""
+
+    get_value: Callable[[], int]
+    bump: Callable[..., int] | None = None
+    counter: Counter | None = None
+    peer: HasValue | None = None
+    name: str = "reader"
+
+
+@component("sample_pair", frozen=True)
+class Pair:
+    """A frozen component holding two references (for list/dict injection)."""
+
+    items: list[object] = attrs.Factory(list)
+    by_name: dict[str, object] = attrs.Factory(dict)
+
+
+@component("sample_exploding")
+class Exploding:
+    """Raises from its constructor."""
+
+    fuse: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        raise RuntimeError(f"boom after {self.fuse}")
+
+
+@component("sample_closable")
+class Closable:
+    """Records its shutdown and close calls in EVENTS."""
+
+    label: str
+    before: Closable | None = None
+
+    def shutdown(self) -> None:
+        EVENTS.append(f"shutdown {self.label}")
+
+
+@component("sample_close_only")
+class CloseOnly:
+    """Only has close()."""
+
+    label: str = "close-only"
+
+    def close(self) -> None:
+        EVENTS.append(f"close {self.label}")
+
+
+class NotAComponent:
+    """A plain class: must never be built from a wiring file."""
+
+    def __init__(self) -> None:
+        EVENTS.append("NotAComponent constructed")

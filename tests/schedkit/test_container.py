@@ -1,0 +1,169 @@
+import pytest
+
+from schedkit import ComponentBuildError, WiringError, build, load_wiring
+from tests.schedkit.sample_components import EVENTS, Counter
+
+WIRING = """\
+plugins: [tests.schedkit.sample_components]
+components:
+  counter:
+    type: sample_counter
+    args: {start: 1}
+  reader:
+    type: sample_reader
+    args:
+      get_value: !late counter.value
+      bump: !call counter.bump
+      counter: !ref counter
+  pair:
+    type: sample_pair
+    args:
+      items: [!ref counter, !late counter.value, 3]
+      by_name: {reader: !ref reader, start: !ref counter.start}
+"""
+
+
+class FakeCounter:
+    def __init__(self, value):
+        self.value = value
+        self.start = value
+        self.calls = []
+
+    def bump(self, by=1):
+        self.calls.append(by)
+        return -1
+
+
+@pytest.fixture
+def wiring(write):
+    return load_wiring(write("w.yaml", WIRING))
+
+
+def test_late_binding_reads_the_value_at_call_time(wiring):
+    assembly = build(wiring)
+    reader, counter = assembly["reader"], assembly["counter"]
+    assert reader.counter is counter
+    assert reader.get_value() == 1
+    counter.value = 42
+    assert reader.get_value() == 42
+    assert reader.bump(by=8) == 50
+    assert counter.value == 50
+
+
+def test_references_nested_in_lists_and_mappings(wiring):
+    assembly = build(wiring)
+    pair = assembly["pair"]
+    assert pair.items[0] is assembly["counter"]
+    assert pair.items[1]() == 1 and pair.items[2] == 3
+    assert pair.by_name == {"reader": assembly["reader"], "start": 1}
+
+
+def test_build_order_follows_eager_references(wiring):
+    assert build(wiring).names() == ["counter", "reader", "pair"]
+
+
+def test_build_overrides_reach_eager_and_late_references(wiring):
+    fake = FakeCounter(7)
+    assembly = build(wiring, overrides={"counter": fake})
+    reader = assembly["reader"]
+    assert assembly["counter"] is fake
+    assert reader.counter is fake
+    assert reader.get_value() == 7
+    assert reader.bump(3) == -1 and fake.calls == [3]
+    assert assembly["pair"].items[0] is fake
+
+
+def test_build_override_stands_in_for_a_component_that_would_fail(write):
+    path = write(
+        "w.yaml",
+        "plugins: [tests.schedkit.sample_components]\ncomponents:\n"
+        "  c:\n    type: sample_exploding\n"
+        "  r:\n    type: sample_reader\n    args: {get_value: !late c.fuse}\n",
+    )
+    assembly = build(load_wiring(path), overrides={"c": FakeCounter(0)})
+    assert assembly["r"].get_value.__name__ == "late c.fuse"
+
+
+def test_assembly_override_swaps_within_the_block_and_restores(wiring):
+    assembly = build(wiring)
+    original_reader, original_counter = assembly["reader"], assembly["counter"]
+    fake = FakeCounter(99)
+    with assembly.override(counter=fake) as overridden:
+        assert overridden is assembly
+        assert assembly["counter"] is fake
+        assert assembly["reader"] is not original_reader
+        assert assembly["reader"].counter is fake
+        assert assembly["reader"].get_value() == 99
+        assert original_reader.get_value() == 99  # late references see the override too
+        assert assembly["pair"].by_name["reader"] is assembly["reader"]
+    assert assembly["counter"] is original_counter
+    assert assembly["reader"] is original_reader
+    assert original_reader.get_value() == 1
+
+
+def test_misspelt_override_names_raise(wiring):
+    with pytest.raises(WiringError, match="unknown component 'countr'; did you mean counter"):
+        build(wiring, overrides={"countr": object()})
+    assembly = build(wiring)
+    with (
+        pytest.raises(WiringError, match="unknown component 'redaer'"),
+        assembly.override(redaer=object()),
+    ):
+        pass
+    with pytest.raises(WiringError, match="unknown component 'nope'"):
+        assembly["nope"]
+
+
+def test_constructor_error_names_component_entry_and_message(write):
+    path = write(
+        "w.yaml",
+        "plugins: [tests.schedkit.sample_components]\ncomponents:\n"
+        "  ok:\n    type: sample_closable\n    args: {label: ok}\n"
+        "  bomb:\n    type: sample_exploding\n    args: {fuse: 3}\n",
+    )
+    with pytest.raises(ComponentBuildError) as info:
+        build(load_wiring(path))
+    assert str(info.value) == (
+        f"{path}:6: components.bomb: Exploding(...) raised RuntimeError: boom after 3"
+    )
+    assert EVENTS == ["shutdown ok"]  # what was built before the failure is shut down
+
+
+def test_shutdown_runs_in_reverse_build_order_once(write):
+    path = write(
+        "w.yaml",
+        "plugins: [tests.schedkit.sample_components]\ncomponents:\n"
+        "  last:\n    type: sample_closable\n    args: {label: last, before: !ref first}\n"
+        "  first:\n    type: sample_closable\n    args: {label: first}\n"
+        "  closer:\n    type: sample_close_only\n"
+        "  plain:\n    type: sample_counter\n",
+    )
+    assembly = build(load_wiring(path))
+    assert assembly.names() == ["first", "last", "closer", "plain"]
+    assembly.shutdown()
+    assembly.shutdown()
+    assert EVENTS == ["close close-only", "shutdown last", "shutdown first"]
+
+
+def test_override_block_shuts_down_the_components_it_rebuilt(write):
+    path = write(
+        "w.yaml",
+        "plugins: [tests.schedkit.sample_components]\ncomponents:\n"
+        "  a:\n    type: sample_closable\n    args: {label: a}\n"
+        "  b:\n    type: sample_closable\n    args: {label: b, before: !ref a}\n",
+    )
+    with build(load_wiring(path)) as assembly:
+        with assembly.override(a=Counter()):
+            assert EVENTS == []
+        assert EVENTS == ["shutdown b"]
+    assert EVENTS == ["shutdown b", "shutdown b", "shutdown a"]
+
+
+def test_build_accepts_a_mapping():
+    assembly = build(
+        {
+            "plugins": ["tests.schedkit.sample_components"],
+            "components": {"c": {"type": "sample_counter", "args": {"start": 5}}},
+        }
+    )
+    assert assembly["c"].value == 5
