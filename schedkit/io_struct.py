@@ -1,0 +1,244 @@
+"""The messages a scheduler exchanges with its clients, and their msgpack encoding.
+
+Inbound (client -> scheduler, on the request socket): ``GenerateReqInput`` and ``ControlReq``.
+Outbound (scheduler -> detokenizer, on the output socket): ``BatchTokenIDOutput`` and
+``BatchEmbeddingOutput``; a control request is answered with a ``ControlReply``. Every message is
+a msgspec Struct tagged under ``kind``, so one decoder tells the message types of a socket apart.
+The encoder and decoders are bound once at import.
+
+``ControlRequest`` is the in-process form of a control message that a request receiver hands to
+the scheduler: it carries the way back to the client that sent it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+import attrs
+import msgspec
+
+from schedkit.schedule_batch import (
+    FinishAbort,
+    FinishLength,
+    FinishMatchedToken,
+    Req,
+    SamplingParams,
+)
+
+__all__ = [
+    "AnyFinishReason",
+    "BatchEmbeddingOutput",
+    "BatchTokenIDOutput",
+    "ControlReply",
+    "ControlReq",
+    "ControlRequest",
+    "GenerateReqInput",
+    "SamplingParamsInput",
+    "check_endpoint",
+    "decode_output",
+    "decode_reply",
+    "decode_request",
+    "encode",
+]
+
+# The concrete finish reasons: decoding needs the union, not the base class.
+AnyFinishReason = FinishLength | FinishMatchedToken | FinishAbort
+TokenId = Annotated[int, msgspec.Meta(ge=0)]
+CachedTokensDetails = dict[str, int | str]
+
+
+class SamplingParamsInput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The wire form of ``SamplingParams``; out-of-range values fail to decode."""
+
+    max_new_tokens: Annotated[int, msgspec.Meta(ge=1)] = 128
+    stop_token_ids: list[TokenId] = []
+    ignore_eos: bool = False
+    stream: bool = False
+    stream_interval: Annotated[int, msgspec.Meta(ge=1)] | None = None
+
+    def to_sampling_params(self) -> SamplingParams:
+        """The scheduler's ``SamplingParams`` with the same values."""
+        return SamplingParams(
+            max_new_tokens=self.max_new_tokens,
+            stop_token_ids=tuple(self.stop_token_ids),
+            ignore_eos=self.ignore_eos,
+            stream=self.stream,
+            stream_interval=self.stream_interval,
+        )
+
+
+class GenerateReqInput(
+    msgspec.Struct, tag="generate", tag_field="kind", forbid_unknown_fields=True
+):
+    """A tokenized generation request."""
+
+    rid: Annotated[str, msgspec.Meta(min_length=1)]
+    input_ids: Annotated[list[TokenId], msgspec.Meta(min_length=1)]
+    sampling_params: SamplingParamsInput = SamplingParamsInput()
+
+    def to_req(self) -> Req:
+        """A fresh scheduler ``Req`` for this request."""
+        return Req(
+            rid=self.rid,
+            origin_input_ids=list(self.input_ids),
+            sampling_params=self.sampling_params.to_sampling_params(),
+        )
+
+
+class ControlReq(msgspec.Struct, tag="control", tag_field="kind", forbid_unknown_fields=True):
+    """Pause or continue generation, flush the prefix cache, or ask for the scheduler's load.
+
+    ``mode`` applies to ``pause``: ``retract`` puts running requests back in the queue,
+    ``in_place`` keeps them where they are.
+    """
+
+    type: Literal["pause", "continue", "flush", "get_loads"]
+    mode: Literal["retract", "in_place"] = "retract"
+
+
+class ControlReply(msgspec.Struct, tag="control_reply", tag_field="kind"):
+    """The answer to a ``ControlReq``: whether it worked, the loads for ``get_loads``."""
+
+    type: str
+    ok: bool
+    loads: dict[str, Any] | None = None
+    message: str | None = None
+
+
+class BatchTokenIDOutput(msgspec.Struct, tag="token_ids", tag_field="kind"):
+    """New output tokens of a batch of generation requests, one column entry per request.
+
+    ``output_ids[i]`` holds only the tokens produced since the previous send for ``rids[i]``;
+    ``finished_reasons[i]`` is set on the request's last send. ``load`` is the scheduler's
+    load, attached when some request in the message finished (None otherwise).
+    """
+
+    rids: list[str]
+    finished_reasons: list[AnyFinishReason | None]
+    output_ids: list[list[int]]
+    prompt_tokens: list[int]
+    completion_tokens: list[int]
+    cached_tokens: list[int]
+    cached_tokens_details: list[CachedTokensDetails | None]
+    dp_rank: int | None = None
+    load: dict[str, Any] | None = None
+
+
+class BatchEmbeddingOutput(msgspec.Struct, tag="embedding", tag_field="kind"):
+    """Finished embedding (or reward) requests. ``embeddings`` is None when the model runner
+    produced no vectors (the simulated runner produces none)."""
+
+    rids: list[str]
+    finished_reasons: list[AnyFinishReason]
+    prompt_tokens: list[int]
+    cached_tokens: list[int]
+    cached_tokens_details: list[CachedTokensDetails | None] = []
+    embeddings: list[list[float]] | None = None
+    dp_rank: int | None = None
+
+
+_encoder = msgspec.msgpack.Encoder()
+_request_decoder = msgspec.msgpack.Decoder(GenerateReqInput | ControlReq)
+_output_decoder = msgspec.msgpack.Decoder(BatchTokenIDOutput | BatchEmbeddingOutput)
+_reply_decoder = msgspec.msgpack.Decoder(ControlReply)
+
+
+def encode(msg: msgspec.Struct) -> bytes:
+    """The msgpack bytes of any message in this module."""
+    return _encoder.encode(msg)
+
+
+def decode_request(data: bytes) -> GenerateReqInput | ControlReq:
+    """A request message; raises ``msgspec.DecodeError`` (or its subclass
+    ``msgspec.ValidationError``) naming what is wrong."""
+    return _request_decoder.decode(data)
+
+
+def decode_output(data: bytes) -> BatchTokenIDOutput | BatchEmbeddingOutput:
+    """An output message, as sent by an output sender."""
+    return _output_decoder.decode(data)
+
+
+def decode_reply(data: bytes) -> ControlReply:
+    """A reply to a control request."""
+    return _reply_decoder.decode(data)
+
+
+@attrs.define(slots=True, kw_only=True, eq=False)
+class ControlRequest:
+    """A control request inside the scheduler process.
+
+    ``reply(obj)`` answers the client: ``obj`` is a ``ControlReply``, a loads dict (for
+    ``get_loads``), a bool (success, e.g. of a cache flush) or None (plain success). Replies are
+    also kept in ``replies``. ``send_reply`` delivers the reply (the ZeroMQ receiver binds it to
+    the client's identity); without one the reply is only kept.
+    """
+
+    type: Literal["pause", "continue", "flush", "get_loads"]
+    mode: Literal["retract", "in_place"] = "retract"
+    send_reply: Callable[[ControlReply], None] | None = None
+    replies: list[ControlReply] = attrs.Factory(list)
+
+    def reply(self, obj: ControlReply | dict[str, Any] | bool | None = None) -> ControlReply:
+        """Answer the client; returns the ``ControlReply`` sent."""
+        if isinstance(obj, ControlReply):
+            answer = obj
+        elif isinstance(obj, dict):
+            answer = ControlReply(type=self.type, ok=True, loads=obj)
+        elif isinstance(obj, bool):
+            answer = ControlReply(
+                type=self.type, ok=obj, message=None if obj else f"{self.type} failed"
+            )
+        elif obj is None:
+            answer = ControlReply(type=self.type, ok=True)
+        else:
+            raise TypeError(
+                "reply takes a ControlReply, a loads dict, a bool or None, "
+                f"got {type(obj).__name__}"
+            )
+        self.replies.append(answer)
+        if self.send_reply is not None:
+            self.send_reply(answer)
+        return answer
+
+
+def check_endpoint(endpoint: str, *, bind: bool, allow_remote: bool = False) -> str:
+    """Validate a ZeroMQ endpoint and return it.
+
+    ``tcp://host:port``, ``ipc://path`` and ``inproc://name`` are accepted. A tcp endpoint that
+    is bound must be on a loopback address (127.0.0.0/8 or ``[::1]``) unless ``allow_remote``;
+    port ``0`` or ``*`` picks a free port.
+    """
+    if not isinstance(endpoint, str):
+        raise ValueError(f"endpoint must be a string like tcp://127.0.0.1:5555, got {endpoint!r}")
+    if endpoint.startswith(("ipc://", "inproc://")):
+        return endpoint
+    if not endpoint.startswith("tcp://"):
+        raise ValueError(
+            f"unsupported endpoint {endpoint!r}; use tcp://127.0.0.1:PORT, ipc://PATH or "
+            "inproc://NAME"
+        )
+    host, sep, port = endpoint[len("tcp://") :].rpartition(":")
+    if not sep or not host:
+        raise ValueError(
+            f"tcp endpoint {endpoint!r} needs host and port, e.g. tcp://127.0.0.1:5555"
+        )
+    if port != "*" and not (port.isdigit() and 0 <= int(port) <= 65535):
+        raise ValueError(f"tcp endpoint {endpoint!r} has a bad port {port!r}: use 0-65535 or *")
+    if bind and not allow_remote and not _is_loopback(host):
+        raise ValueError(
+            f"refusing to bind {endpoint!r}: not a loopback address; bind to 127.0.0.1 or "
+            "[::1], or set allow_remote: true to listen on other interfaces"
+        )
+    return endpoint
+
+
+def _is_loopback(host: str) -> bool:
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
