@@ -1,6 +1,17 @@
 """KV-cache events: wire structs and profiles, page hashes, publishers, subscriber and index."""
 
 from schedkit.kv_events.hashing import digest_to_int, namespace_seed, page_digests, page_hashes
+from schedkit.kv_events.index import KvIndex
+from schedkit.kv_events.publisher import (
+    EventPublisher,
+    KvEventsConfig,
+    NullEventPublisher,
+    ZmqEventPublisher,
+    create_publisher,
+    offset_endpoint,
+    parse_kv_events_config,
+    register_publisher,
+)
 from schedkit.kv_events.structs import (
     PROFILES,
     AllBlocksCleared,
@@ -14,6 +25,14 @@ from schedkit.kv_events.structs import (
     encode_batch,
     get_profile,
 )
+from schedkit.kv_events.subscriber import (
+    GapDetected,
+    GapFilled,
+    HistoryLost,
+    KvEventSubscriber,
+    Notice,
+    PublisherRestarted,
+)
 
 __all__ = [
     "PROFILES",
@@ -21,14 +40,29 @@ __all__ = [
     "BlockRemoved",
     "BlockStored",
     "EventBatch",
+    "EventPublisher",
+    "GapDetected",
+    "GapFilled",
+    "HistoryLost",
     "KVCacheEvent",
     "KVEventBatch",
+    "KvEventSubscriber",
+    "KvEventsConfig",
+    "KvIndex",
+    "Notice",
+    "NullEventPublisher",
     "Profile",
+    "PublisherRestarted",
+    "ZmqEventPublisher",
+    "create_publisher",
     "decode_batch",
     "digest_to_int",
     "encode_batch",
     "get_profile",
     "namespace_seed",
+    "offset_endpoint",
     "page_digests",
     "page_hashes",
+    "parse_kv_events_config",
+    "register_publisher",
 ]

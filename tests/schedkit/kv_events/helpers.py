@@ -1,0 +1,58 @@
+"""Helpers for the KV-event transport tests: loopback configs, batches, live-subscription waits."""
+
+from __future__ import annotations
+
+import time
+
+from schedkit.kv_events import BlockStored, KVEventBatch, KvEventsConfig
+
+LOOPBACK = "tcp://127.0.0.1:0"
+PROBE_TS = -1.0
+
+
+def config(replay: bool = False, **kwargs) -> KvEventsConfig:
+    """A config bound to free loopback ports."""
+    if replay:
+        kwargs.setdefault("replay_endpoint", LOOPBACK)
+    return KvEventsConfig(endpoint=LOOPBACK, **kwargs)
+
+
+def batch(i: int, tokens: int = 1, rank: int | None = None) -> KVEventBatch:
+    """A batch whose content identifies it: ts == i and one page hashed i."""
+    token_ids = list(range(i, i + tokens))
+    return KVEventBatch(
+        ts=float(i),
+        events=[BlockStored([i], None, token_ids, tokens, None, "GPU")],
+        attn_dp_rank=rank,
+    )
+
+
+def probe() -> KVEventBatch:
+    return KVEventBatch(ts=PROBE_TS, events=[])
+
+
+def wait_live(pub, sub, timeout: float = 5.0) -> list:
+    """Publish probes until the subscriber receives something; return what it received."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pub.publish(probe())
+        pub.flush()
+        got = sub.poll(20)
+        if got:
+            return got
+    raise AssertionError(f"no batch reached the subscriber of {sub.endpoint} in {timeout}s")
+
+
+def poll_until(sub, done, got: list, timeout: float = 5.0) -> list:
+    """Poll into ``got`` until ``done(got)``; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not done(got):
+        if time.monotonic() > deadline:
+            seqs = [seq for seq, _ in got]
+            raise AssertionError(f"timed out; got {len(got)} batches, last seqs {seqs[-5:]}")
+        got += sub.poll(20)
+    return got
+
+
+def seqs(got: list) -> list[int]:
+    return [seq for seq, _ in got]

@@ -1,0 +1,104 @@
+"""KvIndex: per-rank block sets built from events, and prefix matching by page hashes."""
+
+from __future__ import annotations
+
+import pytest
+
+from schedkit.kv_events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KVEventBatch,
+    KvIndex,
+    page_hashes,
+)
+
+
+def stored(tokens: list[int], page_size: int, namespace: str | None = None, medium="GPU"):
+    """BlockStored events for every page of ``tokens``, chained as a cache emits them."""
+    hashes = page_hashes(tokens, page_size, namespace=namespace)
+    events, parent = [], None
+    for i, h in enumerate(hashes):
+        page = tokens[i * page_size : (i + 1) * page_size]
+        events.append(BlockStored([h], parent, page, page_size, None, medium))
+        parent = h
+    return events
+
+
+def at(rank: int | None, *events) -> KVEventBatch:
+    return KVEventBatch(ts=0.0, events=list(events), attn_dp_rank=rank)
+
+
+def test_stored_blocks_match_leading_pages_per_rank():
+    index = KvIndex()
+    index.apply(at(0, *stored([1, 2, 3, 4, 5, 6], 2)))
+    index.apply(at(1, *stored([1, 2, 3, 4], 2)))
+    index.apply(at(2, *stored([9, 9], 2)))
+
+    assert index.ranks() == [0, 1, 2]
+    assert index.match([1, 2, 3, 4, 5, 6, 7], 2) == {0: 3, 1: 2, 2: 0}
+    assert index.match([1, 2, 3, 9], 2) == {0: 1, 1: 1, 2: 0}
+    assert index.match([9, 9, 1, 2], 2) == {0: 0, 1: 0, 2: 1}
+    assert index.match([1], 2) == {0: 0, 1: 0, 2: 0}  # no full page
+    assert index.blocks(1) == set(page_hashes([1, 2, 3, 4], 2))
+
+
+def test_match_stops_at_the_first_missing_page():
+    index = KvIndex()
+    hashes = page_hashes([1, 2, 3], 1)
+    index.apply(at(0, *stored([1, 2, 3], 1)))
+    index.apply(at(0, BlockRemoved([hashes[1]], "GPU")))
+    assert index.match([1, 2, 3], 1) == {0: 1}  # page 3 is held but page 2 is not
+
+
+def test_block_removed_only_affects_its_rank():
+    index = KvIndex()
+    index.apply(at(0, *stored([1, 2, 3, 4], 2)))
+    index.apply(at(1, *stored([1, 2, 3, 4], 2)))
+    first, second = page_hashes([1, 2, 3, 4], 2)
+
+    index.apply(at(1, BlockRemoved([second], "GPU")))
+    assert index.match([1, 2, 3, 4], 2) == {0: 2, 1: 1}
+    assert index.owners(second) == {0: "GPU"}
+    assert index.owners(first) == {0: "GPU", 1: "GPU"}
+    assert index.blocks(0) == {first, second}
+
+
+def test_all_blocks_cleared_and_clear_rank_clear_one_rank():
+    index = KvIndex()
+    index.apply(at(0, *stored([1, 2], 1)))
+    index.apply(at(1, *stored([1, 2], 1)))
+    index.apply(at(2, *stored([1, 2], 1)))
+
+    index.apply(at(0, AllBlocksCleared()))
+    index.clear_rank(2)
+    assert index.blocks(0) == set() and index.blocks(2) == set()
+    assert index.match([1, 2], 1) == {0: 0, 1: 2, 2: 0}
+    assert len(index) == 2  # the two hashes rank 1 still holds
+
+    index.clear_rank(1)
+    assert len(index) == 0
+    index.clear_rank(7)  # an unknown rank is fine
+
+
+def test_rank_defaults_to_the_batch_rank_then_zero_and_can_be_overridden():
+    index = KvIndex()
+    index.apply(at(None, *stored([1], 1)))
+    index.apply(at(3, *stored([2], 1)))
+    index.apply(at(3, *stored([3], 1)), rank=5)
+    assert index.blocks(0) == set(page_hashes([1], 1))
+    assert index.blocks(3) == set(page_hashes([2], 1))
+    assert index.blocks(5) == set(page_hashes([3], 1))
+
+
+def test_namespace_and_medium():
+    index = KvIndex()
+    index.apply(at(0, *stored([1, 2], 1, namespace="lora-a", medium="CPU_PINNED")))
+    assert index.match([1, 2], 1) == {0: 0}
+    assert index.match([1, 2], 1, namespace="lora-a") == {0: 2}
+    assert index.owners(page_hashes([1], 1, namespace="lora-a")[0]) == {0: "CPU_PINNED"}
+
+
+def test_unknown_event_is_rejected():
+    with pytest.raises(TypeError, match="unknown KV event"):
+        KvIndex().apply(KVEventBatch(ts=0.0, events=["nope"]))

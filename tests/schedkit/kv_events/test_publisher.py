@@ -1,0 +1,426 @@
+"""ZmqEventPublisher over real loopback ZeroMQ, its config, registry and null publisher."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import msgspec
+import pytest
+import zmq
+from structlog.testing import capture_logs
+
+from schedkit.kv_events import (
+    GapDetected,
+    GapFilled,
+    HistoryLost,
+    KVEventBatch,
+    KvEventsConfig,
+    KvEventSubscriber,
+    NullEventPublisher,
+    PublisherRestarted,
+    ZmqEventPublisher,
+    create_publisher,
+    decode_batch,
+    offset_endpoint,
+    parse_kv_events_config,
+    register_publisher,
+)
+from schedkit.kv_events.publisher import END_SEQ
+from tests.schedkit.kv_events.helpers import (
+    PROBE_TS,
+    batch,
+    config,
+    poll_until,
+    seqs,
+    wait_live,
+)
+
+
+def subscriber_for(pub: ZmqEventPublisher, **kwargs) -> KvEventSubscriber:
+    return KvEventSubscriber(
+        pub.endpoint, pub.replay_endpoint, pub.config.topic, pub.config.profile, **kwargs
+    )
+
+
+def test_late_joiner_recovers_every_batch_through_replay(closing):
+    pub = closing(ZmqEventPublisher(config(replay=True, topic="kv")))
+    for i in range(30):
+        assert pub.publish(batch(i))
+    assert pub.flush()
+    sub = closing(subscriber_for(pub))
+
+    got = wait_live(pub, sub)
+    last = pub.published - 1
+    poll_until(sub, lambda g: g[-1][0] >= last, got)
+
+    assert seqs(got) == list(range(last + 1))
+    assert [b.ts for _, b in got[:30]] == [float(i) for i in range(30)]
+    assert all(b.ts == PROBE_TS for _, b in got[30:])
+    assert got[0][1].events[0].block_hashes == [0]
+    assert got[0][1].attn_dp_rank == 0  # filled in by the publisher
+    assert len(sub.notices) == 1
+    assert isinstance(sub.notices[0], GapFilled) and sub.notices[0].start == 0
+
+
+def test_messages_lost_in_transit_are_recovered_through_replay(closing):
+    # High-water marks of 1 make the PUB socket drop while the subscriber is not reading.
+    pub = closing(ZmqEventPublisher(config(replay=True, hwm=1)))
+    sub = closing(subscriber_for(pub, hwm=1))
+    got = wait_live(pub, sub)
+    for i in range(1000):
+        assert pub.publish(batch(i, tokens=500))
+    assert pub.flush()
+    last = pub.published - 1
+    poll_until(sub, lambda g: g[-1][0] >= last, got)
+
+    assert any(isinstance(n, GapDetected) for n in sub.notices), "no loss happened"
+    assert not any(isinstance(n, HistoryLost) for n in sub.notices)
+    assert seqs(got) == list(range(got[0][0], last + 1))
+    assert [b.ts for _, b in got if b.ts != PROBE_TS] == [float(i) for i in range(1000)]
+
+
+def test_full_queue_drops_immediately_and_a_late_joiner_sees_the_lost_seqs(closing):
+    pub = closing(ZmqEventPublisher(config(replay=True, max_queue_size=3), start=False))
+    assert all(pub.publish(batch(i)) for i in range(3))
+    assert pub.queue_depth == 3
+    start = time.perf_counter()
+    assert pub.publish(batch(3)) is False
+    assert pub.publish(batch(4)) is False
+    assert time.perf_counter() - start < 0.05
+    assert (pub.dropped, pub.queue_depth, pub.published) == (2, 3, 0)
+
+    pub.start()
+    sub = closing(subscriber_for(pub))
+    got = wait_live(pub, sub)  # the first batch it sees is above 0: it replays from 0
+    last = pub.published + pub.dropped - 1
+    poll_until(sub, lambda g: g[-1][0] >= last, got)
+
+    assert seqs(got)[:4] == [0, 1, 2, 5]  # seqs 3 and 4 were used by the dropped batches
+    assert HistoryLost(3, 5) in sub.notices
+    assert seqs(got) == [0, 1, 2, *range(5, last + 1)]
+
+
+def test_history_lost_when_the_buffer_is_smaller_than_the_gap(closing):
+    pub = closing(ZmqEventPublisher(config(replay=True, buffer_steps=5)))
+    for i in range(20):
+        pub.publish(batch(i))
+    pub.flush()
+    sub = closing(subscriber_for(pub))
+    got = wait_live(pub, sub)
+    last = pub.published - 1
+    poll_until(sub, lambda g: g[-1][0] >= last, got)
+
+    lost = [n for n in sub.notices if isinstance(n, HistoryLost)]
+    assert len(lost) == 1
+    assert lost[0].expected == 0 and lost[0].replay_start >= 15
+    assert seqs(got) == list(range(lost[0].replay_start, last + 1))
+
+
+def test_publisher_restart_is_reported_and_the_new_stream_replayed(closing):
+    pub = ZmqEventPublisher(config(replay=True))
+    sub = closing(subscriber_for(pub))
+    got = wait_live(pub, sub)
+    for i in range(10):
+        pub.publish(batch(i))
+    pub.flush()
+    before = pub.published - 1
+    poll_until(sub, lambda g: g[-1][0] >= before, got)
+    endpoint, replay_endpoint = pub.endpoint, pub.replay_endpoint
+    pub.shutdown()
+
+    restarted = closing(
+        ZmqEventPublisher(KvEventsConfig(endpoint=endpoint, replay_endpoint=replay_endpoint))
+    )
+    after = wait_live(restarted, sub, timeout=10.0)
+    last = restarted.published - 1
+    poll_until(sub, lambda g: g[-1][0] >= last, after)
+
+    restart = [n for n in sub.notices if isinstance(n, PublisherRestarted)]
+    assert len(restart) == 1 and restart[0].last_seq == before
+    assert restart[0].new_seq < before
+    assert seqs(after) == list(range(last + 1))  # caught up from 0 on the new publisher
+
+
+def test_batches_accepted_before_shutdown_all_arrive(closing):
+    pub = ZmqEventPublisher(config())
+    sub = closing(subscriber_for(pub))
+    probes = wait_live(pub, sub)
+    first = pub.published
+    assert all(pub.publish(batch(i)) for i in range(10_000))
+    pub.shutdown()
+
+    got = poll_until(sub, lambda g: len(g) >= 10_000, [])
+    got = [item for item in got if item[1].ts != PROBE_TS]
+    assert seqs(got) == list(range(first, first + 10_000))
+    assert [b.ts for _, b in got] == [float(i) for i in range(10_000)]
+    assert (pub.published, pub.dropped, pub.encode_errors) == (first + 10_000, 0, 0)
+    assert probes
+
+
+def test_shutdown_lingers_for_frames_queued_behind_a_slow_subscriber():
+    # A tiny receive buffer and queue on the subscriber hold most frames back in the
+    # publisher's socket queue; shutdown must still deliver them as the subscriber reads.
+    pub = ZmqEventPublisher(config())
+    ctx = zmq.Context()
+    ctx.setsockopt(zmq.RCVBUF, 8192)
+    sub = subscriber_for(pub, hwm=10, context=ctx)
+    try:
+        wait_live(pub, sub)
+        first = pub.published
+        for i in range(2000):
+            pub.publish(batch(i, tokens=800))
+        stopper = threading.Thread(target=pub.shutdown)
+        stopper.start()
+        got = poll_until(sub, lambda g: len(g) >= 2000, [])
+        stopper.join()
+    finally:
+        pub.shutdown()
+        sub.close()
+        ctx.term()
+    assert seqs(got) == list(range(first, first + 2000))
+
+
+def test_shutdown_with_a_full_queue_delivers_it_and_is_idempotent(closing):
+    pub = ZmqEventPublisher(config(max_queue_size=100), start=False)
+    sub = closing(subscriber_for(pub))
+    wait_live(pub, sub)  # flush() sends on this thread while no thread runs
+    first = pub.published
+    assert all(pub.publish(batch(i)) for i in range(100))
+    assert pub.publish(batch(100)) is False
+
+    pub.shutdown(timeout=2.0)
+    pub.shutdown(timeout=2.0)
+    got = poll_until(sub, lambda g: len(g) >= 100, [])
+
+    assert seqs(got) == list(range(first, first + 100))
+    assert (pub.published, pub.dropped, pub.queue_depth) == (first + 100, 1, 0)
+    assert pub.publish(batch(0)) is False
+    assert pub.dropped == 2
+
+
+def test_shutdown_of_a_running_publisher_is_idempotent():
+    pub = ZmqEventPublisher(config(replay=True))
+    pub.publish(batch(0))
+    pub.shutdown()
+    pub.shutdown()
+    assert pub.published == 1
+    assert pub.publish(batch(1)) is False and pub.dropped == 1
+    assert pub.flush(timeout=0.1)
+
+
+def test_replay_replies_carry_the_topic_and_end_with_the_marker(closing):
+    pub = closing(ZmqEventPublisher(config(replay=True, topic="kv")))
+    for i in range(5):
+        pub.publish(batch(i))
+    pub.flush()
+    ctx = zmq.Context.instance()
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    dealer.setsockopt(zmq.RCVTIMEO, 5000)
+    dealer.connect(pub.replay_endpoint)
+    try:
+        dealer.send_multipart([b"", b"bad"])  # malformed: logged and ignored
+        dealer.send_multipart([b"", (2).to_bytes(8, "big")])
+        replies = []
+        while True:
+            frames = dealer.recv_multipart()
+            replies.append(frames)
+            if frames[2] == END_SEQ:
+                break
+    finally:
+        dealer.close()
+
+    assert [f[:2] for f in replies] == [[b"", b"kv"]] * 4
+    assert [int.from_bytes(f[2], "big") for f in replies[:-1]] == [2, 3, 4]
+    assert [decode_batch(f[3]).ts for f in replies[:-1]] == [2.0, 3.0, 4.0]
+    assert replies[-1] == [b"", b"kv", (-1).to_bytes(8, "big", signed=True), b""]
+
+
+def test_a_replay_client_that_does_not_read_stalls_neither_live_nor_other_replays(closing):
+    pub = closing(ZmqEventPublisher(config(replay=True)))
+    for i in range(3000):  # ~9 MB: more than the stuck client's queues and buffers can take
+        pub.publish(batch(i, tokens=1000))
+    pub.flush()
+    stuck = zmq.Context.instance().socket(zmq.DEALER)
+    stuck.setsockopt(zmq.LINGER, 0)
+    stuck.setsockopt(zmq.RCVHWM, 1)
+    stuck.setsockopt(zmq.RCVBUF, 4096)
+    stuck.connect(pub.replay_endpoint)
+    with capture_logs() as logs:
+        try:
+            stuck.send_multipart([b"", (0).to_bytes(8, "big")])  # and never reads
+            sub = closing(subscriber_for(pub))
+            got = wait_live(pub, sub)
+            for i in range(100):
+                pub.publish(batch(i))
+            last = pub.published - 1
+            poll_until(sub, lambda g: g[-1][0] >= last, got)
+        finally:
+            stuck.close()
+        deadline = time.monotonic() + 5
+        while not any(log["event"] == "kv_events.replay_client_gone" for log in logs):
+            assert time.monotonic() < deadline, "the stuck client's replay was not pending"
+            time.sleep(0.01)
+    assert seqs(got) == list(range(last + 1))  # its own replay from 0 went through
+    assert [b.ts for _, b in got[:3000]] == [float(i) for i in range(3000)]
+
+
+def test_encode_failure_is_counted_and_burns_its_seq(closing):
+    pub = closing(ZmqEventPublisher(config(replay=True)))
+    pub.publish(batch(0))
+    pub.publish(KVEventBatch(ts=1.0, events=[object()]))
+    pub.publish(batch(2))
+    pub.flush()
+    assert (pub.published, pub.encode_errors) == (2, 1)
+
+    dealer = zmq.Context.instance().socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    dealer.setsockopt(zmq.RCVTIMEO, 5000)
+    dealer.connect(pub.replay_endpoint)
+    try:
+        dealer.send_multipart([b"", (0).to_bytes(8, "big")])
+        replayed = [int.from_bytes(dealer.recv_multipart()[2], "big", signed=True) for _ in "abc"]
+    finally:
+        dealer.close()
+    assert replayed == [0, 2, -1]
+
+
+def test_vllm_profile_end_to_end(closing):
+    pub = closing(ZmqEventPublisher(config(replay=True, profile="vllm", topic="vllm")))
+    for i in range(5):
+        pub.publish(batch(i, tokens=4, rank=1))
+    pub.flush()
+    sub = closing(subscriber_for(pub))
+    got = wait_live(pub, sub)
+    poll_until(sub, lambda g: g[-1][0] >= pub.published - 1, got)
+
+    assert seqs(got) == list(range(pub.published))
+    assert [b for _, b in got[:5]] == [batch(i, tokens=4, rank=1) for i in range(5)]
+
+    dealer = zmq.Context.instance().socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    dealer.setsockopt(zmq.RCVTIMEO, 5000)
+    dealer.connect(pub.replay_endpoint)
+    try:
+        dealer.send_multipart([b"", (0).to_bytes(8, "big")])
+        raw = msgspec.msgpack.decode(dealer.recv_multipart()[3])
+    finally:
+        dealer.close()
+    assert raw[1][0]["type"] == "BlockStored" and raw[2] == 1
+
+
+def test_dp_rank_offsets_the_endpoints(tmp_path, closing):
+    base = f"ipc://{tmp_path}/kv"
+    pub = closing(
+        ZmqEventPublisher(KvEventsConfig(endpoint=base, replay_endpoint=f"{base}-replay"), 2)
+    )
+    assert pub.endpoint == f"{base}_dp2"
+    assert pub.replay_endpoint == f"{base}-replay_dp2"
+    sub = closing(subscriber_for(pub))
+    got = wait_live(pub, sub)
+    assert got[-1][1].attn_dp_rank == 2
+
+
+def test_offset_endpoint():
+    assert offset_endpoint("tcp://127.0.0.1:5557", 0) == "tcp://127.0.0.1:5557"
+    assert offset_endpoint("tcp://127.0.0.1:5557", 3) == "tcp://127.0.0.1:5560"
+    assert offset_endpoint("tcp://[::1]:5557", 1) == "tcp://[::1]:5558"
+    assert offset_endpoint("tcp://127.0.0.1:0", 3) == "tcp://127.0.0.1:0"
+    assert offset_endpoint("ipc:///tmp/kv", 1) == "ipc:///tmp/kv_dp1"
+    assert offset_endpoint("inproc://kv", 0) == "inproc://kv_dp0"
+    with pytest.raises(ValueError, match="no port"):
+        offset_endpoint("tcp://127.0.0.1", 1)
+    with pytest.raises(ValueError, match="unsupported"):
+        offset_endpoint("udp://127.0.0.1:1", 1)
+
+
+def test_bind_failure_names_the_endpoint(closing):
+    pub = closing(ZmqEventPublisher(config()))
+    with pytest.raises(OSError, match=f"cannot bind to {pub.endpoint}"):
+        ZmqEventPublisher(KvEventsConfig(endpoint=pub.endpoint))
+
+
+def test_connect_mode_publishes_to_a_binding_subscriber(closing):
+    ctx = zmq.Context.instance()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.LINGER, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    port = sub.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        pub = closing(
+            ZmqEventPublisher(KvEventsConfig(endpoint=f"tcp://127.0.0.1:{port}", mode="connect"))
+        )
+        deadline = time.monotonic() + 5
+        while not sub.poll(20):
+            assert time.monotonic() < deadline
+            pub.publish(batch(7))
+        topic, seq, payload = sub.recv_multipart()
+    finally:
+        sub.close()
+    assert topic == b"" and len(seq) == 8 and decode_batch(payload).ts == 7.0
+
+
+def test_null_publisher_counts_and_sends_nothing():
+    pub = create_publisher({"publisher": "null"})
+    assert isinstance(pub, NullEventPublisher)
+    assert pub.publish(batch(0)) and pub.published == 1
+    assert pub.flush() and pub.queue_depth == 0
+    pub.shutdown()
+    pub.shutdown()
+    assert pub.publish(batch(1)) is False and pub.dropped == 1
+
+
+def test_create_publisher_by_name(closing):
+    assert isinstance(create_publisher(None), NullEventPublisher)
+    zmq_pub = closing(create_publisher(json.dumps({"endpoint": "tcp://127.0.0.1:0"})))
+    assert isinstance(zmq_pub, ZmqEventPublisher)
+
+    made = []
+
+    def factory(cfg: KvEventsConfig, dp_rank: int) -> NullEventPublisher:
+        made.append((cfg.topic, dp_rank))
+        return NullEventPublisher(cfg, dp_rank)
+
+    register_publisher("test-recording", factory)
+    register_publisher("test-recording", factory)  # the same factory again is fine
+    pub = create_publisher({"publisher": "test-recording", "topic": "t"}, dp_rank=4)
+    assert made == [("t", 4)] and pub.dp_rank == 4
+    with pytest.raises(ValueError, match="already registered"):
+        register_publisher("test-recording", NullEventPublisher)
+    with pytest.raises(ValueError, match=r"unknown KV-event publisher 'nope'; valid: null, zmq"):
+        create_publisher({"publisher": "nope"})
+
+
+def test_parse_config_forms():
+    assert parse_kv_events_config(None) is None
+    assert parse_kv_events_config("") is None
+    cfg = parse_kv_events_config('{"publisher": "zmq", "topic": "kv", "buffer_steps": 5}')
+    assert (cfg.topic, cfg.buffer_steps, cfg.hwm, cfg.profile, cfg.mode) == (
+        "kv",
+        5,
+        100000,
+        "sglang",
+        "bind",
+    )
+    assert cfg.endpoint == "tcp://127.0.0.1:5557" and cfg.replay_endpoint is None
+    assert parse_kv_events_config({"profile": "vllm"}).profile == "vllm"
+    assert parse_kv_events_config(cfg) is cfg
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"endpont": "x"}, r"unknown KV-events config key\(s\) 'endpont'; valid keys: publisher"),
+        ({"hwm": "10"}, r"Expected `int`, got `str` - at `\$.hwm`"),
+        ({"max_queue_size": 0}, r"max_queue_size"),
+        ({"profile": "trt"}, r"valid values for 'profile': sglang, vllm"),
+        ({"mode": "auto"}, r"valid values for 'mode': bind, connect"),
+        ("{not json", r"not valid JSON"),
+        ("[1, 2]", r"must be a JSON object"),
+    ],
+)
+def test_parse_config_errors(value, message):
+    with pytest.raises(ValueError, match=message):
+        parse_kv_events_config(value)
