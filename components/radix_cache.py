@@ -1,0 +1,397 @@
+"""The radix prefix cache: token prefixes and their KV slots in a radix tree, after SGLang's
+RadixCache, with KV-cache events for KV-aware routers.
+
+KV slots are plain ints handed out by a ``TokenToKVPoolAllocator``. Ownership rules:
+
+- ``insert(key, value)`` takes ownership of every slot in ``value``. Slots for tokens the cache
+  already holds are freed, except those that already are the cache's own slot at that position
+  (a prefix obtained from ``match_prefix``); the slots of a trailing partial page (page_size > 1)
+  are freed too. The slots of the newly stored part belong to the cache from then on.
+- ``insert(key)`` without a value takes slots for the new part from the cache's allocator,
+  evicting least-recently-used unlocked entries if the pool is short.
+- ``evict`` and ``reset`` give the cache's slots back to the allocator.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from components._event_recorder import EventRecorder
+from components.allocator import OutOfKVSlotsError, TokenToKVPoolAllocator
+from schedkit.component import component
+
+__all__ = ["MatchResult", "RadixCache", "TreeNode"]
+
+
+class TreeNode:
+    """One edge of the radix tree: a run of whole pages of tokens and their KV slots.
+
+    ``digests`` holds the pages' 32-byte hash-chain digests (None when events are off); the
+    last one is what a child's first page chains from. ``value`` is None once the node has
+    left the tree (evicted, or dropped by ``reset``).
+    """
+
+    __slots__ = ("children", "digests", "key", "last_access_time", "lock_ref", "parent", "value")
+
+    def __init__(
+        self,
+        key: list[int],
+        value: list[int],
+        parent: TreeNode | None,
+        digests: list[bytes] | None,
+        last_access_time: int,
+    ) -> None:
+        self.key = key
+        self.value: list[int] | None = value
+        self.parent = parent
+        self.digests = digests
+        self.last_access_time = last_access_time
+        self.children: dict = {}
+        self.lock_ref = 0
+
+    @property
+    def evicted(self) -> bool:
+        """True once the node is no longer part of its cache."""
+        return self.value is None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(key={self.key[:8]}{'...' if len(self.key) > 8 else ''})"
+
+
+@attrs.frozen
+class MatchResult:
+    """The longest cached prefix of a key: its KV slots and the tree node that ends it.
+
+    ``swa_indices`` is set by the sliding-window cache only: one sliding-window slot per
+    matched token, None where that token's sliding-window KV was evicted.
+    """
+
+    device_indices: list[int]
+    last_node: TreeNode
+    swa_indices: list[int | None] | None = None
+
+    @property
+    def prefix_len(self) -> int:
+        """The number of matched tokens."""
+        return len(self.device_indices)
+
+
+def child_key_fn(page_size: int) -> Callable[[list[int], int], object]:
+    """The function giving the child-dict key of the page starting at ``key[pos]``."""
+    if page_size == 1:
+        return lambda key, pos: key[pos]
+    return lambda key, pos: tuple(key[pos : pos + page_size])
+
+
+def match_len(node_key: list[int], key: list[int], pos: int, page_size: int) -> int:
+    """How many leading tokens of ``node_key`` equal ``key[pos:]``, in whole pages."""
+    n = min(len(node_key), len(key) - pos)
+    if node_key[:n] == key[pos : pos + n]:
+        return n - n % page_size
+    i = 0
+    while node_key[i] == key[pos + i]:
+        i += 1
+    return i - i % page_size
+
+
+def make_pool(
+    allocator: TokenToKVPoolAllocator | None,
+    capacity: int | None,
+    page_size: int,
+    names: tuple[str, str] = ("allocator", "capacity"),
+) -> TokenToKVPoolAllocator:
+    """The pool a cache frees into: the given allocator, or a new one of ``capacity`` slots."""
+    allocator_name, capacity_name = names
+    if allocator is None:
+        if capacity is None:
+            raise ValueError(
+                f"the cache needs a KV pool: pass {allocator_name}=TokenToKVPoolAllocator(...) "
+                f"or {capacity_name}=<number of token slots>"
+            )
+        return TokenToKVPoolAllocator(size=capacity, page_size=page_size)
+    if capacity is not None:
+        raise ValueError(f"pass either {allocator_name}= or {capacity_name}=, not both")
+    if allocator.page_size != page_size:
+        raise ValueError(
+            f"{allocator_name}.page_size is {allocator.page_size} but the cache's page_size "
+            f"is {page_size}; they must match"
+        )
+    return allocator
+
+
+def check_page_size(page_size: object) -> None:
+    """Raise ValueError unless ``page_size`` is an integer >= 1."""
+    if not isinstance(page_size, int) or page_size < 1:
+        raise ValueError(f"page_size must be an integer >= 1, got {page_size!r}")
+
+
+@component("radix_cache")
+class RadixCache:
+    """Prefix cache over a radix tree with LRU eviction of unlocked leaves.
+
+    With ``page_size > 1`` keys are matched and stored in whole pages and nodes split only at
+    page boundaries. With ``enable_kv_cache_events`` every stored page is announced
+    (``BlockStored``), every evicted node withdrawn (``BlockRemoved``) and ``reset`` (run by
+    the constructor too) announces ``AllBlocksCleared``; ``namespace`` seeds the hash chain.
+    With ``disable`` nothing is cached: matches are empty and inserted slots are freed.
+    """
+
+    page_size: int = 1
+    enable_kv_cache_events: bool = False
+    allocator: TokenToKVPoolAllocator | None = None
+    capacity: int | None = None
+    namespace: str | None = None
+    disable: bool = False
+
+    root: TreeNode | None = attrs.field(init=False, repr=False, default=None)
+    _evictable_size: int = attrs.field(init=False, repr=False, default=0)
+    _protected_size: int = attrs.field(init=False, repr=False, default=0)
+    _evictable_leaves: set[TreeNode] = attrs.field(init=False, repr=False, factory=set)
+    _events: EventRecorder | None = attrs.field(init=False, repr=False, default=None)
+    _tick: Callable[[], int] = attrs.field(init=False, repr=False)
+    _child_key: Callable[[list[int], int], object] = attrs.field(init=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        check_page_size(self.page_size)
+        self.allocator = make_pool(self.allocator, self.capacity, self.page_size)
+        if self.enable_kv_cache_events:
+            self._events = EventRecorder(self.page_size, self.namespace)
+        self._tick = itertools.count().__next__
+        self._child_key = child_key_fn(self.page_size)
+        self.reset()
+
+    def match_prefix(self, key: Sequence[int]) -> MatchResult:
+        """The longest cached whole-page prefix of ``key``; marks its nodes as just used.
+
+        A match ending inside a node splits that node so that ``last_node`` ends exactly at
+        the match (splitting emits no event).
+        """
+        node = self.root
+        if self.disable:
+            return MatchResult([], node)
+        key = list(key)
+        end = len(key) - len(key) % self.page_size
+        pos = 0
+        indices: list[int] = []
+        while pos < end:
+            child = node.children.get(self._child_key(key, pos))
+            if child is None:
+                break
+            m = match_len(child.key, key, pos, self.page_size)
+            if m < len(child.key):
+                child = self._split(child, m)
+            child.last_access_time = self._tick()
+            indices += child.value
+            node = child
+            pos += m
+        return MatchResult(indices, node)
+
+    def insert(self, key: Sequence[int], value: Sequence[int] | None = None) -> int:
+        """Store ``key`` with its KV slots; returns how many leading tokens were already cached.
+
+        ``value`` holds one slot per token of ``key`` (see the module docstring for who owns
+        what afterwards); without it the cache allocates slots for the new part, evicting if
+        needed, and raises ``OutOfKVSlotsError`` if the pool cannot supply them.
+        """
+        key = list(key)
+        if value is not None:
+            value = list(value)
+            if len(value) != len(key):
+                raise ValueError(
+                    f"value has {len(value)} slots for {len(key)} tokens; give one slot per token"
+                )
+        if self.disable:
+            if value:
+                self.allocator.free(value)
+            return 0
+        end = len(key) - len(key) % self.page_size
+        to_free = value[end:] if value is not None else []
+        node, pos = self.root, 0
+        while pos < end:
+            child = node.children.get(self._child_key(key, pos))
+            if child is None:
+                break
+            m = match_len(child.key, key, pos, self.page_size)
+            if m < len(child.key):
+                child = self._split(child, m)
+            child.last_access_time = self._tick()
+            if value is not None:
+                given = value[pos : pos + m]
+                if given != child.value:
+                    to_free += [v for v, own in zip(given, child.value, strict=True) if v != own]
+            node = child
+            pos += m
+        if pos < end:
+            new_key = key[pos:end]
+            digests = None
+            if self._events is not None:
+                digests = self._events.digests(new_key, node.digests[-1] if node.digests else None)
+            new_value = value[pos:end] if value is not None else self._alloc(node, end - pos)
+            if to_free:
+                self.allocator.free(to_free)
+            self._add_leaf(node, new_key, new_value, digests)
+        elif to_free:
+            self.allocator.free(to_free)
+        return pos
+
+    def inc_lock_ref(self, node: TreeNode) -> int:
+        """Protect ``node`` and its ancestors from eviction; returns the evictable-size change."""
+        if self.disable:
+            return 0
+        if node.value is None:
+            raise ValueError(
+                f"{node!r} is no longer in the cache (evicted or reset); lock a node from a "
+                "fresh match_prefix"
+            )
+        delta = 0
+        root = self.root
+        while node is not root:
+            if node.lock_ref == 0:
+                delta -= len(node.key)
+                self._evictable_leaves.discard(node)
+            node.lock_ref += 1
+            node = node.parent
+        self._evictable_size += delta
+        self._protected_size -= delta
+        return delta
+
+    def dec_lock_ref(self, node: TreeNode) -> int:
+        """Undo one ``inc_lock_ref(node)``; returns the change in evictable size."""
+        if self.disable or node is self.root:
+            return 0
+        if node.value is None or node.lock_ref <= 0:
+            raise ValueError(f"dec_lock_ref on {node!r}, which holds no lock in this cache")
+        delta = 0
+        root = self.root
+        while node is not root:
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                delta += len(node.key)
+                if not node.children:
+                    self._evictable_leaves.add(node)
+            node = node.parent
+        self._evictable_size += delta
+        self._protected_size -= delta
+        return delta
+
+    def evict(self, num_tokens: int) -> int:
+        """Evict least-recently-used unlocked leaves until ``num_tokens`` tokens are freed.
+
+        Returns the number of tokens evicted (whole nodes, so possibly more than asked; fewer
+        if not enough is evictable). A parent left without children becomes a candidate.
+        """
+        if self.disable or num_tokens <= 0:
+            return 0
+        heap = [(leaf.last_access_time, leaf) for leaf in self._evictable_leaves]
+        heapq.heapify(heap)
+        evicted = 0
+        while evicted < num_tokens and heap:
+            _, leaf = heapq.heappop(heap)
+            evicted += len(leaf.key)
+            parent = self._delete_leaf(leaf)
+            if parent in self._evictable_leaves:
+                heapq.heappush(heap, (parent.last_access_time, parent))
+        return evicted
+
+    def evictable_size(self) -> int:
+        """Tokens held in unlocked nodes."""
+        return self._evictable_size
+
+    def protected_size(self) -> int:
+        """Tokens held in locked nodes."""
+        return self._protected_size
+
+    def total_size(self) -> int:
+        """Tokens held by the cache."""
+        return self._evictable_size + self._protected_size
+
+    def reset(self) -> None:
+        """Drop every entry, free its slots and announce ``AllBlocksCleared`` (events on)."""
+        if self.root is not None:
+            slots: list[int] = []
+            stack = list(self.root.children.values())
+            while stack:
+                node = stack.pop()
+                slots += node.value
+                node.value = None
+                stack.extend(node.children.values())
+            self.root.value = None
+            if slots:
+                self.allocator.free(slots)
+        self.root = TreeNode([], [], None, [] if self._events is not None else None, self._tick())
+        self.root.lock_ref = 1
+        self._evictable_size = 0
+        self._protected_size = 0
+        self._evictable_leaves = set()
+        if self._events is not None:
+            self._events.cleared()
+
+    def take_events(self) -> list:
+        """The KV events recorded since the last call, oldest first ([] with events off)."""
+        return self._events.take() if self._events is not None else []
+
+    def _alloc(self, node: TreeNode, n: int) -> list[int]:
+        if self.allocator.available_size() < n:
+            # Keep the node the new leaf hangs from while making room.
+            self.inc_lock_ref(node)
+            try:
+                self.evict(n - self.allocator.available_size())
+            finally:
+                self.dec_lock_ref(node)
+        slots = self.allocator.alloc(n)
+        if slots is None:
+            raise OutOfKVSlotsError(
+                f"insert needs {n} KV slots but only {self.allocator.available_size()} are free "
+                f"after evicting ({self._protected_size} tokens are locked)"
+            )
+        return slots
+
+    def _split(self, child: TreeNode, m: int) -> TreeNode:
+        """Cut ``child`` after ``m`` tokens; returns the upper part (``child`` keeps the rest)."""
+        digests = child.digests
+        cut = m // self.page_size
+        upper = TreeNode(
+            child.key[:m],
+            child.value[:m],
+            child.parent,
+            None if digests is None else digests[:cut],
+            child.last_access_time,
+        )
+        upper.lock_ref = child.lock_ref
+        upper.children[self._child_key(child.key, m)] = child
+        child.parent.children[self._child_key(child.key, 0)] = upper
+        child.key = child.key[m:]
+        child.value = child.value[m:]
+        if digests is not None:
+            child.digests = digests[cut:]
+        child.parent = upper
+        child.last_access_time = self._tick()
+        return upper
+
+    def _add_leaf(
+        self, parent: TreeNode, key: list[int], value: list[int], digests: list[bytes] | None
+    ) -> None:
+        leaf = TreeNode(key, value, parent, digests, self._tick())
+        parent.children[self._child_key(key, 0)] = leaf
+        self._evictable_size += len(key)
+        self._evictable_leaves.discard(parent)
+        self._evictable_leaves.add(leaf)
+        if self._events is not None:
+            self._events.stored(key, digests, parent.digests[-1] if parent.digests else None)
+
+    def _delete_leaf(self, leaf: TreeNode) -> TreeNode:
+        if self._events is not None:
+            self._events.removed(leaf.digests)
+        self.allocator.free(leaf.value)
+        parent = leaf.parent
+        del parent.children[self._child_key(leaf.key, 0)]
+        self._evictable_size -= len(leaf.key)
+        self._evictable_leaves.discard(leaf)
+        leaf.value = None
+        if not parent.children and parent.lock_ref == 0:
+            self._evictable_leaves.add(parent)
+        return parent

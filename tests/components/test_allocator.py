@@ -1,0 +1,125 @@
+import pytest
+
+from components.allocator import TokenToKVPoolAllocator
+from schedkit.component import component_name, is_component
+
+
+def test_is_a_registered_component():
+    assert is_component(TokenToKVPoolAllocator)
+    assert component_name(TokenToKVPoolAllocator) == "token_to_kv_pool_allocator"
+    with pytest.raises(TypeError):
+        TokenToKVPoolAllocator(8)  # keyword-only
+
+
+def test_alloc_hands_out_distinct_slots_until_empty():
+    pool = TokenToKVPoolAllocator(size=8)
+    first = pool.alloc(3)
+    assert first == [0, 1, 2]
+    second = pool.alloc(5)
+    assert sorted(first + second) == list(range(8))
+    assert pool.available_size() == 0
+    assert pool.alloc(1) is None
+    assert pool.alloc(0) == []
+
+
+def test_alloc_returns_none_without_taking_anything_when_short():
+    pool = TokenToKVPoolAllocator(size=4)
+    assert pool.alloc(5) is None
+    assert pool.available_size() == 4
+
+
+def test_free_returns_slots_for_reuse():
+    pool = TokenToKVPoolAllocator(size=4)
+    slots = pool.alloc(4)
+    pool.free(slots[1:3])
+    assert pool.available_size() == 2
+    assert sorted(pool.alloc(2)) == slots[1:3]
+    pool.free([])
+    assert pool.available_size() == 0
+
+
+def test_double_free_is_rejected_and_changes_nothing():
+    pool = TokenToKVPoolAllocator(size=4)
+    slots = pool.alloc(2)
+    pool.free(slots)
+    with pytest.raises(ValueError, match="not allocated"):
+        pool.free(slots[:1])
+    assert pool.available_size() == 4
+    assert len(set(pool.alloc(4))) == 4
+
+
+def test_freeing_a_slot_never_handed_out_is_rejected():
+    pool = TokenToKVPoolAllocator(size=4)
+    held = pool.alloc(2)
+    with pytest.raises(ValueError, match="not allocated"):
+        pool.free([held[0], 3])
+    # The valid part of the rejected call was not freed either.
+    assert pool.available_size() == 2
+
+
+@pytest.mark.parametrize("bad", [[-1], [4], [0, 9]])
+def test_slots_outside_the_pool_are_rejected(bad):
+    pool = TokenToKVPoolAllocator(size=4)
+    pool.alloc(4)
+    with pytest.raises(ValueError, match=r"outside the pool: valid slots are 0\.\.3"):
+        pool.free(bad)
+    assert pool.available_size() == 0
+
+
+def test_the_same_slot_twice_in_one_call_is_rejected():
+    pool = TokenToKVPoolAllocator(size=4)
+    pool.alloc(2)
+    with pytest.raises(ValueError, match="more than once"):
+        pool.free([0, 0])
+    assert pool.available_size() == 2
+
+
+def test_paged_alloc_takes_whole_aligned_pages():
+    pool = TokenToKVPoolAllocator(size=12, page_size=4)
+    slots = pool.alloc(8)
+    assert len(slots) == 8
+    for start in range(0, 8, 4):
+        page = slots[start : start + 4]
+        assert page[0] % 4 == 0
+        assert page == list(range(page[0], page[0] + 4))
+    assert pool.available_size() == 4
+    with pytest.raises(ValueError, match="multiple of page_size=4"):
+        pool.alloc(3)
+
+
+def test_paged_free_of_any_slot_frees_its_page_once():
+    pool = TokenToKVPoolAllocator(size=8, page_size=4)
+    slots = pool.alloc(8)
+    pool.free(slots[:2])  # part of the first page frees the page
+    assert pool.available_size() == 4
+    with pytest.raises(ValueError, match="not allocated"):
+        pool.free(slots[2:3])
+    pool.free(slots[4:])
+    assert pool.available_size() == 8
+
+
+def test_clear_frees_everything():
+    pool = TokenToKVPoolAllocator(size=6, page_size=2)
+    pool.alloc(6)
+    pool.clear()
+    assert pool.available_size() == 6
+    assert sorted(pool.alloc(6)) == list(range(6))
+
+
+@pytest.mark.parametrize(
+    ("size", "page_size", "message"),
+    [(5, 2, "multiple of page_size=2"), (-1, 1, "non-negative"), (4, 0, "page_size")],
+)
+def test_bad_sizes_are_rejected(size, page_size, message):
+    with pytest.raises(ValueError, match=message):
+        TokenToKVPoolAllocator(size=size, page_size=page_size)
+
+
+def test_large_pool_round_trip():
+    pool = TokenToKVPoolAllocator(size=1 << 18, page_size=16)
+    first = pool.alloc(1 << 17)
+    second = pool.alloc(1 << 17)
+    assert len(set(first) | set(second)) == 1 << 18
+    pool.free(first)
+    pool.free(second)
+    assert pool.available_size() == 1 << 18

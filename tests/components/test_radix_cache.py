@@ -1,0 +1,326 @@
+import pytest
+
+import components._event_recorder as event_recorder
+from components.allocator import OutOfKVSlotsError, TokenToKVPoolAllocator
+from components.radix_cache import RadixCache
+from schedkit.component import component_name
+from schedkit.kv_events.hashing import page_hashes
+from schedkit.kv_events.structs import AllBlocksCleared, BlockRemoved, BlockStored
+
+
+def make_cache(page_size=1, capacity=None, **kwargs):
+    capacity = 64 * page_size if capacity is None else capacity
+    cache = RadixCache(
+        page_size=page_size, capacity=capacity, enable_kv_cache_events=True, **kwargs
+    )
+    assert cache.take_events() == [AllBlocksCleared()]
+    return cache
+
+
+def stored(events):
+    return [e for e in events if isinstance(e, BlockStored)]
+
+
+def stored_hashes(events):
+    return [h for e in stored(events) for h in e.block_hashes]
+
+
+def removed_hashes(events):
+    return [h for e in events if isinstance(e, BlockRemoved) for h in e.block_hashes]
+
+
+def held_slots(cache):
+    slots, stack = [], list(cache.root.children.values())
+    while stack:
+        node = stack.pop()
+        slots += node.value
+        stack.extend(node.children.values())
+    return slots
+
+
+def test_registered_as_radix_cache():
+    assert component_name(RadixCache) == "radix_cache"
+
+
+# Reference scenarios (spec section 3).
+
+
+@pytest.mark.parametrize("page_size", [1, 2, 3])
+def test_scenario_1_insert_announces_each_new_page(page_size):
+    cache = make_cache(page_size)
+    assert cache.insert([1, 2, 3, 4, 5]) == 0
+    events = cache.take_events()
+    assert events and all(isinstance(e, BlockStored) for e in events)
+    for e in events:
+        assert len(e.token_ids) == e.block_size * len(e.block_hashes)
+        assert e.block_size == page_size
+        assert e.lora_id is None
+        assert e.medium == "GPU"
+    full = 5 - 5 % page_size
+    assert [t for e in events for t in e.token_ids] == [1, 2, 3, 4, 5][:full]
+    assert stored_hashes(events) == page_hashes([1, 2, 3, 4, 5], page_size)
+    parents = [e.parent_block_hash for e in events]
+    assert parents == [None, *stored_hashes(events)[:-1]]
+
+
+@pytest.mark.parametrize("page_size", [1, 2])
+def test_scenario_1_events_off_records_nothing(page_size):
+    cache = RadixCache(page_size=page_size, capacity=16)
+    cache.insert([1, 2, 3, 4, 5])
+    assert cache.take_events() == []
+
+
+@pytest.mark.parametrize("page_size", [1, 2])
+def test_scenario_2_evicted_hashes_equal_stored_hashes(page_size):
+    cache = make_cache(page_size)
+    cache.insert([1, 2, 3, 4])
+    stored_list = stored_hashes(cache.take_events())
+    assert len(stored_list) == 4 // page_size
+    assert cache.evict(4) == 4
+    events = cache.take_events()
+    assert sorted(removed_hashes(events)) == sorted(stored_list)
+    assert cache.total_size() == 0
+
+
+# Matching, inserting, splitting.
+
+
+def test_match_prefix_returns_slots_of_the_longest_cached_prefix():
+    cache = make_cache()
+    cache.insert([1, 2, 3, 4])
+    slots = cache.match_prefix([1, 2, 3, 4]).device_indices
+    result = cache.match_prefix([1, 2, 3, 9, 9])
+    assert result.prefix_len == 3
+    assert result.device_indices == slots[:3]
+    assert result.last_node.key == [1, 2, 3]  # split at the match end
+    assert cache.match_prefix([7]).prefix_len == 0
+    assert cache.match_prefix([]).last_node is cache.root
+
+
+def test_split_emits_nothing_and_keeps_the_hash_chain():
+    cache = make_cache()
+    cache.insert([1, 2, 3, 4])
+    first = stored_hashes(cache.take_events())
+    cache.match_prefix([1, 2])  # splits [1,2,3,4] into [1,2] + [3,4]
+    cache.insert([1, 2, 5])
+    events = cache.take_events()
+    assert len(events) == 1
+    assert events[0].token_ids == [5]
+    assert events[0].parent_block_hash == first[1]
+    assert cache.evict(100) == 5
+    assert sorted(removed_hashes(cache.take_events())) == sorted(first + stored_hashes(events))
+
+
+def test_paged_matching_stops_at_the_first_differing_page():
+    cache = make_cache(page_size=2)
+    cache.insert([1, 2, 3, 4, 5, 6])
+    cache.take_events()
+    assert cache.match_prefix([1, 2, 3, 4, 5, 9]).prefix_len == 4
+    assert cache.match_prefix([1, 2, 3, 9]).prefix_len == 2
+    assert cache.match_prefix([1, 2, 3]).prefix_len == 2  # partial page ignored
+    assert cache.match_prefix([1, 9]).prefix_len == 0
+    assert cache.take_events() == []
+
+
+def test_insert_reports_the_cached_prefix_and_frees_duplicate_slots():
+    cache = make_cache(capacity=16)
+    pool = cache.allocator
+    assert cache.insert([1, 2, 3], pool.alloc(3)) == 0
+    assert pool.available_size() == 13
+    # A second request computed the same prefix into its own slots: they are duplicates.
+    assert cache.insert([1, 2, 3, 4], pool.alloc(4)) == 3
+    assert pool.available_size() == 12
+    assert cache.total_size() == 4
+    assert len(stored(cache.take_events())) == 4
+
+
+def test_insert_keeps_the_caches_own_slots_from_a_match():
+    cache = make_cache(capacity=16)
+    pool = cache.allocator
+    cache.insert([1, 2, 3])
+    prefix = cache.match_prefix([1, 2, 3, 4, 5])
+    value = prefix.device_indices + pool.alloc(2)
+    assert cache.insert([1, 2, 3, 4, 5], value) == 3
+    assert pool.available_size() == 11
+    assert sorted(held_slots(cache)) == sorted(value)
+    assert cache.match_prefix([1, 2, 3, 4, 5]).device_indices == value
+
+
+def test_trailing_partial_page_is_not_stored_and_its_slots_are_freed():
+    cache = make_cache(page_size=2, capacity=8)
+    pool = cache.allocator
+    slots = pool.alloc(4)
+    assert cache.insert([1, 2, 3], slots[:3]) == 0
+    assert cache.total_size() == 2
+    assert pool.available_size() == 6  # the page of slots[2] came back
+    assert [e.token_ids for e in cache.take_events()] == [[1, 2]]
+
+
+def test_insert_rejects_a_value_of_the_wrong_length():
+    cache = make_cache()
+    with pytest.raises(ValueError, match="2 slots for 3 tokens"):
+        cache.insert([1, 2, 3], [0, 1])
+
+
+# Locking and eviction.
+
+
+def test_lock_moves_tokens_between_evictable_and_protected():
+    cache = make_cache()
+    cache.insert([1, 2, 3])
+    cache.insert([1, 2, 4])
+    node = cache.match_prefix([1, 2, 3]).last_node
+    assert cache.inc_lock_ref(node) == -3
+    assert (cache.evictable_size(), cache.protected_size()) == (1, 3)
+    assert cache.inc_lock_ref(node) == 0
+    assert cache.evict(10) == 1  # only the unlocked [4]
+    assert cache.match_prefix([1, 2, 3]).prefix_len == 3
+    assert cache.dec_lock_ref(node) == 0
+    assert cache.dec_lock_ref(node) == 3
+    assert (cache.evictable_size(), cache.protected_size()) == (3, 0)
+    assert cache.evict(10) == 3
+    with pytest.raises(ValueError, match="holds no lock"):
+        cache.dec_lock_ref(node)
+
+
+def test_locking_an_evicted_node_is_rejected():
+    cache = make_cache()
+    cache.insert([1, 2])
+    node = cache.match_prefix([1, 2]).last_node
+    cache.evict(2)
+    with pytest.raises(ValueError, match="no longer in the cache"):
+        cache.inc_lock_ref(node)
+
+
+def test_evict_takes_least_recently_used_leaves_first():
+    cache = make_cache()
+    for token in (1, 2, 3):
+        cache.insert([token])
+    cache.match_prefix([1])  # 1 is now the most recently used
+    cache.take_events()
+    order = []
+    for _ in range(3):
+        assert cache.evict(1) == 1
+        order += removed_hashes(cache.take_events())
+    assert order == [page_hashes([t], 1)[0] for t in (2, 3, 1)]
+
+
+def test_a_parent_left_without_children_becomes_evictable():
+    cache = make_cache()
+    cache.insert([1, 2])
+    cache.insert([1, 2, 3])
+    cache.take_events()
+    assert cache.evict(2) == 3
+    removed = [e.block_hashes for e in cache.take_events()]
+    hashes = page_hashes([1, 2, 3], 1)
+    assert removed == [[hashes[2]], hashes[:2]]  # child first, then the parent
+    assert cache.allocator.available_size() == 64
+
+
+def test_evict_removes_whole_nodes_and_frees_their_slots():
+    cache = make_cache(capacity=8)
+    cache.insert([1, 2, 3, 4])
+    assert cache.evict(1) == 4
+    assert cache.allocator.available_size() == 8
+    assert cache.evict(1) == 0
+
+
+def test_insert_without_value_evicts_to_make_room():
+    cache = make_cache(capacity=4)
+    cache.insert([1, 2])
+    cache.insert([3, 4])
+    cache.match_prefix([3, 4])
+    cache.take_events()
+    cache.insert([5, 6])
+    events = cache.take_events()
+    assert removed_hashes(events) == page_hashes([1, 2], 1)
+    assert [e.token_ids for e in stored(events)] == [[5], [6]]
+    assert cache.match_prefix([3, 4]).prefix_len == 2
+
+
+def test_insert_without_value_fails_cleanly_when_everything_is_locked():
+    cache = make_cache(capacity=2)
+    cache.insert([1, 2])
+    cache.inc_lock_ref(cache.match_prefix([1, 2]).last_node)
+    with pytest.raises(OutOfKVSlotsError, match="needs 1 KV slots"):
+        cache.insert([3])
+    assert cache.total_size() == 2
+    assert cache.match_prefix([1, 2]).prefix_len == 2
+
+
+# Reset, events off, namespaces, configuration.
+
+
+def test_reset_frees_everything_and_announces_it():
+    cache = make_cache(capacity=8)
+    cache.insert([1, 2, 3])
+    node = cache.match_prefix([1, 2, 3]).last_node
+    cache.inc_lock_ref(node)
+    cache.take_events()
+    cache.reset()
+    assert cache.take_events() == [AllBlocksCleared()]
+    assert cache.allocator.available_size() == 8
+    assert (cache.total_size(), cache.evictable_size(), cache.protected_size()) == (0, 0, 0)
+    assert cache.match_prefix([1, 2, 3]).prefix_len == 0
+    with pytest.raises(ValueError, match="no longer in the cache"):
+        cache.inc_lock_ref(node)
+
+
+def test_events_off_never_hashes(monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("hashed with events off")
+
+    monkeypatch.setattr(event_recorder, "page_digests", fail)
+    cache = RadixCache(page_size=2, capacity=16)
+    cache.insert([1, 2, 3, 4])
+    cache.insert([1, 2, 5, 6])
+    cache.evict(100)
+    cache.reset()
+    assert cache.take_events() == []
+    with pytest.raises(AssertionError, match="hashed"):
+        make_cache().insert([1])
+
+
+def test_namespace_seeds_the_hash_chain():
+    plain = make_cache(page_size=2)
+    salted = make_cache(page_size=2, namespace="tenant-a")
+    for cache in (plain, salted):
+        cache.insert([1, 2, 3, 4])
+    salted_events = salted.take_events()
+    assert stored_hashes(salted_events) == page_hashes([1, 2, 3, 4], 2, namespace="tenant-a")
+    assert salted_events[0].parent_block_hash is None
+    assert set(stored_hashes(salted_events)).isdisjoint(stored_hashes(plain.take_events()))
+
+
+def test_disabled_cache_stores_nothing_and_frees_what_it_is_given():
+    cache = RadixCache(capacity=4, disable=True, enable_kv_cache_events=True)
+    slots = cache.allocator.alloc(3)
+    assert cache.insert([1, 2, 3], slots) == 0
+    assert cache.allocator.available_size() == 4
+    result = cache.match_prefix([1, 2, 3])
+    assert (result.prefix_len, result.last_node) == (0, cache.root)
+    assert cache.evict(3) == 0
+    assert cache.take_events() == [AllBlocksCleared()]
+
+
+def test_cache_frees_into_a_shared_allocator():
+    pool = TokenToKVPoolAllocator(size=8, page_size=2)
+    cache = RadixCache(page_size=2, allocator=pool)
+    cache.insert([1, 2, 3, 4])
+    assert pool.available_size() == 4
+    cache.reset()
+    assert pool.available_size() == 8
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "needs a KV pool"),
+        ({"capacity": 4, "allocator": TokenToKVPoolAllocator(size=4)}, "not both"),
+        ({"page_size": 2, "allocator": TokenToKVPoolAllocator(size=4)}, "must match"),
+        ({"page_size": 0, "capacity": 4}, "page_size must be an integer >= 1"),
+    ],
+)
+def test_bad_configuration_is_rejected(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        RadixCache(**kwargs)
