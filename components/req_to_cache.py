@@ -1,0 +1,58 @@
+"""Moving a request's KV slots into the prefix cache, after SGLang's ``cache_finished_req`` and
+``cache_unfinished_req``.
+
+A request holds ``req.kv_indices``: one KV slot per token of ``req.fill_ids`` that has KV, the
+cached prefix first. The prefix part is owned by the cache and locked through ``req.last_node``;
+the rest is owned by the request. The cache needs ``insert(key, value)``, ``match_prefix(key)``,
+``inc_lock_ref(node)``, ``dec_lock_ref(node)``, ``page_size`` and ``disable`` (a
+``RadixCache``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schedkit.schedule_batch import Req
+
+__all__ = ["cache_finished_req", "cache_unfinished_req"]
+
+
+def cache_finished_req(tree_cache: Any, req: Req) -> None:
+    """Hand all of the request's KV to the cache and drop the request's hold on it.
+
+    Used for finished, aborted and retracted requests: the tokens with KV are inserted (the
+    cache frees slots it already holds for the same tokens, and a trailing partial page), the
+    lock on ``req.last_node`` is released and the request is left without KV state.
+    """
+    kv = req.kv_indices
+    if kv:
+        tree_cache.insert(req.fill_ids[: len(kv)], kv)
+    if req.last_node is not None:
+        tree_cache.dec_lock_ref(req.last_node)
+    req.kv_indices = []
+    req.prefix_len = 0
+    req.last_node = None
+
+
+def cache_unfinished_req(tree_cache: Any, req: Req) -> None:
+    """Publish a still-running request's KV in the cache so that other requests can match it.
+
+    The whole pages of the tokens with KV are inserted, the request's lock moves to the node
+    that now ends its prefix, and ``req.kv_indices`` / ``req.prefix_len`` take the cache's
+    slots for that prefix (slots the cache already had replace the request's duplicates). A
+    trailing partial page stays with the request.
+    """
+    if tree_cache.disable:
+        return
+    kv = req.kv_indices
+    n = len(kv)
+    aligned = n - n % tree_cache.page_size
+    key = req.fill_ids[:aligned]
+    tree_cache.insert(key, kv[:aligned])
+    match = tree_cache.match_prefix(key)
+    tree_cache.inc_lock_ref(match.last_node)
+    if req.last_node is not None:
+        tree_cache.dec_lock_ref(req.last_node)
+    req.kv_indices = match.device_indices + kv[aligned:]
+    req.prefix_len = len(match.device_indices)
+    req.last_node = match.last_node
