@@ -123,5 +123,3 @@ def registered() -> dict[str, type]:
     """A snapshot of the registry: component name -> class (entry points loaded first)."""
     load_entry_points()
     return dict(_REGISTRY)
-
-

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -41,6 +41,7 @@ class Reader:
     bump: Callable[..., int] | None = None
     counter: Counter | None = None
     peer: HasValue | None = None
+    anything: Any = None
     name: str = "reader"
 
 

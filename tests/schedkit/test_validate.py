@@ -123,6 +123,18 @@ def test_eager_reference_of_the_wrong_class_is_refused(write):
     )
 
 
+def test_fields_typed_any_or_protocol_take_any_component(write):
+    path = write(
+        "w.yaml",
+        "plugins: [tests.schedkit.sample_components]\ncomponents:\n"
+        "  p:\n    type: sample_pair\n"
+        "  r:\n    type: sample_reader\n"
+        "    args: {get_value: !late p.items, anything: !ref p, peer: !ref p}\n",
+    )
+    assembly = build(load_wiring(path))
+    assert assembly["r"].anything is assembly["p"] is assembly["r"].peer
+
+
 def test_plain_values_are_converted_to_the_field_type(write):
     path = write(
         "w.yaml",

@@ -23,7 +23,7 @@ def test_chat_workload_shares_system_prompts_and_follows_up_with_the_conversatio
     follow = workload.follow_up(multi, now=5.0)
     assert follow.time == 6.0
     assert follow.req.rid == multi.rid[:-1] + "1"
-    assert follow.req.origin_input_ids[: multi.seqlen] == multi.origin_input_ids + [11, 12, 13]
+    assert follow.req.origin_input_ids[: multi.seqlen] == [*multi.origin_input_ids, 11, 12, 13]
 
 
 def test_chat_workload_issues_exactly_num_requests_turns():
