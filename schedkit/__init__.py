@@ -22,6 +22,8 @@ _LAZY = {
     "late": "schedkit.wiring",
     "load_wiring": "schedkit.wiring",
     "ref": "schedkit.wiring",
+    "Req": "schedkit.schedule_batch",
+    "SamplingParams": "schedkit.schedule_batch",
 }
 
 __all__ = ["component", "component_name", "is_component", "registered", *_LAZY]

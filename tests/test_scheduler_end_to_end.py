@@ -1,0 +1,292 @@
+"""The default wiring assembled and run end to end: real components, real ZeroMQ on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import schedkit
+from schedkit import Req, SamplingParams
+from schedkit.kv_events import KvEventSubscriber, KvIndex, digest_to_int
+
+ROOT = Path(__file__).resolve().parents[1]
+WIRING = ROOT / "wiring.yaml"
+
+
+def free_endpoint() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+def kv_overlay(endpoint: str | None = None, replay: str | None = None, **components) -> dict:
+    config = {
+        "publisher": "zmq",
+        "endpoint": endpoint or "tcp://127.0.0.1:0",
+        "replay_endpoint": replay,
+        "topic": "kv-events",
+    }
+    components.setdefault("kv_events_publisher", {"args": {"kv_events_config": config}})
+    return {"components": components}
+
+
+@pytest.fixture
+def assemble():
+    built = []
+
+    def assemble(*overlays):
+        assembly = schedkit.build(schedkit.load_wiring(WIRING, kv_overlay(), *overlays))
+        built.append(assembly)
+        return assembly
+
+    yield assemble
+    for assembly in built:
+        assembly.shutdown()
+
+
+def make_requests(n: int, seed: int = 0, prompt: int = 200, groups: int = 4) -> list[Req]:
+    rng = random.Random(seed)
+    prefixes = [[rng.randrange(10, 32000) for _ in range(prompt // 2)] for _ in range(groups)]
+    reqs = []
+    for i in range(n):
+        tail = [rng.randrange(10, 32000) for _ in range(rng.randint(1, prompt // 2))]
+        params = SamplingParams(
+            max_new_tokens=rng.randint(1, 60),
+            stream=i % 3 != 0,
+            stream_interval=rng.choice([None, 1, 4]),
+        )
+        reqs.append(
+            Req(rid=f"r{i}", origin_input_ids=prefixes[i % groups] + tail, sampling_params=params)
+        )
+    return reqs
+
+
+def check_finished_once(assembly, reqs: list[Req]) -> None:
+    collector = assembly["output_sender"]
+    assert collector.double_finishes == []
+    for req in reqs:
+        assert req.finished_reason is not None, req.rid
+        assert len(req.output_ids) == req.sampling_params.max_new_tokens, req.rid
+        assert collector.send_counts[req.rid] == 1
+        assert collector.outputs[req.rid] == req.output_ids  # streamed pieces concatenate
+        assert collector.finished[req.rid] == req.finished_reason
+
+
+def test_every_request_finishes_exactly_once_with_its_tokens(assemble):
+    assembly = assemble()
+    scheduler = assembly["scheduler"]
+    reqs = make_requests(80)
+    for req in reqs:
+        scheduler.submit(req)
+    scheduler.run_until_idle()
+    check_finished_once(assembly, reqs)
+    assert sum(r.cached_tokens for r in reqs) > 0
+    assert scheduler.finished_count == len(reqs)
+
+
+def test_under_kv_pressure_requests_are_retracted_and_still_finish_once(assemble):
+    assembly = assemble({"components": {"allocator": {"args": {"size": 2048}}}})
+    scheduler = assembly["scheduler"]
+    reqs = make_requests(60, seed=1, prompt=300)
+    for req in reqs:
+        req.sampling_params.max_new_tokens = 120
+    for req in reqs:
+        scheduler.submit(req)
+    scheduler.run_until_idle()
+    assert scheduler.num_retracted > 0
+    check_finished_once(assembly, reqs)
+
+
+def test_invalid_and_oversized_requests_finish_with_an_error(assemble):
+    assembly = assemble({"components": {"allocator": {"args": {"size": 1024}}}})
+    scheduler = assembly["scheduler"]
+    bad = Req(rid="bad", origin_input_ids=[1, 2], sampling_params=SamplingParams(max_new_tokens=0))
+    huge = Req(rid="huge", origin_input_ids=list(range(10, 2000)))
+    good = Req(
+        rid="good", origin_input_ids=[5] * 40, sampling_params=SamplingParams(max_new_tokens=8)
+    )
+    for req in (bad, huge, good):
+        scheduler.submit(req)
+    scheduler.run_until_idle()
+    finished = assembly["output_sender"].finished
+    assert "max_new_tokens must be an integer >= 1" in finished["bad"].message
+    assert "can never fit" in finished["huge"].message
+    assert len(good.output_ids) == 8
+
+
+def test_kv_index_fed_from_published_events_equals_the_cache(tmp_path):
+    endpoint, replay = free_endpoint(), free_endpoint()
+    overlays = [
+        kv_overlay(endpoint, replay),
+        {"components": {"allocator": {"args": {"size": 4096}}}},
+    ]
+    subscriber = KvEventSubscriber(endpoint, replay, topic="kv-events")
+    index = KvIndex()
+    with subscriber, schedkit.build(schedkit.load_wiring(WIRING, *overlays)) as assembly:
+        scheduler, publisher = assembly["scheduler"], assembly["kv_events_publisher"]
+        for req in make_requests(120, seed=2, prompt=400):
+            scheduler.submit(req)
+        scheduler.run_until_idle()
+        publisher.publish_kv_events()
+        assert publisher.flush(5.0)
+        published = publisher.published
+        deadline = time.monotonic() + 10
+        while subscriber.last_seq is None or subscriber.last_seq < published - 1:
+            assert time.monotonic() < deadline, "events did not arrive"
+            for _, batch in subscriber.poll(100):
+                index.apply(batch)
+        cache = assembly["tree_cache"]
+        held = set()
+        stack = list(cache.root.children.values())
+        while stack:
+            node = stack.pop()
+            held.update(digest_to_int(d) for d in node.digests)
+            stack.extend(node.children.values())
+        assert assembly["allocator"].available_size() < 4096  # the cache holds pages
+        assert index.blocks(0) == held
+        assert publisher.dropped == 0
+
+
+@pytest.mark.parametrize("mode", ["in_place", "retract"])
+def test_pause_publishes_pending_events_zeroes_the_gauge_and_resumes(assemble, mode):
+    assembly = assemble({"components": {"metrics_reporter": {"args": {"decode_log_interval": 5}}}})
+    scheduler, reporter = assembly["scheduler"], assembly["metrics_reporter"]
+    publisher, cache = assembly["kv_events_publisher"], assembly["tree_cache"]
+    reqs = make_requests(20, seed=3)
+    for req in reqs:
+        req.sampling_params.max_new_tokens = 50
+        scheduler.submit(req)
+    while reporter.last_gen_throughput == 0.0:
+        assert scheduler.step()
+    assert publisher.flush(5.0)
+    cache.insert([7] * 32)  # pages recorded by the cache, not yet published
+    before = publisher.published
+    running = list(scheduler.running_batch.reqs)
+    assert running
+
+    scheduler.pause_generation(mode)
+
+    assert reporter.last_gen_throughput == 0.0
+    assert publisher.flush(5.0)
+    assert publisher.published == before + 1
+    assert cache.take_events() == []
+    if mode == "retract":
+        assert scheduler.running_batch.reqs == []
+        assert all(r in scheduler.waiting_queue for r in running)
+    else:
+        assert scheduler.running_batch.reqs == running
+    assert not scheduler.step()  # paused: nothing runs
+    scheduler.continue_generation()
+    scheduler.run_until_idle()
+    check_finished_once(assembly, reqs)
+
+
+def run_cli(
+    *args: str, env: dict | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "schedkit.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_schedkit_run_prints_the_summary_and_lpm_beats_fcfs_on_the_default_workload(tmp_path):
+    env = {
+        "SCHEDKIT_KV_EVENTS_ENDPOINT": free_endpoint(),
+        "SCHEDKIT_KV_REPLAY_ENDPOINT": free_endpoint(),
+    }
+    table = run_cli("run", "wiring.yaml", env=env)
+    assert table.returncode == 0, table.stderr
+    assert "Traceback" not in table.stderr
+    for label in (
+        "requests done / failed",
+        "TTFT p50 / p90 / p99",
+        "prefix-cache hit rate",
+        "KV events published / dropped",
+        "peak running requests",
+    ):
+        assert label in table.stdout
+
+    fcfs = tmp_path / "fcfs.yaml"
+    fcfs.write_text("components:\n  policy:\n    type: fcfs\n    args: {tree_cache: null}\n")
+    lpm = json.loads(run_cli("run", "wiring.yaml", "--json", env=env).stdout)
+    fifo = json.loads(run_cli("run", "wiring.yaml", "-o", str(fcfs), "--json", env=env).stdout)
+    assert lpm["requests_done"] == fifo["requests_done"] == 400
+    assert lpm["requests_failed"] == 0
+    assert lpm["prefix_cache_hit_rate"] > 0
+    assert lpm["prefix_cache_hit_rate"] > fifo["prefix_cache_hit_rate"]
+    assert lpm["kv_events_published"] > 0 and lpm["kv_events_dropped"] == 0
+
+
+def test_schedkit_run_reports_bad_workload_lines(tmp_path):
+    workload = tmp_path / "w.jsonl"
+    workload.write_text('{"input_ids": [1, 2]}\n{"prompt_len": -1}\n')
+    result = run_cli("run", "wiring.yaml", "--workload", str(workload))
+    assert result.returncode == 2
+    assert f"{workload}:2: 'prompt_len' must be >= 1" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_schedkit_serve_takes_requests_and_control_and_stops_cleanly():
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from send_requests import Client
+    finally:
+        sys.path.pop(0)
+    requests, outputs = free_endpoint(), free_endpoint()
+    env = {
+        **os.environ,
+        "SCHEDKIT_REQUEST_ENDPOINT": requests,
+        "SCHEDKIT_OUTPUT_ENDPOINT": outputs,
+        "SCHEDKIT_KV_EVENTS_ENDPOINT": free_endpoint(),
+        "SCHEDKIT_KV_REPLAY_ENDPOINT": free_endpoint(),
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "schedkit.cli", "serve", "wiring.yaml", "-o", "examples/serve.yaml"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    client = Client(requests, outputs)
+    try:
+        ready = json.loads(server.stdout.readline())
+        assert ready["ready"]["requests"] == requests
+        for i in range(6):
+            client.generate(f"q{i}", [11] * 40 + [i + 12] * 8, max_new_tokens=5 + i)
+        results = client.collect({f"q{i}" for i in range(6)}, timeout=30)
+        for i in range(6):
+            assert len(results[f"q{i}"]["tokens"]) == 5 + i
+            assert results[f"q{i}"]["finish"] == {"type": "length", "length": 5 + i}
+        loads = client.control("get_loads")
+        assert loads.ok and loads.loads["num_running_reqs"] == 0
+        assert client.control("pause", "in_place").ok
+        assert client.control("continue").ok
+        assert client.control("flush").ok
+        client.generate("late", [3] * 20, max_new_tokens=400)
+        time.sleep(0.3)
+        server.send_signal(signal.SIGINT)
+        # the in-flight request is finished or aborted on shutdown, never dropped
+        last = client.collect({"late"}, timeout=30)["late"]
+        assert last["finish"]["type"] in ("length", "abort")
+        assert server.wait(30) == 0
+    finally:
+        client.close()
+        if server.poll() is None:
+            server.kill()
+        server.wait()
+    assert "Traceback" not in server.stderr.read()
