@@ -13,8 +13,10 @@ from typing import Any
 
 import attrs
 import msgspec
+import structlog
 import yaml
 
+from schedkit import events_cli, run_cli
 from schedkit.validate import iter_refs
 from schedkit.wiring import Ref, Wiring, WiringDumper, WiringError, load_wiring
 
@@ -52,12 +54,12 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 def cmd_validate(args: argparse.Namespace) -> int:
     wiring = load_wiring(args.file, *args.overlay)
     edges = _edges(wiring)
-    rows = [("component", "type", "references")]
+    rows = [("component", "type", "eager (!ref)", "late (!late, !call)")]
     for name, spec in wiring.components.items():
-        refs = ", ".join(
-            f"{r.kind} {'.'.join((r.target, *r.attrs))}" for n, r in edges if n == name
-        )
-        rows.append((name, spec.type or "", refs or "-"))
+        mine = [r for n, r in edges if n == name]
+        eager = sorted({r.target for r in mine if r.eager})
+        late = sorted({".".join((r.target, *r.attrs)) for r in mine if not r.eager})
+        rows.append((name, spec.type or "", ", ".join(eager) or "-", ", ".join(late) or "-"))
     print(_table(rows))
     print(f"\n{args.file}: {len(wiring.components)} components, wiring is valid")
     return 0
@@ -149,12 +151,16 @@ def _parser() -> argparse.ArgumentParser:
         "--resolved", action="store_true", help="every field of every component, defaults included"
     )
     p.set_defaults(run=cmd_config)
+    run_cli.add_parsers(sub)
+    events_cli.add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``schedkit`` command."""
     args = _parser().parse_args(argv)
+    # Logs go to stderr so that stdout carries only what a command prints (tables, JSON).
+    structlog.configure(logger_factory=lambda *_: structlog.PrintLogger(sys.stderr))
     try:
         return args.run(args)
     except WiringError as exc:

@@ -1,17 +1,16 @@
 """KV-cache events: wire structs and profiles, page hashes, publishers, subscriber and index."""
 
-from schedkit.kv_events.hashing import digest_to_int, namespace_seed, page_digests, page_hashes
-from schedkit.kv_events.index import KvIndex
-from schedkit.kv_events.publisher import (
+from schedkit.kv_events.config import (
     EventPublisher,
     KvEventsConfig,
-    NullEventPublisher,
-    ZmqEventPublisher,
     create_publisher,
     offset_endpoint,
     parse_kv_events_config,
     register_publisher,
 )
+from schedkit.kv_events.hashing import digest_to_int, namespace_seed, page_digests, page_hashes
+from schedkit.kv_events.index import KvIndex
+from schedkit.kv_events.publisher import NullEventPublisher, ZmqEventPublisher
 from schedkit.kv_events.structs import (
     PROFILES,
     AllBlocksCleared,

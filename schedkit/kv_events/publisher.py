@@ -1,137 +1,35 @@
-"""KV-event publishers: the config, a ZeroMQ PUB publisher with a replay ROUTER, a null
-publisher, and a registry of publisher factories by name.
+"""KV-event publishers: a ZeroMQ PUB publisher (with an optional replay socket) and a null
+publisher, registered as ``zmq`` and ``null``.
 
-``ZmqEventPublisher.publish`` only appends to a bounded queue; a sender thread encodes each
-batch under the configured profile, sends it as ``[topic, seq, payload]`` and keeps the last
-``buffer_steps`` payloads, which a replay thread serves to clients that missed some.
+``ZmqEventPublisher.publish`` only appends to a bounded queue. A sender thread encodes each
+batch under the configured profile, sends it as ``[topic, seq, payload]`` and hands the payload
+to the replay buffer. The sender polls the queue every ``POLL_INTERVAL`` seconds instead of
+being woken by each ``publish``, so the common call (once per scheduler step) costs a deque
+append and no system call; see ``ZmqEventPublisher`` for the latency this buys.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import re
-import socket
 import threading
-import time
 from collections import deque
-from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal, Protocol
 
-import msgspec
 import structlog
 import zmq
 
-from schedkit.kv_events.structs import PROFILES, EventBatch, get_profile
+from schedkit.kv_events.config import KvEventsConfig, offset_endpoint, register_publisher
+from schedkit.kv_events.replay import END_SEQ, ReplayServer
+from schedkit.kv_events.structs import EventBatch, get_profile
 
-__all__ = [
-    "EventPublisher",
-    "KvEventsConfig",
-    "NullEventPublisher",
-    "ZmqEventPublisher",
-    "create_publisher",
-    "offset_endpoint",
-    "parse_kv_events_config",
-    "register_publisher",
-]
+__all__ = ["END_SEQ", "IDLE_AFTER", "POLL_INTERVAL", "NullEventPublisher", "ZmqEventPublisher"]
 
 log = structlog.get_logger(__name__)
 
-END_SEQ = (-1).to_bytes(8, "big", signed=True)
-_REPLAY_SLICE = 256  # replay frames sent to one client before serving the next
-_REPLAY_RETRY_MS = 2  # wait when every replay client's queue is full
-_REPLAY_CLIENT_TIMEOUT = 30.0  # seconds a replay client may read nothing before we give up
-
-
-class KvEventsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Where and how KV-cache events are published (the ``kv_events_config`` JSON)."""
-
-    publisher: str = "zmq"
-    endpoint: str = "tcp://127.0.0.1:5557"
-    replay_endpoint: str | None = None
-    buffer_steps: Annotated[int, msgspec.Meta(ge=0)] = 10000
-    hwm: Annotated[int, msgspec.Meta(ge=0)] = 100000
-    max_queue_size: Annotated[int, msgspec.Meta(ge=1)] = 100000
-    topic: str = ""
-    profile: Literal["sglang", "vllm"] = "sglang"
-    mode: Literal["bind", "connect"] = "bind"
-
-
-_KEYS = KvEventsConfig.__struct_fields__
-_CHOICES = {"profile": PROFILES, "mode": ("bind", "connect")}
-
-
-def parse_kv_events_config(value: Any) -> KvEventsConfig | None:
-    """A config from None, a JSON string, a mapping or a config; None means events are off.
-
-    An empty string is treated as None (an unset command-line option).
-    """
-    if value is None or isinstance(value, KvEventsConfig):
-        return value
-    if isinstance(value, (str, bytes)):
-        if not value.strip():
-            return None
-        try:
-            value = msgspec.json.decode(value)
-        except msgspec.DecodeError as exc:
-            raise ValueError(f"KV-events config is not valid JSON: {exc}") from None
-        if value is None:
-            return None
-    if not isinstance(value, Mapping):
-        raise ValueError(
-            f"KV-events config must be a JSON object or a mapping, got {type(value).__name__}"
-        )
-    unknown = [key for key in value if key not in _KEYS]
-    if unknown:
-        raise ValueError(
-            f"unknown KV-events config key(s) {', '.join(map(repr, unknown))}; "
-            f"valid keys: {', '.join(_KEYS)}"
-        )
-    try:
-        return msgspec.convert(dict(value), KvEventsConfig)
-    except msgspec.ValidationError as exc:
-        message = f"invalid KV-events config: {exc}"
-        field = re.search(r"\$\.(\w+)", str(exc))
-        key = field.group(1) if field else None
-        if key in _CHOICES:
-            message += f"; valid values for {key!r}: {', '.join(_CHOICES[key])}"
-        raise ValueError(message) from None
-
-
-def offset_endpoint(endpoint: str, dp_rank: int) -> str:
-    """The endpoint of data-parallel rank ``dp_rank``: tcp port + rank, ipc/inproc + ``_dp{rank}``.
-
-    A tcp wildcard port (``0`` or ``*``) is left as is.
-    """
-    if endpoint.startswith("tcp://"):
-        host, sep, port = endpoint.rpartition(":")
-        if not sep or host == "tcp":
-            raise ValueError(f"tcp endpoint {endpoint!r} has no port, e.g. tcp://127.0.0.1:5557")
-        if port in ("0", "*"):
-            return endpoint
-        if not port.isdigit():
-            raise ValueError(f"tcp endpoint {endpoint!r} has a bad port {port!r}")
-        return f"{host}:{int(port) + dp_rank}"
-    if endpoint.startswith(("ipc://", "inproc://")):
-        return f"{endpoint}_dp{dp_rank}"
-    raise ValueError(
-        f"unsupported KV-events endpoint {endpoint!r}; use tcp://host:port, ipc://path or "
-        "inproc://name"
-    )
-
-
-class EventPublisher(Protocol):
-    """What the scheduler needs from a publisher."""
-
-    published: int
-    dropped: int
-    encode_errors: int
-
-    def publish(self, batch: EventBatch) -> bool: ...
-    def flush(self, timeout: float = 5.0) -> bool: ...
-    def shutdown(self, timeout: float = 5.0) -> None: ...
-    @property
-    def queue_depth(self) -> int: ...
+POLL_INTERVAL = 0.001  # seconds between the sender's looks at the queue while batches come
+IDLE_AFTER = 0.1  # seconds without a batch after which the sender sleeps until woken
+_POLLS_BEFORE_SLEEP = round(IDLE_AFTER / POLL_INTERVAL)
+_WAKE_FRACTION = 4  # publish() wakes the sender when the queue reaches 1/4 of its bound
 
 
 class NullEventPublisher:
@@ -172,33 +70,35 @@ class ZmqEventPublisher:
 
     ``publish`` never blocks: it takes the next seq and appends to a queue of at most
     ``max_queue_size`` batches (a full queue drops the batch, the seq stays used). A sender
-    thread owns the PUB socket: it encodes, sends and buffers batches. A replay thread owns
-    the ROUTER and serves replays in turns, so neither the live stream nor other replay
-    clients wait for a slow reader. With ``start=False`` the threads wait for ``start()``;
-    until then ``flush()`` sends on the caller's thread.
+    thread owns the PUB socket: it encodes, sends and buffers batches for replay, which a
+    ``ReplayServer`` thread serves.
+
+    Latency: while batches keep coming the sender looks at the queue every ``POLL_INTERVAL``
+    (1 ms), so a batch is on the socket within about 1 ms of ``publish``, plus however long
+    the publishing thread keeps the GIL (at most ``sys.getswitchinterval()``, 5 ms by
+    default). After ``IDLE_AFTER`` (100 ms) without a batch the sender sleeps until the next
+    ``publish`` wakes it; ``publish`` also wakes it at once when the queue reaches a quarter of
+    ``max_queue_size``, and ``flush`` and ``shutdown`` always do. With ``start=False`` the
+    threads wait for ``start()``; until then ``flush()`` sends on the caller's thread.
     """
 
     __slots__ = (
+        "_asleep",
         "_closed",
         "_context",
         "_encode",
-        "_idle",
         "_linger_ms",
         "_max_queue_size",
         "_next_seq",
         "_own_context",
         "_pub",
         "_queue",
-        "_replay_thread",
-        "_ring",
-        "_ring_lock",
-        "_router",
+        "_replay",
         "_sender",
         "_shutdown_lock",
-        "_stop_r",
-        "_stop_w",
         "_stopping",
         "_topic",
+        "_wake_at",
         "_wakeup",
         "config",
         "dp_rank",
@@ -206,7 +106,6 @@ class ZmqEventPublisher:
         "encode_errors",
         "endpoint",
         "published",
-        "replay_endpoint",
     )
 
     def __init__(
@@ -227,50 +126,50 @@ class ZmqEventPublisher:
         self._encode = get_profile(config.profile).encode
         self._topic = config.topic.encode()
         self._max_queue_size = config.max_queue_size
+        # Depth before an append that makes the queue reach its wake-up mark.
+        self._wake_at = max(1, config.max_queue_size // _WAKE_FRACTION) - 1
         self._queue: deque = deque()
-        self._ring: deque = deque(maxlen=config.buffer_steps)
-        self._ring_lock = threading.Lock()
         self._next_seq = itertools.count().__next__
-        # Held while no wakeup is pending: publish() releases it to wake an idle sender.
-        # Unlike a pipe write, a release does not give up the GIL to the woken thread.
+        # Held while no wakeup is pending: releasing it wakes the sender. Unlike a pipe
+        # write, a release does not give up the GIL to the woken thread.
         self._wakeup = threading.Lock()
         self._wakeup.acquire()
-        self._idle = False
+        self._asleep = False
         self._closed = False
         self._stopping = False
         self._linger_ms = 0
         self._sender: threading.Thread | None = None
-        self._replay_thread: threading.Thread | None = None
         self._shutdown_lock = threading.Lock()
         self._own_context = context is None
         self._context = zmq.Context() if context is None else context
-        self._pub = self._router = None
+        self._pub = router = self._replay = None
         try:
             self._pub = self._context.socket(zmq.PUB)
             self._pub.setsockopt(zmq.SNDHWM, config.hwm)
             self.endpoint = self._open(self._pub, config.endpoint, config.mode)
-            self.replay_endpoint = None
             if config.replay_endpoint is not None:
-                self._router = self._context.socket(zmq.ROUTER)
-                # A full client queue then raises EAGAIN (retried) instead of dropping frames.
-                self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)
-                self.replay_endpoint = self._open(self._router, config.replay_endpoint, "bind")
+                router = self._context.socket(zmq.ROUTER)
+                replay_endpoint = self._open(router, config.replay_endpoint, "bind")
+                self._replay = ReplayServer(
+                    router, replay_endpoint, self._topic, config.buffer_steps
+                )
+            log.info(
+                "kv_events.publisher_ready",
+                endpoint=self.endpoint,
+                replay_endpoint=self.replay_endpoint,
+                mode=config.mode,
+                profile=config.profile,
+                dp_rank=dp_rank,
+            )
         except BaseException:
-            for sock in (self._pub, self._router):
+            for sock in (self._pub, router):
                 if sock is not None:
                     sock.close(linger=0)
+            if self._replay is not None:
+                self._replay.stop(timeout=0)
             if self._own_context:
                 self._context.term()
             raise
-        self._stop_r, self._stop_w = socket.socketpair()
-        log.info(
-            "kv_events.publisher_ready",
-            endpoint=self.endpoint,
-            replay_endpoint=self.replay_endpoint,
-            mode=config.mode,
-            profile=config.profile,
-            dp_rank=dp_rank,
-        )
         if start:
             self.start()
 
@@ -290,6 +189,11 @@ class ZmqEventPublisher:
         raise ValueError(f"unknown KV-events mode {mode!r}; valid: bind, connect")
 
     @property
+    def replay_endpoint(self) -> str | None:
+        """The bound replay endpoint, or None without replay."""
+        return None if self._replay is None else self._replay.endpoint
+
+    @property
     def queue_depth(self) -> int:
         """Batches accepted but not yet handed to the socket."""
         return len(self._queue)
@@ -298,12 +202,14 @@ class ZmqEventPublisher:
         """Queue ``batch`` under the next seq; False (counted in ``dropped``) if the queue is
         full or the publisher is shut down."""
         seq = self._next_seq()
-        if self._closed or len(self._queue) >= self._max_queue_size:
+        queue = self._queue
+        depth = len(queue)
+        if depth >= self._max_queue_size or self._closed:
             self.dropped += 1
             return False
-        self._queue.append((seq, batch))
-        if self._idle:
-            self._idle = False
+        queue.append((seq, batch))
+        if self._asleep or depth == self._wake_at:
+            self._asleep = False
             self._wake()
         return True
 
@@ -318,12 +224,8 @@ class ZmqEventPublisher:
         self._sender = threading.Thread(target=self._send_loop, name="kv-events-send")
         self._sender.daemon = True
         self._sender.start()
-        if self._router is not None:
-            self._replay_thread = threading.Thread(
-                target=self._replay_loop, name="kv-events-replay"
-            )
-            self._replay_thread.daemon = True
-            self._replay_thread.start()
+        if self._replay is not None:
+            self._replay.start()
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every batch accepted so far has been handed to the socket."""
@@ -346,24 +248,20 @@ class ZmqEventPublisher:
             self._closed = True
         self._linger_ms = max(0, int(timeout * 1000))
         self._stopping = True
-        self._stop_w.send(b"\0")
         if self._sender is None:
             self._drain()
             self._pub.close(linger=self._linger_ms)
-            if self._router is not None:
-                self._router.close(linger=0)
+            stopped = True
         else:
             self._wake()
-            for thread in (self._sender, self._replay_thread):
-                if thread is not None:
-                    thread.join(timeout + 1.0)
-        if any(t is not None and t.is_alive() for t in (self._sender, self._replay_thread)):
+            self._sender.join(timeout + 1.0)
+            stopped = not self._sender.is_alive()
+        if self._replay is not None:
+            stopped = self._replay.stop(timeout + 1.0) and stopped
+        if not stopped:
             log.warning("kv_events.shutdown_timeout", endpoint=self.endpoint, timeout=timeout)
-        else:
-            if self._own_context:
-                self._context.term()  # returns once queued frames are out or linger expired
-            self._stop_r.close()
-            self._stop_w.close()
+        elif self._own_context:
+            self._context.term()  # returns once queued frames are out or linger expired
         # A batch appended by another thread while shutdown began was never sent.
         self.dropped += sum(1 for seq, _ in self._queue if seq is not None)
         self._queue.clear()
@@ -372,13 +270,23 @@ class ZmqEventPublisher:
 
     def _send_loop(self) -> None:
         queue, wakeup = self._queue, self._wakeup
+        polls_left = _POLLS_BEFORE_SLEEP
         try:
             while not self._stopping:
-                self._drain()
-                self._idle = True
-                if not queue and not self._stopping:
-                    wakeup.acquire()
-                self._idle = False
+                if queue:
+                    self._drain()
+                    polls_left = _POLLS_BEFORE_SLEEP
+                elif polls_left:
+                    polls_left -= 1
+                    wakeup.acquire(timeout=POLL_INTERVAL)
+                else:
+                    # publish() sees the flag after its append, so a batch that arrives
+                    # between this check and the acquire still wakes us.
+                    self._asleep = True
+                    if not queue and not self._stopping:
+                        wakeup.acquire()
+                    self._asleep = False
+                    polls_left = _POLLS_BEFORE_SLEEP
             self._drain()
         except Exception:
             log.exception("kv_events.sender_failed", endpoint=self.endpoint)
@@ -386,8 +294,9 @@ class ZmqEventPublisher:
             self._pub.close(linger=self._linger_ms)
 
     def _drain(self) -> None:
-        queue, send, encode, ring = self._queue, self._pub.send_multipart, self._encode, self._ring
-        topic, dp_rank, ring_lock = self._topic, self.dp_rank, self._ring_lock
+        queue, send, encode = self._queue, self._pub.send_multipart, self._encode
+        topic, dp_rank = self._topic, self.dp_rank
+        buffer = self._replay.add if self._replay is not None else None
         while queue:
             seq, batch = queue.popleft()
             if seq is None:  # a flush() marker
@@ -403,113 +312,10 @@ class ZmqEventPublisher:
                 continue
             seq_bytes = seq.to_bytes(8, "big")
             send((topic, seq_bytes, payload))
-            with ring_lock:
-                ring.append((seq, seq_bytes, payload))
+            if buffer is not None:
+                buffer(seq, seq_bytes, payload)
             self.published += 1
 
-    # -- replay thread ----------------------------------------------------------------------
 
-    def _replay_loop(self) -> None:
-        router = self._router
-        poller = zmq.Poller()
-        poller.register(router, zmq.POLLIN)
-        poller.register(self._stop_r.fileno(), zmq.POLLIN)
-        jobs: list[list] = []  # [replies, next index, time of the last progress]
-        timeout = None
-        try:
-            while not self._stopping:
-                if router in dict(poller.poll(timeout)):
-                    jobs += self._read_replay_requests()
-                # Clients are served in turns, one slice each, so a slow one delays nobody.
-                progressed = False
-                for job in list(jobs):
-                    state = self._send_replay_slice(job)
-                    if state is None:
-                        jobs.remove(job)
-                    elif state:
-                        progressed = True
-                timeout = None if not jobs else 0 if progressed else _REPLAY_RETRY_MS
-        except Exception:
-            log.exception("kv_events.replay_failed", endpoint=self.replay_endpoint)
-        finally:
-            router.close(linger=0)
-
-    def _read_replay_requests(self) -> list[list]:
-        router, topic, jobs = self._router, self._topic, []
-        while True:
-            try:
-                frames = router.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return jobs
-            if len(frames) != 3 or frames[1] != b"" or len(frames[2]) != 8:
-                log.warning(
-                    "kv_events.bad_replay_request",
-                    frames=[len(f) for f in frames],
-                    expected="[identity, b'', start_seq as 8 bytes]",
-                )
-                continue
-            identity, start = frames[0], int.from_bytes(frames[2], "big")
-            with self._ring_lock:
-                buffered = [item for item in self._ring if item[0] >= start]
-            replies = [(identity, b"", topic, seq_b, payload) for _, seq_b, payload in buffered]
-            replies.append((identity, b"", topic, END_SEQ, b""))
-            jobs.append([replies, 0, time.monotonic()])
-
-    def _send_replay_slice(self, job: list) -> bool | None:
-        """Send up to one slice of a replay: None once it is finished or abandoned, otherwise
-        whether any frame went out."""
-        send = self._router.send_multipart
-        replies, start = job[0], job[1]
-        pos, end = start, min(len(replies), start + _REPLAY_SLICE)
-        try:
-            while pos < end:
-                send(replies[pos], zmq.NOBLOCK)
-                pos += 1
-        except zmq.Again:  # the client's queue is full: try again later
-            pass
-        except zmq.ZMQError as exc:  # the client went away (ROUTER_MANDATORY)
-            log.warning("kv_events.replay_client_gone", sent=pos, error=exc.strerror)
-            return None
-        job[1] = pos
-        if pos == len(replies):
-            return None
-        now = time.monotonic()
-        if pos > start:
-            job[2] = now
-            return True
-        if now - job[2] > _REPLAY_CLIENT_TIMEOUT:
-            log.warning("kv_events.replay_client_stalled", sent=pos, of=len(replies))
-            return None
-        return False
-
-
-_FACTORIES: dict[str, Callable[[KvEventsConfig, int], EventPublisher]] = {
-    "null": NullEventPublisher,
-    "zmq": ZmqEventPublisher,
-}
-
-
-def register_publisher(
-    name: str, factory: Callable[[KvEventsConfig, int], EventPublisher], *, replace: bool = False
-) -> None:
-    """Make ``factory(config, dp_rank)`` the publisher for ``publisher: name`` configs."""
-    existing = _FACTORIES.get(name)
-    if existing is not None and existing is not factory and not replace:
-        raise ValueError(
-            f"KV-event publisher {name!r} is already registered ({existing!r}); "
-            "pass replace=True to override it"
-        )
-    _FACTORIES[name] = factory
-
-
-def create_publisher(config: Any, dp_rank: int = 0) -> EventPublisher:
-    """The publisher a config asks for (None or a falsy config gives a NullEventPublisher)."""
-    config = parse_kv_events_config(config)
-    if config is None:
-        return NullEventPublisher(None, dp_rank)
-    factory = _FACTORIES.get(config.publisher)
-    if factory is None:
-        raise ValueError(
-            f"unknown KV-event publisher {config.publisher!r}; valid: {', '.join(_FACTORIES)}"
-        )
-    return factory(config, dp_rank)
+register_publisher("null", NullEventPublisher)
+register_publisher("zmq", ZmqEventPublisher)

@@ -4,6 +4,7 @@ the publisher's replay socket, and reports what it could not recover as typed no
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -251,7 +252,7 @@ class KvEventSubscriber:
         replies = []
         deadline = time.monotonic() + self._replay_timeout
         while True:
-            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            remaining_ms = math.ceil((deadline - time.monotonic()) * 1000)
             if remaining_ms <= 0 or not dealer.poll(remaining_ms):
                 log.warning(
                     "kv_events.replay_timeout",

@@ -24,8 +24,8 @@ components:
 def test_validate_prints_a_table_and_exits_0(write, capsys):
     assert main(["validate", str(write("w.yaml", GOOD))]) == 0
     out = capsys.readouterr().out
-    assert "counter    sample_counter  -" in out
-    assert "reader     sample_reader   late counter.value, ref counter" in out
+    assert "counter    sample_counter  -             -" in out
+    assert "reader     sample_reader   counter       counter.value" in out
     assert "2 components, wiring is valid" in out
 
 
@@ -79,6 +79,7 @@ def test_config_resolved_lists_every_field_with_defaults(write, capsys):
         "bump": None,
         "counter": "!ref counter",
         "peer": None,
+        "anything": None,
         "name": "reader",
     }
 

@@ -1,0 +1,299 @@
+"""Costs of the KV-event path, each measured against its baseline in the same run.
+
+(a) Transport: events/s from ``ZmqEventPublisher`` to a decoding ``KvEventSubscriber`` in another
+    process, over loopback tcp, against the same batches encoded and sent inline on one PUB
+    socket to a plain SUB that decodes them. Target: ratio >= 0.9.
+(b) Cache: ``RadixCache`` insert + evict time with events on against events off, on 512-token
+    sequences sharing 384-token prefixes in 20 groups, page size 16, a pool of 64 sequences.
+    Target: events on costs <= 1.3x.
+(c) Caller: time a scheduler spends in ``KvEventsPublisher.publish_kv_events()`` (take the
+    cache's events, build the batch, ``publish``) per event, with the step's cache work in
+    between calls. Target: <= 150 ns per event.
+
+Usage: ``python benchmarks/bench_kv_events.py [--quick]``. Prints each figure, its ratio and
+whether the target is met; exits 0 either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import multiprocessing
+import random
+import sys
+import time
+
+import structlog
+import zmq
+
+from components.kv_events_publisher import KvEventsPublisher
+from components.metrics_reporter import SchedulerStats
+from components.radix_cache import RadixCache
+from schedkit.kv_events import (
+    KVEventBatch,
+    KvEventsConfig,
+    KvEventSubscriber,
+    ZmqEventPublisher,
+    get_profile,
+)
+
+PAGE_SIZE = 16
+SEQ_LEN = 512
+PREFIX_LEN = 384
+GROUPS = 20
+POOL_SEQS = 64  # the KV pool holds this many sequences' worth of tokens
+REQS_PER_STEP = 4
+WARM_SEQS = 300  # fills the pool, so that every timed insert evicts
+PROBE_TS = -1.0
+TARGETS = {"transport": 0.9, "cache": 1.3, "caller_ns": 150.0}
+
+
+def sequences(n: int, seed: int = 0) -> list[list[int]]:
+    """``n`` token sequences: a prefix shared by one of ``GROUPS`` groups, then unique tokens."""
+    rng = random.Random(seed)
+    prefixes = [[rng.randrange(32000) for _ in range(PREFIX_LEN)] for _ in range(GROUPS)]
+    return [
+        prefixes[i % GROUPS] + [rng.randrange(32000) for _ in range(SEQ_LEN - PREFIX_LEN)]
+        for i in range(n)
+    ]
+
+
+def new_cache(events: bool) -> RadixCache:
+    cache = RadixCache(
+        page_size=PAGE_SIZE, capacity=POOL_SEQS * SEQ_LEN, enable_kv_cache_events=events
+    )
+    cache.take_events()
+    return cache
+
+
+def step_batches(n_steps: int) -> list[KVEventBatch]:
+    """The batches a scheduler would publish: one per step of ``REQS_PER_STEP`` inserts."""
+    cache = new_cache(True)
+    seqs = sequences(n_steps * REQS_PER_STEP, seed=1)
+    batches = []
+    for step in range(n_steps):
+        for seq in seqs[step * REQS_PER_STEP : (step + 1) * REQS_PER_STEP]:
+            cache.insert(seq)
+        batches.append(KVEventBatch(float(step), cache.take_events(), 0))
+    return batches
+
+
+# -- (a) transport --------------------------------------------------------------------------
+
+
+def consume(mode: str, endpoint: str, expected: int, conn) -> None:
+    """Consumer process: decode every batch; report "live" on the first probe, then the
+    monotonic time at which the ``expected``-th real batch was decoded."""
+    ctx = zmq.Context()
+    if mode == "subscriber":
+        sub = KvEventSubscriber(endpoint, hwm=0, context=ctx)
+
+        def receive() -> list:
+            return [batch for _, batch in sub.poll(100)]
+
+    else:
+        sub = ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.RCVHWM, 0)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(endpoint)
+        decode = get_profile("sglang").decode
+
+        def receive() -> list:
+            if not sub.poll(100):
+                return []
+            out = []
+            while True:
+                try:
+                    _, seq, payload = sub.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    return out
+                int.from_bytes(seq, "big")
+                out.append(decode(payload))
+
+    live, count = False, 0
+    while count < expected:
+        for batch in receive():
+            if batch.ts == PROBE_TS:
+                if not live:
+                    live = True
+                    conn.send("live")
+                continue
+            count += 1
+    conn.send(time.monotonic())
+    sub.close()
+    ctx.destroy(linger=0)
+
+
+def transport_rate(mode: str, batches: list[KVEventBatch]) -> float:
+    """Events per second delivered to a decoding consumer in another process."""
+    spawn = multiprocessing.get_context("spawn")
+    parent, child = spawn.Pipe()
+    if mode == "subscriber":
+        pub = ZmqEventPublisher(
+            KvEventsConfig(
+                endpoint="tcp://127.0.0.1:0", hwm=0, max_queue_size=len(batches) + 10_000
+            )
+        )
+        endpoint = pub.endpoint
+
+        def send(batch: KVEventBatch) -> None:
+            pub.publish(batch)
+
+    else:
+        ctx = zmq.Context()
+        pub = ctx.socket(zmq.PUB)
+        pub.setsockopt(zmq.SNDHWM, 0)
+        port = pub.bind_to_random_port("tcp://127.0.0.1")
+        endpoint = f"tcp://127.0.0.1:{port}"
+        encode, seqs = get_profile("sglang").encode, iter(range(1 << 62))
+
+        def send(batch: KVEventBatch) -> None:
+            pub.send_multipart((b"", next(seqs).to_bytes(8, "big"), encode(batch)))
+
+    proc = spawn.Process(target=consume, args=(mode, endpoint, len(batches), child))
+    proc.start()
+    try:
+        while not parent.poll(0.01):  # wait until the subscription is live
+            send(KVEventBatch(PROBE_TS, [], 0))
+        parent.recv()
+        start = time.monotonic()
+        for batch in batches:
+            send(batch)
+        if not parent.poll(120):
+            raise RuntimeError(f"the {mode} consumer did not receive every batch")
+        end = parent.recv()
+    finally:
+        proc.join(10)
+        if mode == "subscriber":
+            pub.shutdown(timeout=1.0)
+        else:
+            pub.close(linger=0)
+            ctx.term()
+    return sum(len(b.events) for b in batches) / (end - start)
+
+
+# -- (b) cache ------------------------------------------------------------------------------
+
+
+def cache_seconds(events: bool, warm: list[list[int]], seqs: list[list[int]]) -> float:
+    """Time to insert ``seqs`` into a cache already filled with ``warm`` (so every insert
+    evicts), taking the events every step as the publisher would."""
+    cache = new_cache(events)
+    for seq in warm:
+        cache.insert(seq)
+    cache.take_events()
+    start = time.perf_counter()
+    for i, seq in enumerate(seqs):
+        cache.insert(seq)
+        if i % REQS_PER_STEP == REQS_PER_STEP - 1:
+            cache.take_events()
+    return time.perf_counter() - start
+
+
+# -- (c) caller -----------------------------------------------------------------------------
+
+
+class CountingCache:
+    """Hands a cache's events on and counts them (the count is part of the timed call, so
+    the figure errs high by one attribute update per step)."""
+
+    def __init__(self, cache: RadixCache) -> None:
+        self.take = cache.take_events
+        self.taken = 0
+
+    def take_events(self) -> list:
+        events = self.take()
+        self.taken += len(events)
+        return events
+
+
+def caller_ns_per_event(n_steps: int) -> tuple[float, float, float]:
+    """Per event: ns in ``ZmqEventPublisher.publish`` and in the component's whole
+    ``publish_kv_events``; and events per step. Each step inserts ``REQS_PER_STEP`` sequences
+    first. The garbage collector is paused so that a collection the cache's allocations set
+    off is not charged to the call that happens to trigger it."""
+    seqs = sequences(2 * n_steps * REQS_PER_STEP, seed=2)
+    steps = [seqs[i : i + REQS_PER_STEP] for i in range(0, len(seqs), REQS_PER_STEP)]
+    clock, config = time.perf_counter_ns, KvEventsConfig(endpoint="tcp://127.0.0.1:0")
+    cache, publisher = new_cache(True), ZmqEventPublisher(config)
+    component_cache = new_cache(True)
+    counting = CountingCache(component_cache)
+    component = KvEventsPublisher(
+        kv_events_config=config,
+        tree_cache=counting,
+        max_running_requests=256,
+        max_total_num_tokens=POOL_SEQS * SEQ_LEN,
+        page_size=PAGE_SIZE,
+        get_stats=SchedulerStats,
+    )
+    publish_ns = component_ns = events = 0
+    gc.disable()
+    try:
+        for step in steps[:n_steps]:
+            for seq in step:
+                cache.insert(seq)
+            batch = KVEventBatch(time.time(), cache.take_events(), 0)
+            events += len(batch.events)
+            start = clock()
+            publisher.publish(batch)
+            publish_ns += clock() - start
+        for step in steps[n_steps:]:
+            for seq in step:
+                component_cache.insert(seq)
+            start = clock()
+            component.publish_kv_events()
+            component_ns += clock() - start
+    finally:
+        gc.enable()
+        publisher.shutdown()
+        component.shutdown()
+    return publish_ns / events, component_ns / counting.taken, events / n_steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a fast smoke run (a few seconds)")
+    args = parser.parse_args(argv)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+    rounds = 1 if args.quick else 3
+    n_steps = 200 if args.quick else 2000
+    n_seqs = 400 if args.quick else 3000
+
+    batches = step_batches(n_steps)
+    n_events = sum(len(b.events) for b in batches)
+    print(f"(a) transport: {len(batches)} batches, {n_events / len(batches):.1f} events each")
+    pub_rate = max(transport_rate("subscriber", batches) for _ in range(rounds))
+    raw_rate = max(transport_rate("raw", batches) for _ in range(rounds))
+    ratio_a = pub_rate / raw_rate
+    print(f"    publisher -> KvEventSubscriber: {pub_rate:12,.0f} events/s")
+    print(f"    inline PUB -> SUB + decode:     {raw_rate:12,.0f} events/s")
+    met = "met" if ratio_a >= TARGETS["transport"] else "NOT met"
+    print(f"    ratio a (publisher / inline) = {ratio_a:.3f}  target >= 0.9: {met}")
+
+    seqs = sequences(n_seqs + WARM_SEQS)
+    warm, seqs = seqs[:WARM_SEQS], seqs[WARM_SEQS:]
+    off = on = float("inf")
+    for _ in range(rounds):
+        off = min(off, cache_seconds(False, warm, seqs))
+        on = min(on, cache_seconds(True, warm, seqs))
+    ratio_b = on / off
+    print(f"(b) cache: {n_seqs} inserts of {SEQ_LEN} tokens into a full pool, page {PAGE_SIZE}")
+    print(f"    events off: {n_seqs / off:10,.0f} inserts/s ({off / n_seqs * 1e6:.1f} us each)")
+    print(f"    events on:  {n_seqs / on:10,.0f} inserts/s ({on / n_seqs * 1e6:.1f} us each)")
+    met = "met" if ratio_b <= TARGETS["cache"] else "NOT met"
+    print(f"    ratio b (events on / off time) = {ratio_b:.3f}  target <= 1.3: {met}")
+
+    ns, whole, per_step = min(caller_ns_per_event(n_steps) for _ in range(rounds))
+    ratio_c = ns / TARGETS["caller_ns"]
+    print(f"(c) caller: {n_steps} steps of {REQS_PER_STEP} inserts, {per_step:.1f} events each")
+    print(
+        f"    publish():           {ns:7.1f} ns per event ({ns * per_step / 1000:.2f} us per step)"
+    )
+    print(f"    publish_kv_events(): {whole:7.1f} ns per event (take + batch + publish)")
+    met = "met" if ns <= TARGETS["caller_ns"] else "NOT met"
+    print(f"    ratio c (cost / 150 ns target) = {ratio_c:.3f}  target <= 1.0: {met}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,353 @@
+"""A KV-aware router: follows the KV-event stream of every data-parallel rank and sends each
+request to the rank whose cache holds the longest prefix of it.
+
+Run ``python examples/kv_router/router.py`` for a self-contained demo (two ranks, each a
+RadixCache with a KvEventsPublisher, in this process), or point it at running schedulers::
+
+    python examples/kv_router/router.py --endpoint tcp://127.0.0.1:5557 \\
+        --replay-endpoint tcp://127.0.0.1:5600 --dp-size 2 --page-size 16 < requests.txt
+
+which routes one request per input line (token ids separated by spaces).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import attrs
+import msgspec
+import structlog
+import zmq
+
+from components.kv_events_publisher import KvEventsPublisher, KvMetrics
+from components.metrics_reporter import SchedulerStats
+from components.parallel_state import ParallelState
+from components.radix_cache import RadixCache
+from schedkit.kv_events import (
+    HistoryLost,
+    KvEventsConfig,
+    KvEventSubscriber,
+    KvIndex,
+    Notice,
+    PublisherRestarted,
+    offset_endpoint,
+)
+
+
+def rank_endpoints(
+    endpoint: str, replay_endpoint: str | None, dp_size: int
+) -> dict[int, tuple[str, str | None]]:
+    """Each DP rank's (live, replay) endpoints: base port + rank, as the publishers bind them."""
+    return {
+        rank: (
+            offset_endpoint(endpoint, rank),
+            None if replay_endpoint is None else offset_endpoint(replay_endpoint, rank),
+        )
+        for rank in range(dp_size)
+    }
+
+
+@attrs.frozen
+class Route:
+    """Where a request went and why: matched pages per rank and the load tie-break."""
+
+    rank: int
+    matched_pages: int
+    scores: dict[int, int]
+    tie_break: bool
+
+
+def _after_break(notice: Notice, last_seq: int | None, batches: list) -> list:
+    """The batches of one poll that follow a stream break (``last_seq``: the last seq the
+    subscriber had applied when it reported the break)."""
+    if isinstance(notice, HistoryLost):  # same stream: the seq only rises
+        return [item for item in batches if last_seq is None or item[0] > last_seq]
+    for i in range(1, len(batches)):  # a restart: the new stream starts where the seq drops
+        if batches[i][0] <= batches[i - 1][0]:
+            return batches[i:]
+    return batches
+
+
+class KvRouter:
+    """Routes token sequences to DP ranks by cached prefix, then by load.
+
+    One ``KvEventSubscriber`` per rank feeds a shared ``KvIndex``; lost history or a publisher
+    restart clears that rank's blocks. A rank's load is what it last reported on the metrics
+    socket (running + waiting requests; the router binds ``metrics_endpoint`` as a PULL
+    socket) plus the requests routed to it since. Ties on prefix go to the least loaded rank,
+    then to the one chosen least recently.
+    """
+
+    def __init__(
+        self,
+        endpoints: Mapping[int, tuple[str, str | None]],
+        page_size: int,
+        *,
+        metrics_endpoint: str | None = None,
+        topic: str = "",
+        profile: str = "sglang",
+    ) -> None:
+        self.page_size = page_size
+        self.index = KvIndex()
+        self.ranks = sorted(endpoints)
+        self.notices: list[tuple[int, Notice]] = []
+        self.reported: dict[int, KvMetrics] = {}
+        self.routed_since_report = dict.fromkeys(self.ranks, 0)
+        self._last_chosen = dict.fromkeys(self.ranks, -1)
+        self._routes = 0
+        self._breaks: dict[int, list] = {rank: [] for rank in self.ranks}
+        self._context = zmq.Context()
+        self._metrics = None
+        self.subscribers = {
+            rank: KvEventSubscriber(
+                live,
+                replay,
+                topic,
+                profile,
+                context=self._context,
+                on_notice=self._notice_handler(rank),
+            )
+            for rank, (live, replay) in endpoints.items()
+        }
+        if metrics_endpoint is not None:
+            self._metrics = self._context.socket(zmq.PULL)
+            self._metrics.bind(metrics_endpoint)
+        self._decode_metrics = msgspec.msgpack.Decoder(KvMetrics).decode
+
+    def _notice_handler(self, rank: int) -> Callable[[Notice], None]:
+        def handle(notice: Notice) -> None:
+            self.notices.append((rank, notice))
+            if isinstance(notice, (HistoryLost, PublisherRestarted)):
+                self._breaks[rank].append((notice, self.subscribers[rank].last_seq))
+
+        return handle
+
+    def poll(self, timeout_ms: int = 0) -> int:
+        """Apply what every rank has published and read load reports; returns batches applied."""
+        applied = 0
+        for rank, sub in self.subscribers.items():
+            batches = sub.poll(timeout_ms if rank == self.ranks[0] else 0)
+            breaks, self._breaks[rank] = self._breaks[rank], []
+            for notice, last_seq in breaks:
+                self.index.clear_rank(rank)
+                batches = _after_break(notice, last_seq, batches)
+            for _, batch in batches:
+                self.index.apply(batch, rank)
+            applied += len(batches)
+        while self._metrics is not None and self._metrics.poll(0):
+            report = self._decode_metrics(self._metrics.recv())
+            if report.data_parallel_rank in self.routed_since_report:
+                self.reported[report.data_parallel_rank] = report
+                self.routed_since_report[report.data_parallel_rank] = 0
+        return applied
+
+    def sync(self, done: Callable[[KvRouter], bool], timeout: float = 5.0) -> None:
+        """Poll until ``done(self)``; TimeoutError after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not done(self):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"router not in sync after {timeout}s")
+            self.poll(10)
+
+    def load(self, rank: int) -> int:
+        """Requests running or waiting on ``rank`` as last reported, plus those routed since."""
+        report = self.reported.get(rank)
+        if report is None:
+            return self.routed_since_report[rank]
+        busy = report.request_active_slots + report.num_requests_waiting
+        return busy + self.routed_since_report[rank]
+
+    def route(self, token_ids: Sequence[int]) -> Route:
+        """Choose the rank for a request and count it against that rank's load."""
+        matched = self.index.match(token_ids, self.page_size)
+        scores = {rank: matched.get(rank, 0) for rank in self.ranks}
+        best = max(scores.values())
+        tied = [rank for rank in self.ranks if scores[rank] == best]
+        rank = min(tied, key=lambda r: (self.load(r), self._last_chosen[r]))
+        self.routed_since_report[rank] += 1
+        self._last_chosen[rank] = self._routes
+        self._routes += 1
+        return Route(rank, best, scores, len(tied) > 1)
+
+    def close(self) -> None:
+        """Close every socket."""
+        for sub in self.subscribers.values():
+            sub.close()
+        if self._metrics is not None:
+            self._metrics.close(linger=0)
+        self._context.term()
+
+
+# -- demo: two ranks in this process --------------------------------------------------------
+
+
+def free_port_pair() -> int:
+    """A loopback port p such that p and p + 1 are both free (base port + DP rank)."""
+    for _ in range(100):
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            with socket.socket() as second:
+                try:
+                    second.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+        return port
+    raise OSError("no two consecutive free loopback ports found")
+
+
+class DemoRank:
+    """One DP rank's cache and publisher, with the stats its metrics report."""
+
+    def __init__(self, rank: int, config: KvEventsConfig, metrics_endpoint: str) -> None:
+        self.stats = SchedulerStats()
+        self.cache = RadixCache(page_size=16, capacity=4096, enable_kv_cache_events=True)
+        self.publisher = KvEventsPublisher(
+            kv_events_config=config,
+            parallel_state=ParallelState(dp_size=2, dp_rank=rank),
+            tree_cache=self.cache,
+            metrics_endpoint=metrics_endpoint,
+            max_running_requests=16,
+            max_total_num_tokens=4096,
+            page_size=16,
+            get_stats=lambda: self.stats,
+        )
+
+    def serve(self, token_ids: Iterable[int]) -> None:
+        """Cache a finished request's tokens and publish the step's events."""
+        self.cache.insert(list(token_ids))
+        self.publisher.publish_kv_events()
+
+    @property
+    def last_seq(self) -> int:
+        self.publisher.flush()
+        return self.publisher.published + self.publisher.dropped - 1
+
+
+def tokens(seed: int, n: int) -> list[int]:
+    """``n`` token ids that differ from other seeds' (a stand-in for a tokenized prompt)."""
+    return [1000 * seed + i for i in range(n)]
+
+
+def run_demo(out: Callable[[str], None] = print) -> list[tuple[str, Route]]:
+    """Two ranks cache different system prompts; the router sends requests where their
+    prefix is cached, and by load when no rank holds it. Returns (request, route) pairs."""
+    base, replay_base = free_port_pair(), free_port_pair()
+    config = KvEventsConfig(
+        endpoint=f"tcp://127.0.0.1:{base}", replay_endpoint=f"tcp://127.0.0.1:{replay_base}"
+    )
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        metrics_endpoint = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+    router = KvRouter(
+        rank_endpoints(config.endpoint, config.replay_endpoint, 2),
+        page_size=16,
+        metrics_endpoint=metrics_endpoint,
+    )
+    ranks: list[DemoRank] = []
+    decisions: list[tuple[str, Route]] = []
+
+    def caught_up(r: KvRouter) -> bool:
+        return all(r.subscribers[i].last_seq == rank.last_seq for i, rank in enumerate(ranks))
+
+    def send(name: str, token_ids: list[int]) -> None:
+        loads = {r: router.load(r) for r in router.ranks}
+        route = router.route(token_ids)
+        decisions.append((name, route))
+        why = "tie on prefix, by load" if route.tie_break else "longest prefix"
+        out(f"{name:24s} -> rank {route.rank}  ({why}; pages {route.scores}, loads {loads})")
+
+    try:
+        ranks += [DemoRank(rank, config, metrics_endpoint) for rank in (0, 1)]
+        # Each rank's constructor already queued AllBlocksCleared; publish it until the
+        # subscriptions are live (a late subscriber then replays from seq 0).
+        deadline = time.monotonic() + 5
+        while not all(sub.last_seq is not None for sub in router.subscribers.values()):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the router's subscriptions never went live")
+            for rank in ranks:
+                rank.cache.reset()
+                rank.publisher.publish_kv_events()
+            router.poll(20)
+
+        system_a, system_b = tokens(1, 64), tokens(2, 64)
+        for i in range(3):
+            ranks[0].serve(system_a + tokens(10 + i, 40))
+            ranks[1].serve(system_b + tokens(20 + i, 40))
+        router.sync(caught_up)
+        out(f"index: rank 0 holds {len(router.index.blocks(0))} pages, "
+            f"rank 1 holds {len(router.index.blocks(1))}")  # fmt: skip
+
+        send("system A + question", system_a + tokens(30, 20))
+        send("system B + question", system_b + tokens(31, 20))
+        send("new prompt C", tokens(3, 80))
+        send("new prompt D", tokens(4, 80))
+
+        ranks[0].stats = SchedulerStats(num_running_reqs=6, num_queue_reqs=2)
+        ranks[1].stats = SchedulerStats(num_running_reqs=1, num_queue_reqs=0)
+        for rank in ranks:
+            rank.publisher.emit_kv_metrics()
+        router.sync(lambda r: len(r.reported) == 2)
+        out("load reports: rank 0 = 8 requests, rank 1 = 1")
+        send("new prompt E", tokens(5, 80))
+        send("first half of system A", system_a[:32] + tokens(32, 40))
+
+        ranks[0].cache.evict(4096)
+        ranks[0].publisher.publish_kv_events()
+        router.sync(caught_up)
+        out(f"rank 0 evicted everything: it holds {len(router.index.blocks(0))} pages")
+        send("system A again", system_a + tokens(33, 20))
+    finally:
+        router.close()
+        for rank in ranks:
+            rank.publisher.shutdown()
+    return decisions
+
+
+def follow(args: argparse.Namespace) -> int:
+    """Route requests read from stdin against running schedulers."""
+    router = KvRouter(
+        rank_endpoints(args.endpoint, args.replay_endpoint, args.dp_size),
+        args.page_size,
+        metrics_endpoint=args.metrics_endpoint,
+    )
+    try:
+        deadline = time.monotonic() + args.warmup  # learn what the ranks hold already
+        while time.monotonic() < deadline:
+            router.poll(10)
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            router.poll(0)
+            route = router.route([int(t) for t in line.split()])
+            print(f"rank {route.rank} matched_pages={route.matched_pages} scores={route.scores}")
+    finally:
+        router.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--endpoint", help="rank 0's live endpoint; omit for the demo")
+    parser.add_argument("--replay-endpoint", help="rank 0's replay endpoint")
+    parser.add_argument("--metrics-endpoint", help="endpoint to bind for KvMetrics (PULL)")
+    parser.add_argument("--dp-size", type=int, default=2)
+    parser.add_argument("--page-size", type=int, default=16)
+    parser.add_argument(
+        "--warmup", type=float, default=1.0, help="seconds to follow the streams before routing"
+    )
+    args = parser.parse_args(argv)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    if args.endpoint is None:
+        run_demo()
+        return 0
+    return follow(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
