@@ -23,6 +23,10 @@ __all__ = ["Assembly", "ComponentBuildError", "build"]
 
 log = structlog.get_logger("schedkit.container")
 
+# Called with every Assembly that build() returns. schedkit.testing's leak check adds a hook
+# here to find the assemblies a test never shut down.
+build_hooks: list[Callable[[Assembly], None]] = []
+
 
 class ComponentBuildError(WiringError):
     """A component's constructor raised; names the component and its wiring entry."""
@@ -237,4 +241,6 @@ def build(wiring: Wiring | Mapping, overrides: Mapping[str, object] | None = Non
         with contextlib.suppress(Exception):
             assembly.shutdown()
         raise
+    for hook in build_hooks:
+        hook(assembly)
     return assembly

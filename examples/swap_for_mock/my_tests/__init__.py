@@ -1,0 +1,1 @@
+"""Test doubles of the swap_for_mock example."""

@@ -1,0 +1,49 @@
+"""Testing schedkit components and assemblies.
+
+- ``fake(ComponentClass, **attributes)``: a recording double with exactly a component's fields
+  and methods, signatures checked (``schedkit.testing.fakes``).
+- ``isolate(name, source="wiring.yaml", **overrides)``: one component of a wiring, built with
+  fakes for every neighbour (``schedkit.testing.isolation``).
+- Ready doubles: ``FakeClock``, ``RecordingOutputSender``, ``CapturingEventPublisher`` (the
+  ``capture`` KV-event publisher) and ``capture_logs()`` (``schedkit.testing.doubles``).
+- ``LeakCheck``: finds assemblies not shut down, threads and ZeroMQ sockets left behind
+  (``schedkit.testing.leaks``).
+- The pytest plugin (``schedkit.testing.plugin``): the ``make_assembly`` and
+  ``assembly_leak_check`` fixtures.
+
+Names load on first use, so that the pytest plugin in this package imports nothing heavy.
+Guide: docs/testing.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "Call": "schedkit.testing.fakes",
+    "fake": "schedkit.testing.fakes",
+    "Isolated": "schedkit.testing.isolation",
+    "isolate": "schedkit.testing.isolation",
+    "CapturingEventPublisher": "schedkit.testing.doubles",
+    "FakeClock": "schedkit.testing.doubles",
+    "RecordingOutputSender": "schedkit.testing.doubles",
+    "capture_logs": "schedkit.testing.doubles",
+    "LeakCheck": "schedkit.testing.leaks",
+    "LeakError": "schedkit.testing.leaks",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'schedkit.testing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

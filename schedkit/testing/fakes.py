@@ -1,0 +1,258 @@
+"""``fake(ComponentClass, **attributes)``: a test double with exactly a component's interface.
+
+The double is not an instance of the component (the real class is never instantiated) but
+passes ``isinstance`` checks for it. It has the component's attrs fields, with the values given
+or the fields' defaults, and its properties, with the values given. Each method of the
+component is a recording stub whose arguments are checked against the real method's
+signature. Anything else is refused: an unknown attribute, a method the component does not
+have, a call with the wrong arguments, and setting an attribute that is not a field (or any
+attribute of a frozen component once the double exists).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+__all__ = ["Call", "fake"]
+
+# The double's own API and state: a component declaring a member of one of these names cannot
+# be faked.
+_RESERVED = ("calls", "calls_to", "returns", "side_effects")
+_STATE = ("_values", "_ready", "calls", "returns", "side_effects")
+
+
+class Call(tuple):
+    """One recorded call: equal to the tuple ``(name, args, kwargs)``.
+
+    ``arguments`` maps every parameter of the real method to the value it received (defaults
+    filled in), so an assertion need not care whether an argument was passed by position.
+    Arguments are recorded by reference, as ``unittest.mock`` does.
+    """
+
+    def __new__(
+        cls, name: str, args: tuple, kwargs: dict[str, Any], arguments: dict[str, Any]
+    ) -> Call:
+        call = super().__new__(cls, (name, args, kwargs))
+        call.arguments = arguments
+        return call
+
+    @property
+    def name(self) -> str:
+        return self[0]
+
+    @property
+    def args(self) -> tuple:
+        return self[1]
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return self[2]
+
+
+class _Interface:
+    """What a component class offers: fields, properties and methods with their signatures."""
+
+    def __init__(self, cls: type) -> None:
+        if not attrs.has(cls):
+            raise TypeError(
+                f"fake() takes an attrs class such as a @schedkit.component, got {cls!r}"
+            )
+        self.cls = cls
+        self.name = cls.__name__
+        self.fields = {f.name: f for f in attrs.fields(cls)}
+        self.aliases = {f.alias: f.name for f in attrs.fields(cls) if f.alias != f.name}
+        # attrs makes a frozen class's __setattr__ this function.
+        self.frozen = getattr(cls.__setattr__, "__name__", "") == "_frozen_setattrs"
+        self.properties: set[str] = set()
+        self.methods: dict[str, inspect.Signature] = {}
+        for klass in reversed(cls.__mro__[:-1]):  # object's members are not the interface
+            for name, member in vars(klass).items():
+                if name.startswith("__") or name in self.fields:
+                    continue
+                if isinstance(member, property):
+                    self.properties.add(name)
+                    self.methods.pop(name, None)
+                elif isinstance(member, staticmethod):
+                    self.methods[name] = inspect.signature(member.__func__)
+                elif isinstance(member, classmethod) or inspect.isfunction(member):
+                    func = member.__func__ if isinstance(member, classmethod) else member
+                    signature = inspect.signature(func)
+                    parameters = list(signature.parameters.values())[1:]  # self / cls
+                    self.methods[name] = signature.replace(parameters=parameters)
+                    self.properties.discard(name)
+        declared = set(self.fields) | self.properties | set(self.methods)
+        clash = sorted((set(_RESERVED) | set(_STATE)) & declared)
+        if clash:
+            raise TypeError(
+                f"cannot fake {self.name}: it declares {', '.join(clash)}, which the double "
+                f"uses for its own API ({', '.join(_RESERVED)})"
+            )
+
+    def public_methods(self) -> str:
+        return ", ".join(sorted(m for m in self.methods if not m.startswith("_"))) or "(none)"
+
+    def attribute_names(self) -> str:
+        names = [n for n in self.fields if not n.startswith("_")] + sorted(self.properties)
+        return ", ".join(names) or "(none)"
+
+
+class _Fake:
+    """Base of the generated double classes; see ``fake``."""
+
+    __slots__ = _STATE
+    _interface: _Interface
+
+    @property
+    def __class__(self) -> type:  # isinstance(double, Component) holds
+        return self._interface.cls
+
+    def calls_to(self, method: str) -> list[Call]:
+        """The recorded calls of ``method``, oldest first."""
+        interface = self._interface
+        if method not in interface.methods:
+            raise AttributeError(
+                f"{interface.name} has no method {method!r}; methods: {interface.public_methods()}"
+            )
+        return [call for call in self.calls if call[0] == method]
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for names that are not methods or the double's own state.
+        interface = object.__getattribute__(self, "_interface")
+        values = object.__getattribute__(self, "_values")
+        if name in values:
+            return values[name]
+        if name in interface.fields or name in interface.properties:
+            kind = "field" if name in interface.fields else "property"
+            raise AttributeError(
+                f"fake {interface.name}: {kind} {name!r} has no value; "
+                f"pass fake({interface.name}, {name}=...)"
+            )
+        raise AttributeError(
+            f"{interface.name} has no attribute {name!r}; methods: "
+            f"{interface.public_methods()}; fields and properties: {interface.attribute_names()}"
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _STATE:
+            object.__setattr__(self, name, value)
+            return
+        interface = self._interface
+        if name in interface.methods:
+            raise AttributeError(
+                f"cannot set {name!r} on fake {interface.name}: it is a method; configure it "
+                f"with double.returns[{name!r}] or double.side_effects[{name!r}]"
+            )
+        if name not in interface.fields and name not in interface.properties:
+            raise AttributeError(
+                f"cannot set {name!r} on fake {interface.name}: it is not a field; fields and "
+                f"properties: {interface.attribute_names()}"
+            )
+        if interface.frozen and self._ready:
+            raise attrs.exceptions.FrozenInstanceError()
+        self._values[name] = value
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete {name!r} from fake {self._interface.name}")
+
+    def __repr__(self) -> str:
+        return f"<fake {self._interface.name}: {len(self.calls)} calls>"
+
+
+def _stub(interface: _Interface, name: str, signature: inspect.Signature) -> Callable:
+    where = f"{interface.name}.{name}{signature}"
+
+    def method(self: _Fake, *args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{where}: {exc}") from None
+        bound.apply_defaults()
+        self.calls.append(Call(name, args, kwargs, dict(bound.arguments)))
+        effect = self.side_effects.get(name)
+        if effect is not None:
+            return effect(*args, **kwargs)
+        return self.returns.get(name)
+
+    method.__name__ = name
+    method.__qualname__ = f"fake {interface.name}.{name}"
+    method.__signature__ = signature
+    return method
+
+
+@functools.cache
+def _fake_class(cls: type) -> type[_Fake]:
+    interface = _Interface(cls)
+    namespace: dict[str, Any] = {"__slots__": (), "_interface": interface}
+    for name, signature in interface.methods.items():
+        namespace[name] = _stub(interface, name, signature)
+    return type(f"Fake{cls.__name__}", (_Fake,), namespace)
+
+
+def _check_methods(interface: _Interface, option: str, mapping: Mapping[str, Any]) -> None:
+    unknown = [name for name in mapping if name not in interface.methods]
+    if unknown:
+        raise TypeError(
+            f"fake({interface.name}, {option}=...): {interface.name} has no method "
+            f"{', '.join(map(repr, unknown))}; methods: {interface.public_methods()}"
+        )
+
+
+def fake(
+    cls: type,
+    /,
+    *,
+    returns: Mapping[str, Any] | None = None,
+    side_effects: Mapping[str, Callable[..., Any]] | None = None,
+    **attributes: Any,
+) -> Any:
+    """A recording double of the attrs (component) class ``cls``, without instantiating it.
+
+    ``attributes`` set fields (by name or constructor alias) and properties; fields not given
+    take their default (a factory is called), and a field without a default has no value until
+    one is set. ``returns`` maps a method name to the value it returns (None otherwise);
+    ``side_effects`` maps a method name to a callable that receives the call's arguments and
+    whose result (or exception) is the method's. Both dicts stay editable on the double
+    (``double.returns["forward"] = ...``). ``double.calls`` lists every ``Call`` in order;
+    ``double.calls_to("name")`` those of one method.
+    """
+    fake_cls = _fake_class(cls)
+    interface = fake_cls._interface
+    _check_methods(interface, "returns", returns or {})
+    _check_methods(interface, "side_effects", side_effects or {})
+    double = object.__new__(fake_cls)
+    double._ready = False
+    double._values = {}
+    double.calls = []
+    double.returns = dict(returns or {})
+    double.side_effects = dict(side_effects or {})
+    given = {interface.aliases.get(key, key): value for key, value in attributes.items()}
+    unknown = [
+        key
+        for key, name in zip(attributes, given, strict=True)
+        if name not in interface.fields and name not in interface.properties
+    ]
+    if unknown:
+        raise TypeError(
+            f"fake({interface.name}): unknown attribute(s) {', '.join(map(repr, unknown))}; "
+            f"fields and properties: {interface.attribute_names()} (methods are configured "
+            "with returns= or side_effects=)"
+        )
+    for name, field in interface.fields.items():
+        if name in given:
+            double._values[name] = given[name]
+        elif isinstance(field.default, attrs.Factory):
+            factory = field.default
+            double._values[name] = (
+                factory.factory(double) if factory.takes_self else factory.factory()
+            )
+        elif field.default is not attrs.NOTHING:
+            double._values[name] = field.default
+    for name in interface.properties & given.keys():
+        double._values[name] = given[name]
+    double._ready = True
+    return double
