@@ -1,5 +1,6 @@
 import pytest
 
+from schedkit import build
 from tests.schedkit import sample_components
 
 
@@ -20,3 +21,18 @@ def write(tmp_path):
         return path
 
     return write
+
+
+@pytest.fixture
+def built():
+    """``schedkit.build`` whose assemblies are shut down after the test."""
+    assemblies = []
+
+    def built(*args, **kwargs):
+        assembly = build(*args, **kwargs)
+        assemblies.append(assembly)
+        return assembly
+
+    yield built
+    for assembly in assemblies:
+        assembly.shutdown()

@@ -39,8 +39,8 @@ def wiring(write):
     return load_wiring(write("w.yaml", WIRING))
 
 
-def test_late_binding_reads_the_value_at_call_time(wiring):
-    assembly = build(wiring)
+def test_late_binding_reads_the_value_at_call_time(wiring, built):
+    assembly = built(wiring)
     reader, counter = assembly["reader"], assembly["counter"]
     assert reader.counter is counter
     assert reader.get_value() == 1
@@ -50,21 +50,21 @@ def test_late_binding_reads_the_value_at_call_time(wiring):
     assert counter.value == 50
 
 
-def test_references_nested_in_lists_and_mappings(wiring):
-    assembly = build(wiring)
+def test_references_nested_in_lists_and_mappings(wiring, built):
+    assembly = built(wiring)
     pair = assembly["pair"]
     assert pair.items[0] is assembly["counter"]
     assert pair.items[1]() == 1 and pair.items[2] == 3
     assert pair.by_name == {"reader": assembly["reader"], "start": 1}
 
 
-def test_build_order_follows_eager_references(wiring):
-    assert build(wiring).names() == ["counter", "reader", "pair"]
+def test_build_order_follows_eager_references(wiring, built):
+    assert built(wiring).names() == ["counter", "reader", "pair"]
 
 
-def test_build_overrides_reach_eager_and_late_references(wiring):
+def test_build_overrides_reach_eager_and_late_references(wiring, built):
     fake = FakeCounter(7)
-    assembly = build(wiring, overrides={"counter": fake})
+    assembly = built(wiring, overrides={"counter": fake})
     reader = assembly["reader"]
     assert assembly["counter"] is fake
     assert reader.counter is fake
@@ -73,19 +73,19 @@ def test_build_overrides_reach_eager_and_late_references(wiring):
     assert assembly["pair"].items[0] is fake
 
 
-def test_build_override_stands_in_for_a_component_that_would_fail(write):
+def test_build_override_stands_in_for_a_component_that_would_fail(write, built):
     path = write(
         "w.yaml",
         "plugins: [tests.schedkit.sample_components]\ncomponents:\n"
         "  c:\n    type: sample_exploding\n"
         "  r:\n    type: sample_reader\n    args: {get_value: !late c.fuse}\n",
     )
-    assembly = build(load_wiring(path), overrides={"c": FakeCounter(0)})
+    assembly = built(load_wiring(path), overrides={"c": FakeCounter(0)})
     assert assembly["r"].get_value.__name__ == "late c.fuse"
 
 
-def test_assembly_override_swaps_within_the_block_and_restores(wiring):
-    assembly = build(wiring)
+def test_assembly_override_swaps_within_the_block_and_restores(wiring, built):
+    assembly = built(wiring)
     original_reader, original_counter = assembly["reader"], assembly["counter"]
     fake = FakeCounter(99)
     with assembly.override(counter=fake) as overridden:
@@ -101,10 +101,10 @@ def test_assembly_override_swaps_within_the_block_and_restores(wiring):
     assert original_reader.get_value() == 1
 
 
-def test_misspelt_override_names_raise(wiring):
+def test_misspelt_override_names_raise(wiring, built):
     with pytest.raises(WiringError, match="unknown component 'countr'; did you mean counter"):
         build(wiring, overrides={"countr": object()})
-    assembly = build(wiring)
+    assembly = built(wiring)
     with (
         pytest.raises(WiringError, match="unknown component 'redaer'"),
         assembly.override(redaer=object()),
@@ -129,7 +129,7 @@ def test_constructor_error_names_component_entry_and_message(write):
     assert EVENTS == ["shutdown ok"]  # what was built before the failure is shut down
 
 
-def test_shutdown_runs_in_reverse_build_order_once(write):
+def test_shutdown_runs_in_reverse_build_order_once(write, built):
     path = write(
         "w.yaml",
         "plugins: [tests.schedkit.sample_components]\ncomponents:\n"
@@ -138,7 +138,7 @@ def test_shutdown_runs_in_reverse_build_order_once(write):
         "  closer:\n    type: sample_close_only\n"
         "  plain:\n    type: sample_counter\n",
     )
-    assembly = build(load_wiring(path))
+    assembly = built(load_wiring(path))
     assert assembly.names() == ["first", "last", "closer", "plain"]
     assembly.shutdown()
     assembly.shutdown()
@@ -159,8 +159,8 @@ def test_override_block_shuts_down_the_components_it_rebuilt(write):
     assert EVENTS == ["shutdown b", "shutdown b", "shutdown a"]
 
 
-def test_build_accepts_a_mapping():
-    assembly = build(
+def test_build_accepts_a_mapping(built):
+    assembly = built(
         {
             "plugins": ["tests.schedkit.sample_components"],
             "components": {"c": {"type": "sample_counter", "args": {"start": 5}}},

@@ -1,6 +1,6 @@
 import pytest
 
-from schedkit import WiringError, build, load_wiring
+from schedkit import WiringError, load_wiring
 from tests.schedkit.sample_components import EVENTS
 
 MISTAKES = """\
@@ -72,7 +72,7 @@ def test_every_mistake_is_reported_at_once_with_file_line_and_key(write, monkeyp
     assert EVENTS == []  # nothing was constructed, not even the plain class
 
 
-def test_eager_cycle_rejected_and_late_edge_builds_and_works(write):
+def test_eager_cycle_rejected_and_late_edge_builds_and_works(write, built):
     cycle = """\
 plugins: [tests.schedkit.sample_components]
 components:
@@ -93,20 +93,20 @@ components:
     assert "!late a gives a callable, but the field is HasValue | None" in str(info.value)
 
     fixed = cycle.replace("peer: !ref a}", "bump: !call a.get_value}")
-    assembly = build(load_wiring(write("fixed.yaml", fixed)))
+    assembly = built(load_wiring(write("fixed.yaml", fixed)))
     assert assembly["a"].peer is assembly["b"]
     assert assembly["b"].bump() == "reader"  # b calls a.get_value(), which reads b.name late
     assembly["b"].name = "renamed"
     assert assembly["b"].bump() == "renamed"
 
 
-def test_type_can_name_a_component_class_by_module_path(write):
+def test_type_can_name_a_component_class_by_module_path(write, built):
     path = write(
         "w.yaml",
         "components:\n  c:\n    type: tests.schedkit.sample_components:Counter\n"
         "    args: {start: 4}\n",
     )
-    assert build(load_wiring(path))["c"].value == 4
+    assert built(load_wiring(path))["c"].value == 4
 
 
 def test_eager_reference_of_the_wrong_class_is_refused(write):
@@ -123,7 +123,7 @@ def test_eager_reference_of_the_wrong_class_is_refused(write):
     )
 
 
-def test_fields_typed_any_or_protocol_take_any_component(write):
+def test_fields_typed_any_or_protocol_take_any_component(write, built):
     path = write(
         "w.yaml",
         "plugins: [tests.schedkit.sample_components]\ncomponents:\n"
@@ -131,7 +131,7 @@ def test_fields_typed_any_or_protocol_take_any_component(write):
         "  r:\n    type: sample_reader\n"
         "    args: {get_value: !late p.items, anything: !ref p, peer: !ref p}\n",
     )
-    assembly = build(load_wiring(path))
+    assembly = built(load_wiring(path))
     assert assembly["r"].anything is assembly["p"] is assembly["r"].peer
 
 
