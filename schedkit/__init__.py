@@ -6,9 +6,7 @@ the rest load on first use, so component modules stay independent of the framewo
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from schedkit._lazy import lazy_attributes
 from schedkit.component import component, component_name, is_component, registered
 
 _LAZY = {
@@ -29,14 +27,4 @@ _LAZY = {
 __all__ = ["component", "component_name", "is_component", "registered", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'schedkit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)

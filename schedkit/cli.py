@@ -7,6 +7,7 @@ Wiring problems print as a list and exit with status 2, never with a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -163,6 +164,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     structlog.configure(logger_factory=lambda *_: structlog.PrintLogger(sys.stderr))
     try:
         return args.run(args)
+    except BrokenPipeError:  # the reader went away (e.g. `schedkit graph ... | head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except WiringError as exc:
         print(f"schedkit {args.command}: {len(exc.errors)} problem(s):", file=sys.stderr)
         for error in exc.errors:

@@ -17,8 +17,7 @@ Guide: docs/testing.md.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from schedkit._lazy import lazy_attributes
 
 _LAZY = {
     "Call": "schedkit.testing.fakes",
@@ -36,14 +35,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'schedkit.testing' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)
