@@ -2,7 +2,9 @@
 request to the rank whose cache holds the longest prefix of it.
 
 Run ``python examples/kv_router/router.py`` for a self-contained demo (two ranks, each a
-RadixCache with a KvEventsPublisher, in this process), or point it at running schedulers::
+RadixCache with a KvEventsPublisher, in this process), ``--schedulers`` for two schedulers
+assembled from wiring.yaml as DP ranks 0 and 1 (in this process too), or point it at running
+schedulers::
 
     python examples/kv_router/router.py --endpoint tcp://127.0.0.1:5557 \\
         --replay-endpoint tcp://127.0.0.1:5600 --dp-size 2 --page-size 16 < requests.txt
@@ -13,17 +15,22 @@ which routes one request per input line (token ids separated by spaces).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
+import random
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 
 import attrs
 import msgspec
 import structlog
 import zmq
 
+import schedkit
 from components.kv_events_publisher import KvEventsPublisher, KvMetrics
 from components.metrics_reporter import SchedulerStats
 from components.parallel_state import ParallelState
@@ -183,7 +190,7 @@ class KvRouter:
         self._context.term()
 
 
-# -- demo: two ranks in this process --------------------------------------------------------
+# -- shared by the demos ---------------------------------------------------------------------
 
 
 def free_port_pair() -> int:
@@ -199,6 +206,56 @@ def free_port_pair() -> int:
                     continue
         return port
     raise OSError("no two consecutive free loopback ports found")
+
+
+def demo_config() -> KvEventsConfig:
+    """Base live and replay endpoints on free loopback ports, for two DP ranks."""
+    return KvEventsConfig(
+        endpoint=f"tcp://127.0.0.1:{free_port_pair()}",
+        replay_endpoint=f"tcp://127.0.0.1:{free_port_pair()}",
+    )
+
+
+def last_seq(publisher: KvEventsPublisher) -> int:
+    """The seq of the last batch ``publisher`` sent (-1 before the first)."""
+    publisher.flush()
+    return publisher.published + publisher.dropped - 1
+
+
+def caught_up(publishers: Sequence[KvEventsPublisher]) -> Callable[[KvRouter], bool]:
+    """A ``KvRouter.sync`` condition: the router has applied every batch of every rank."""
+
+    def done(router: KvRouter) -> bool:
+        return all(router.subscribers[p.dp_rank].last_seq == last_seq(p) for p in publishers)
+
+    return done
+
+
+def go_live(router: KvRouter, ranks: Sequence[tuple[RadixCache, KvEventsPublisher]]) -> None:
+    """Publish each (empty) cache's AllBlocksCleared until every subscription is live; a
+    subscriber that joins late then replays the rest from seq 0."""
+    deadline = time.monotonic() + 5
+    while not all(sub.last_seq is not None for sub in router.subscribers.values()):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the router's subscriptions never went live")
+        for cache, publisher in ranks:
+            cache.reset()
+            publisher.publish_kv_events()
+        router.poll(20)
+
+
+def describe(name: str, route: Route, loads: Mapping[int, int]) -> str:
+    """One routing decision as a line of the demo's output."""
+    why = "tie on prefix, by load" if route.tie_break else "longest prefix"
+    return f"{name:24s} -> rank {route.rank}  ({why}; pages {route.scores}, loads {dict(loads)})"
+
+
+def tokens(seed: int, n: int) -> list[int]:
+    """``n`` token ids that differ from other seeds' (a stand-in for a tokenized prompt)."""
+    return [1000 * seed + i for i in range(n)]
+
+
+# -- demo: two caches and publishers in this process ----------------------------------------
 
 
 class DemoRank:
@@ -223,24 +280,11 @@ class DemoRank:
         self.cache.insert(list(token_ids))
         self.publisher.publish_kv_events()
 
-    @property
-    def last_seq(self) -> int:
-        self.publisher.flush()
-        return self.publisher.published + self.publisher.dropped - 1
-
-
-def tokens(seed: int, n: int) -> list[int]:
-    """``n`` token ids that differ from other seeds' (a stand-in for a tokenized prompt)."""
-    return [1000 * seed + i for i in range(n)]
-
 
 def run_demo(out: Callable[[str], None] = print) -> list[tuple[str, Route]]:
     """Two ranks cache different system prompts; the router sends requests where their
     prefix is cached, and by load when no rank holds it. Returns (request, route) pairs."""
-    base, replay_base = free_port_pair(), free_port_pair()
-    config = KvEventsConfig(
-        endpoint=f"tcp://127.0.0.1:{base}", replay_endpoint=f"tcp://127.0.0.1:{replay_base}"
-    )
+    config = demo_config()
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         metrics_endpoint = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
@@ -252,34 +296,22 @@ def run_demo(out: Callable[[str], None] = print) -> list[tuple[str, Route]]:
     ranks: list[DemoRank] = []
     decisions: list[tuple[str, Route]] = []
 
-    def caught_up(r: KvRouter) -> bool:
-        return all(r.subscribers[i].last_seq == rank.last_seq for i, rank in enumerate(ranks))
-
     def send(name: str, token_ids: list[int]) -> None:
         loads = {r: router.load(r) for r in router.ranks}
         route = router.route(token_ids)
         decisions.append((name, route))
-        why = "tie on prefix, by load" if route.tie_break else "longest prefix"
-        out(f"{name:24s} -> rank {route.rank}  ({why}; pages {route.scores}, loads {loads})")
+        out(describe(name, route, loads))
 
     try:
         ranks += [DemoRank(rank, config, metrics_endpoint) for rank in (0, 1)]
-        # Each rank's constructor already queued AllBlocksCleared; publish it until the
-        # subscriptions are live (a late subscriber then replays from seq 0).
-        deadline = time.monotonic() + 5
-        while not all(sub.last_seq is not None for sub in router.subscribers.values()):
-            if time.monotonic() > deadline:
-                raise TimeoutError("the router's subscriptions never went live")
-            for rank in ranks:
-                rank.cache.reset()
-                rank.publisher.publish_kv_events()
-            router.poll(20)
+        go_live(router, [(rank.cache, rank.publisher) for rank in ranks])
+        in_sync = caught_up([rank.publisher for rank in ranks])
 
         system_a, system_b = tokens(1, 64), tokens(2, 64)
         for i in range(3):
             ranks[0].serve(system_a + tokens(10 + i, 40))
             ranks[1].serve(system_b + tokens(20 + i, 40))
-        router.sync(caught_up)
+        router.sync(in_sync)
         out(f"index: rank 0 holds {len(router.index.blocks(0))} pages, "
             f"rank 1 holds {len(router.index.blocks(1))}")  # fmt: skip
 
@@ -299,7 +331,7 @@ def run_demo(out: Callable[[str], None] = print) -> list[tuple[str, Route]]:
 
         ranks[0].cache.evict(4096)
         ranks[0].publisher.publish_kv_events()
-        router.sync(caught_up)
+        router.sync(in_sync)
         out(f"rank 0 evicted everything: it holds {len(router.index.blocks(0))} pages")
         send("system A again", system_a + tokens(33, 20))
     finally:
@@ -307,6 +339,140 @@ def run_demo(out: Callable[[str], None] = print) -> list[tuple[str, Route]]:
         for rank in ranks:
             rank.publisher.shutdown()
     return decisions
+
+
+# -- demo: two schedulers assembled from wiring.yaml ----------------------------------------
+
+WIRING = Path(__file__).resolve().parents[2] / "wiring.yaml"
+
+
+@attrs.frozen
+class Served:
+    """One request of the scheduler demo: its system-prompt family and where it went."""
+
+    family: str
+    req: schedkit.Req
+    route: Route
+
+
+@attrs.frozen
+class SchedulersRun:
+    """What ``run_schedulers`` did: every request in order, the router's index after the
+    last one, and each rank's tree cache (still readable after the schedulers shut down)."""
+
+    served: list[Served]
+    index: KvIndex
+    caches: list[RadixCache]
+
+
+def family_requests(
+    families: str = "ABC", per_family: int = 4, system_len: int = 256, seed: int = 0
+) -> list[tuple[str, schedkit.Req]]:
+    """Requests that start with one of a few shared system prompts (one per letter of
+    ``families``) and end with a question of their own, the families shuffled together."""
+    rng = random.Random(seed)
+    order = [family for family in families for _ in range(per_family)]
+    rng.shuffle(order)
+    numbers = dict.fromkeys(families, 0)
+    requests = []
+    for i, family in enumerate(order):
+        numbers[family] += 1
+        system = tokens(1 + families.index(family), system_len)
+        question = tokens(10 + i, rng.randint(17, 60))
+        req = schedkit.Req(
+            rid=f"{family}{numbers[family]}",
+            origin_input_ids=system + question,
+            sampling_params=schedkit.SamplingParams(max_new_tokens=8),
+        )
+        requests.append((family, req))
+    return requests
+
+
+@contextlib.contextmanager
+def environment(values: Mapping[str, str]) -> Iterator[None]:
+    """Set environment variables for the block, then restore what was there."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def build_schedulers(
+    config: KvEventsConfig, dp_size: int, stack: contextlib.ExitStack
+) -> list[schedkit.Assembly]:
+    """One scheduler per DP rank from the default wiring, differing only by the rank in their
+    parallel state; all get the same base endpoints, which each publisher offsets by its
+    rank. ``stack`` shuts them down."""
+    endpoints = {
+        "SCHEDKIT_KV_EVENTS_ENDPOINT": config.endpoint,
+        "SCHEDKIT_KV_REPLAY_ENDPOINT": config.replay_endpoint,
+    }
+    with environment(endpoints):  # wiring.yaml reads its KV-event endpoints from these
+        wirings = [
+            schedkit.load_wiring(
+                WIRING,
+                {"components": {"parallel_state": {"args": {"dp_size": dp_size, "dp_rank": rank}}}},
+            )
+            for rank in range(dp_size)
+        ]
+    return [stack.enter_context(schedkit.build(wiring)) for wiring in wirings]
+
+
+def run_schedulers(
+    out: Callable[[str], None] = print,
+    requests: Sequence[tuple[str, schedkit.Req]] | None = None,
+) -> SchedulersRun:
+    """Route a stream of requests (default: ``family_requests()``) over two schedulers, one
+    at a time: take in the ranks' events, route, submit, run both schedulers until idle.
+    Prints each decision and a per-rank summary."""
+    requests = family_requests() if requests is None else requests
+    config = demo_config()
+    served: list[Served] = []
+    with contextlib.ExitStack() as stack:
+        ranks = build_schedulers(config, 2, stack)
+        publishers = [rank["kv_events_publisher"] for rank in ranks]
+        router = KvRouter(
+            rank_endpoints(config.endpoint, config.replay_endpoint, len(ranks)),
+            page_size=ranks[0]["allocator"].page_size,  # hash pages as the caches do
+            topic=publishers[0].kv_events_config.topic,
+        )
+        stack.callback(router.close)
+        go_live(router, [(rank["tree_cache"], rank["kv_events_publisher"]) for rank in ranks])
+        in_sync = caught_up(publishers)
+
+        for family, req in requests:
+            router.sync(in_sync)
+            loads = {r: router.load(r) for r in router.ranks}
+            route = router.route(req.origin_input_ids)
+            ranks[route.rank]["scheduler"].submit(req)
+            for rank in ranks:
+                rank["scheduler"].run_until_idle()
+            name = f"{req.rid} (system {family})"
+            cached = f"{req.cached_tokens} of {len(req.origin_input_ids)} prompt tokens cached"
+            out(f"{describe(name, route, loads)}; {cached}")
+            served.append(Served(family, req, route))
+
+        router.sync(in_sync)
+        for r, rank in enumerate(ranks):
+            mine = [s for s in served if s.route.rank == r]
+            families = ", ".join(sorted({s.family for s in mine})) or "none"
+            cached = sum(s.req.cached_tokens for s in mine)
+            prompt = sum(len(s.req.origin_input_ids) for s in mine)
+            hit_rate = rank["metrics_reporter"].stats.cache_hit_rate
+            cache = rank["tree_cache"]
+            out(
+                f"rank {r}: {len(mine)} requests (system {families}), {cached} of {prompt} "
+                f"prompt tokens cached (hit rate {hit_rate:.0%}); the cache holds "
+                f"{cache.total_size() // cache.page_size} pages, the router's index "
+                f"{len(router.index.blocks(r))}"
+            )
+    return SchedulersRun(served, router.index, [rank["tree_cache"] for rank in ranks])
 
 
 def follow(args: argparse.Namespace) -> int:
@@ -333,7 +499,7 @@ def follow(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--endpoint", help="rank 0's live endpoint; omit for the demo")
+    parser.add_argument("--endpoint", help="rank 0's live endpoint; omit for a demo")
     parser.add_argument("--replay-endpoint", help="rank 0's replay endpoint")
     parser.add_argument("--metrics-endpoint", help="endpoint to bind for KvMetrics (PULL)")
     parser.add_argument("--dp-size", type=int, default=2)
@@ -341,8 +507,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warmup", type=float, default=1.0, help="seconds to follow the streams before routing"
     )
+    parser.add_argument(
+        "--schedulers",
+        action="store_true",
+        help="demo: route over two schedulers assembled from wiring.yaml in this process",
+    )
     args = parser.parse_args(argv)
+    if args.schedulers and args.endpoint is not None:
+        parser.error("--schedulers runs its own schedulers; leave out --endpoint")
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    if args.schedulers:
+        run_schedulers()
+        return 0
     if args.endpoint is None:
         run_demo()
         return 0

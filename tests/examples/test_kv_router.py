@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from schedkit.kv_events import (
     BlockStored,
     HistoryLost,
@@ -15,6 +17,7 @@ from schedkit.kv_events import (
     KvEventsConfig,
     PublisherRestarted,
     ZmqEventPublisher,
+    digest_to_int,
     page_hashes,
 )
 
@@ -111,3 +114,63 @@ def test_a_publisher_restart_clears_the_rank():
         for pub in (first, second):
             if pub is not None:
                 pub.shutdown()
+
+
+def cache_pages(cache) -> set[int]:
+    """Every page hash a RadixCache holds, read from its tree."""
+    held = set()
+    stack = list(cache.root.children.values())
+    while stack:
+        node = stack.pop()
+        held.update(digest_to_int(d) for d in node.digests)
+        stack.extend(node.children.values())
+    return held
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_two_schedulers_keep_each_prompt_family_on_the_rank_that_cached_it(seed):
+    requests = router.family_requests(families="ABC", per_family=4, system_len=256, seed=seed)
+    lines: list[str] = []
+    run = router.run_schedulers(out=lines.append, requests=requests)
+
+    assert [s.req for s in run.served] == [req for _, req in requests]
+    page_size = run.caches[0].page_size
+    assert page_size == 16  # the default wiring's allocator.page_size
+    first_rank: dict[str, int] = {}
+    for served in run.served:
+        req, route = served.req, served.route
+        assert len(req.output_ids) == 8, req.rid
+        if served.family not in first_rank:
+            first_rank[served.family] = route.rank
+            assert (route.matched_pages, req.cached_tokens) == (0, 0), req.rid
+        else:
+            assert route.rank == first_rank[served.family], req.rid
+            # The router hashed the whole system prompt as the chosen rank's cache did.
+            assert route.matched_pages == 256 // page_size, req.rid
+            assert req.cached_tokens == 256, req.rid
+    assert sorted(first_rank) == ["A", "B", "C"]
+    assert set(first_rank.values()) == {0, 1}  # both ranks got work
+
+    for rank, cache in enumerate(run.caches):
+        held = cache_pages(cache)
+        assert held
+        assert run.index.blocks(rank) == held
+    assert len(lines) == len(requests) + 2
+    assert lines[-2].startswith("rank 0: ") and lines[-1].startswith("rank 1: ")
+
+
+def test_two_schedulers_as_a_script():
+    result = subprocess.run(
+        [sys.executable, str(ROUTER), "--schedulers"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert sum("->" in line for line in lines) == 12
+    assert lines[-2].startswith("rank 0: ") and lines[-1].startswith("rank 1: ")
+
+
+def test_two_schedulers_take_no_endpoint(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        router.main(["--schedulers", "--endpoint", "tcp://127.0.0.1:5557"])
+    assert exit_info.value.code == 2
+    assert "--schedulers runs its own schedulers; leave out --endpoint" in capsys.readouterr().err
