@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from schedkit.kv_events.hashing import digest_to_int, page_digests
+from schedkit.kv_events.hashing import page_digests
 from schedkit.kv_events.structs import MEDIUM_GPU, AllBlocksCleared, BlockRemoved, BlockStored
 
 __all__ = ["EventRecorder"]
@@ -34,27 +34,23 @@ class EventRecorder:
     ) -> None:
         """Queue one ``BlockStored`` per page, in order, each linked to the page before it."""
         page_size = self.page_size
-        parent = None if parent_digest is None else digest_to_int(parent_digest)
-        queue = self._queue
-        for i, digest in enumerate(digests):
-            block_hash = digest_to_int(digest)
-            page = token_ids[i * page_size : (i + 1) * page_size]
-            queue.append(
-                BlockStored(
-                    block_hashes=[block_hash],
-                    parent_block_hash=parent,
-                    token_ids=page,
-                    block_size=len(page),
-                    lora_id=None,
-                    medium=MEDIUM_GPU,
-                )
-            )
+        from_bytes = int.from_bytes
+        parent = (
+            None if parent_digest is None else from_bytes(parent_digest[:8], "big", signed=True)
+        )
+        append = self._queue.append
+        start = 0
+        for digest in digests:
+            block_hash = from_bytes(digest[:8], "big", signed=True)
+            page = token_ids[start : start + page_size]
+            append(BlockStored([block_hash], parent, page, page_size, None, MEDIUM_GPU))
             parent = block_hash
+            start += page_size
 
     def removed(self, digests: list[bytes]) -> None:
         """Queue one ``BlockRemoved`` carrying the hashes of a removed node's pages."""
-        hashes = [digest_to_int(d) for d in digests]
-        self._queue.append(BlockRemoved(block_hashes=hashes, medium=MEDIUM_GPU))
+        hashes = [int.from_bytes(d[:8], "big", signed=True) for d in digests]
+        self._queue.append(BlockRemoved(hashes, MEDIUM_GPU))
 
     def cleared(self) -> None:
         """Queue ``AllBlocksCleared``."""

@@ -62,11 +62,9 @@ def page_digests(
     step = 4 * page_size
     end = (len(token_ids) // page_size) * step
     digests = []
-    prev = parent_digest
+    prev = parent_digest if parent_digest is not None else b""
     for start in range(0, end, step):
-        h = _sha256(prev) if prev is not None else _sha256()
-        h.update(raw[start : start + step])
-        prev = h.digest()
+        prev = _sha256(prev + raw[start : start + step]).digest()
         digests.append(prev)
     return digests
 
