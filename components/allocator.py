@@ -30,12 +30,20 @@ class TokenToKVPoolAllocator:
     returns the pages those slots lie on (freeing any slot of a page frees the whole page, as in
     SGLang). Freeing a slot whose page is not allocated, a slot outside the pool, or the same
     slot twice in one call raises ``ValueError`` and leaves the allocator unchanged.
+
+    Allocated pages are kept in a set updated with bulk set operations, and a list of whole
+    pages is recognised by one list comparison, so ``alloc`` and ``free`` run no Python code per
+    slot (other slot lists, such as a trailing partial page, take a per-slot path). The checks
+    that say what was wrong with a rejected ``free`` run only when it is rejected.
     """
 
     size: int
     page_size: int = 1
     _free_pages: list[int] = attrs.field(init=False, repr=False, factory=list)
     _held_pages: set[int] = attrs.field(init=False, repr=False, factory=set)
+    # The slots of each page as one tuple per page (page_size > 1): building slot lists from
+    # these copies references instead of creating a new int object per slot.
+    _page_slots: list[tuple[int, ...]] = attrs.field(init=False, repr=False, factory=list)
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.page_size, int) or self.page_size < 1:
@@ -45,6 +53,11 @@ class TokenToKVPoolAllocator:
                 f"size must be a non-negative multiple of page_size={self.page_size}, "
                 f"got {self.size!r}"
             )
+        if self.page_size > 1:
+            slots = range(self.size)
+            self._page_slots = [
+                tuple(slots[i : i + self.page_size]) for i in range(0, self.size, self.page_size)
+            ]
         self.clear()
 
     def alloc(self, n: int) -> list[int] | None:
@@ -65,37 +78,28 @@ class TokenToKVPoolAllocator:
         self._held_pages.update(pages)
         if page_size == 1:
             return pages
-        starts = [p * page_size for p in pages]
-        return list(chain.from_iterable(map(range, starts, [s + page_size for s in starts])))
+        return list(chain.from_iterable(map(self._page_slots.__getitem__, pages)))
 
     def free(self, indices: Sequence[int]) -> None:
         """Return the pages of ``indices`` to the pool."""
         if not len(indices):
             return
         page_size = self.page_size
-        distinct = set(indices)
-        if len(distinct) != len(indices):
-            raise ValueError(f"free got the same slot more than once: {_sample(indices)}")
-        if min(distinct) < 0 or max(distinct) >= self.size:
-            raise ValueError(
-                f"free got slots outside the pool: valid slots are 0..{self.size - 1}, "
-                f"got {_sample(i for i in distinct if not 0 <= i < self.size)}"
-            )
         if page_size == 1:
-            pages = distinct
-            order = indices
+            pages = indices
         else:
-            order = list(dict.fromkeys(i // page_size for i in indices))
-            pages = set(order)
+            pages = self._pages_of(indices)
+            if pages is None:
+                raise ValueError(self._free_error(indices))
         held = self._held_pages
-        if not pages <= held:
-            stray = sorted(pages - held)
-            raise ValueError(
-                "free got slots that are not allocated (double free or a slot never handed "
-                f"out): pages {_sample(stray)} of page_size {page_size}"
-            )
-        held -= pages
-        self._free_pages.extend(order)
+        if held.issuperset(pages):
+            before = len(held)
+            held.difference_update(pages)
+            if before - len(held) == len(pages):
+                self._free_pages.extend(pages)
+                return
+            held.update(pages)  # a page was listed twice: undo
+        raise ValueError(self._free_error(indices))
 
     def available_size(self) -> int:
         """The number of free slots."""
@@ -107,6 +111,43 @@ class TokenToKVPoolAllocator:
         # Pages are taken from the end of the list: keep it descending so slot 0 goes first.
         self._free_pages = list(range(num_pages - 1, -1, -1))
         self._held_pages = set()
+
+    def _pages_of(self, indices: Sequence[int]) -> list[int] | None:
+        """The distinct pages of ``indices`` in first-seen order; None if a slot is repeated.
+
+        Whole pages listed slot by slot (what ``alloc`` hands out and the caches give back)
+        are recognised by one list comparison, without a per-slot Python loop.
+        """
+        page_size = self.page_size
+        if isinstance(indices, list) and not len(indices) % page_size:
+            pages = [i // page_size for i in indices[::page_size]]
+            if min(pages) >= 0:
+                try:
+                    whole = list(chain.from_iterable(map(self._page_slots.__getitem__, pages)))
+                except IndexError:  # a slot beyond the pool: let free report it
+                    whole = None
+                if indices == whole:
+                    return pages  # a repeated page shows up in free's count check
+        if len(set(indices)) != len(indices):
+            return None
+        return list(dict.fromkeys(i // page_size for i in indices))
+
+    def _free_error(self, indices: Sequence[int]) -> str:
+        """Why ``free(indices)`` is rejected (called only when it is)."""
+        page_size = self.page_size
+        distinct = set(indices)
+        if len(distinct) != len(indices):
+            return f"free got the same slot more than once: {_sample(indices)}"
+        if min(distinct) < 0 or max(distinct) >= self.size:
+            return (
+                f"free got slots outside the pool: valid slots are 0..{self.size - 1}, "
+                f"got {_sample(i for i in distinct if not 0 <= i < self.size)}"
+            )
+        stray = sorted({i // page_size for i in distinct} - self._held_pages)
+        return (
+            "free got slots that are not allocated (double free or a slot never handed "
+            f"out): pages {_sample(stray)} of page_size {page_size}"
+        )
 
 
 def _sample(values, limit: int = 8) -> str:

@@ -105,26 +105,43 @@ class BatchResultProcessor:
         """Append one token per request, release finished requests, stream, report."""
         reqs, tokens = batch.reqs, result.next_token_ids
         _check_lengths(reqs, tokens)
-        if None in tokens:
+        missing = None in tokens
+        if missing:
             reqs, tokens = self._abort_missing(reqs, tokens)
         self.increment_generated_tokens(len(reqs))
         tree_cache, eos = self.tree_cache, self.eos_token_id
+        check_eos = eos is not None
+        now = self.now() if self.now is not None else None
+        # Requests that got their last token at the same step share one gap object.
+        last_seen = gap = None
         for req, tok in zip(reqs, tokens, strict=True):
             out = req.output_ids
             out.append(tok)
+            if now is not None:
+                last = req.last_token_time
+                if last is not None:
+                    if last is not last_seen:
+                        last_seen, gap = last, now - last
+                    req.itl.append(gap)
+                req.last_token_time = now
             params = req.sampling_params
             # The common case (not finished) without a call to req.check_finished.
             if (
                 len(out) < params.max_new_tokens
-                and (tok != eos or params.ignore_eos)
+                and not (check_eos and tok == eos and not params.ignore_eos)
                 and not params.stop_token_ids
             ):
                 continue
             req.check_finished(eos)
             if req.finished_reason is not None:
+                if now is not None and req.finish_time is None:
+                    req.finish_time = now
                 cache_finished_req(tree_cache, req)
-        if self.now is not None:
-            self._stamp_decode(batch.reqs, self.now())
+        if missing and now is not None:
+            # Requests aborted for a missing token that are still in the batch are stamped
+            # too (finish time, and the step's inter-token latency).
+            kept = set(reqs)
+            self._stamp_decode([r for r in batch.reqs if r not in kept], now)
         self.output_streamer.stream_output(batch.reqs, False)
         self.advance_forward_ct_decode()
         self.report_decode_stats(batch)

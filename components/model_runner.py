@@ -57,21 +57,10 @@ _TABLE_MASK = TOKEN_TABLE_SIZE - 1
 _MAX_CACHED_RIDS = 1 << 16
 
 
-class _Offsets(dict):
-    """rid -> offset into the token table, computed on first use."""
-
-    __slots__ = ("seed",)
-
-    def __init__(self, seed: int) -> None:
-        super().__init__()
-        self.seed = seed
-
-    def __missing__(self, rid: str) -> int:
-        if len(self) >= _MAX_CACHED_RIDS:
-            self.clear()
-        digest = hashlib.blake2b(f"{self.seed}:{rid}".encode(), digest_size=4).digest()
-        offset = self[rid] = int.from_bytes(digest, "little")
-        return offset
+def _offset(seed: int, rid: str) -> int:
+    """Where request ``rid`` starts reading the token table."""
+    digest = hashlib.blake2b(f"{seed}:{rid}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little")
 
 
 @component("simulated_model_runner")
@@ -93,7 +82,8 @@ class SimulatedModelRunner:
 
     _time: float = attrs.field(init=False, default=0.0)
     _start: float = attrs.field(init=False, default=0.0)
-    _offsets: _Offsets | None = attrs.field(init=False, default=None)
+    # rid -> _offset(seed, rid), a plain dict (its lookups are the fastest) filled on first use.
+    _offsets: dict[str, int] = attrs.field(init=False, factory=dict)
     _table: list[int] = attrs.field(init=False, factory=list)
 
     def __attrs_post_init__(self) -> None:
@@ -120,7 +110,6 @@ class SimulatedModelRunner:
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)}")
-        self._offsets = _Offsets(self.seed)
         self._table = self._build_table()
         self._start = time.monotonic()
 
@@ -157,7 +146,10 @@ class SimulatedModelRunner:
         reqs = batch.reqs
         table, offsets = self._table, self._offsets
         if batch.forward_mode == ForwardMode.DECODE:
-            tokens = [table[offsets[r.rid] + len(r.output_ids) & _TABLE_MASK] for r in reqs]
+            try:
+                tokens = [table[offsets[r.rid] + len(r.output_ids) & _TABLE_MASK] for r in reqs]
+            except KeyError:
+                tokens = [self.token(r.rid, len(r.output_ids)) for r in reqs]
             cost = 0.0 if self.zero_cost else self.decode_cost(reqs)
         elif batch.forward_mode == ForwardMode.EXTEND:
             tokens = [
@@ -195,4 +187,9 @@ class SimulatedModelRunner:
 
     def token(self, rid: str, position: int) -> int:
         """The token at output ``position`` of request ``rid`` (deterministic for the seed)."""
-        return self._table[self._offsets[rid] + position & _TABLE_MASK]
+        offset = self._offsets.get(rid)
+        if offset is None:
+            if len(self._offsets) >= _MAX_CACHED_RIDS:
+                self._offsets.clear()
+            offset = self._offsets[rid] = _offset(self.seed, rid)
+        return self._table[offset + position & _TABLE_MASK]

@@ -99,32 +99,44 @@ class OutputStreamer:
         if not due and not (is_idle_batch and self.parallel_state.enable_dp_attention):
             return
 
-        rids, finished_reasons, output_ids = [], [], []
-        prompt_tokens, completion_tokens, cached_tokens, details = [], [], [], []
-        get_details = self.get_cached_tokens_details
+        output_ids = []
         for req in due:
             ids = req.output_ids
-            rids.append(req.rid)
-            finished_reasons.append(req.finished_reason)
             output_ids.append(ids[req.send_token_offset :])
             req.send_token_offset = len(ids)
-            prompt_tokens.append(len(req.origin_input_ids))
-            completion_tokens.append(len(ids))
-            cached_tokens.append(req.cached_tokens)
-            details.append(get_details(req))
         self.sender.send(
             BatchTokenIDOutput(
-                rids=rids,
-                finished_reasons=finished_reasons,
+                rids=[req.rid for req in due],
+                finished_reasons=[req.finished_reason for req in due],
                 output_ids=output_ids,
-                prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens,
-                cached_tokens=cached_tokens,
-                cached_tokens_details=details,
+                prompt_tokens=[len(req.origin_input_ids) for req in due],
+                completion_tokens=[req.send_token_offset for req in due],
+                cached_tokens=[req.cached_tokens for req in due],
+                cached_tokens_details=self._details(due),
                 dp_rank=self.parallel_state.dp_rank,
                 load=self.get_load() if any_finished and self.get_load is not None else None,
             )
         )
+
+    def _details(self, reqs: list[Req]) -> list[dict | None]:
+        """``get_cached_tokens_details`` of each request, reading the storage flag once."""
+        storage_enabled = self.enable_hicache_storage()
+        details: list[dict | None] = []
+        for req in reqs:
+            device, host, storage = (
+                req.cached_tokens_device,
+                req.cached_tokens_host,
+                req.cached_tokens_storage,
+            )
+            if storage_enabled or storage > 0:
+                details.append(self._details_with_storage(req, storage_enabled))
+            elif device > 0 or host > 0:
+                details.append({"device": device, "host": host})
+            elif req.cached_tokens > 0:
+                details.append({"device": req.cached_tokens, "host": 0})
+            else:
+                details.append(None)
+        return details
 
     def _stream_output_embedding(self, reqs: list[Req]) -> None:
         done = [req for req in reqs if req.finished_reason is not None and not req.finished_output]
@@ -138,7 +150,7 @@ class OutputStreamer:
                 finished_reasons=[req.finished_reason for req in done],
                 prompt_tokens=[len(req.origin_input_ids) for req in done],
                 cached_tokens=[req.cached_tokens for req in done],
-                cached_tokens_details=[self.get_cached_tokens_details(req) for req in done],
+                cached_tokens_details=self._details(done),
                 dp_rank=self.parallel_state.dp_rank,
             )
         )
@@ -150,6 +162,9 @@ class OutputStreamer:
         ``storage`` (and ``storage_backend``) with hierarchical-cache storage;
         ``{"device": cached_tokens, "host": 0}`` when only the total is known.
         """
+        return self._details_with_storage(req, self.enable_hicache_storage())
+
+    def _details_with_storage(self, req: Req, storage_enabled: bool) -> dict | None:
         device, host, storage = (
             req.cached_tokens_device,
             req.cached_tokens_host,
@@ -157,7 +172,6 @@ class OutputStreamer:
         )
         if device > 0 or host > 0 or storage > 0:
             details: dict[str, int | str] = {"device": device, "host": host}
-            storage_enabled = self.enable_hicache_storage()
             # A storage hit can be reported by another node even when this one has no storage.
             if storage > 0 or storage_enabled:
                 details["storage"] = storage

@@ -14,9 +14,9 @@ KV slots are plain ints handed out by a ``TokenToKVPoolAllocator``. Ownership ru
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections.abc import Callable, Sequence
+from heapq import heapify, heappop, heappush
 
 import attrs
 
@@ -92,10 +92,16 @@ def match_len(node_key: list[int], key: list[int], pos: int, page_size: int) -> 
     n = min(len(node_key), len(key) - pos)
     if node_key[:n] == key[pos : pos + n]:
         return n - n % page_size
-    i = 0
-    while node_key[i] == key[pos + i]:
-        i += 1
-    return i - i % page_size
+    # Bisect for the first difference with slice comparisons (C loops), not token by token:
+    # the first ``lo`` tokens are equal and the first ``hi`` are not.
+    lo, hi = 0, n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if node_key[lo:mid] == key[pos + lo : pos + mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo - lo % page_size
 
 
 def make_pool(
@@ -150,7 +156,14 @@ class RadixCache:
     root: TreeNode | None = attrs.field(init=False, repr=False, default=None)
     _evictable_size: int = attrs.field(init=False, repr=False, default=0)
     _protected_size: int = attrs.field(init=False, repr=False, default=0)
-    _evictable_leaves: set[TreeNode] = attrs.field(init=False, repr=False, factory=set)
+    # Eviction candidates, lazily maintained: (last_access_time, seq, node) pushed whenever a
+    # node becomes an unlocked leaf. An entry is stale when its node has since been locked,
+    # got children or left the tree (dropped when popped) or was used again (pushed again
+    # with its new time when popped). Every unlocked leaf has an entry no newer than its
+    # last use, so popping yields leaves in least-recently-used order.
+    _heap: list[tuple[int, int, TreeNode]] = attrs.field(init=False, repr=False, factory=list)
+    _num_nodes: int = attrs.field(init=False, repr=False, default=0)
+    _seq: Callable[[], int] = attrs.field(init=False, repr=False)
     _events: EventRecorder | None = attrs.field(init=False, repr=False, default=None)
     _tick: Callable[[], int] = attrs.field(init=False, repr=False)
     _child_key: Callable[[list[int], int], object] = attrs.field(init=False, repr=False)
@@ -161,6 +174,7 @@ class RadixCache:
         if self.enable_kv_cache_events:
             self._events = EventRecorder(self.page_size, self.namespace)
         self._tick = itertools.count().__next__
+        self._seq = itertools.count().__next__
         self._child_key = child_key_fn(self.page_size)
         self.reset()
 
@@ -173,18 +187,25 @@ class RadixCache:
         node = self.root
         if self.disable:
             return MatchResult([], node)
-        key = list(key)
-        end = len(key) - len(key) % self.page_size
+        if type(key) is not list:
+            key = list(key)
+        page_size, tick = self.page_size, self._tick
+        end = len(key) - len(key) % page_size
         pos = 0
         indices: list[int] = []
         while pos < end:
-            child = node.children.get(self._child_key(key, pos))
+            if page_size == 1:
+                child = node.children.get(key[pos])
+            else:
+                child = node.children.get(tuple(key[pos : pos + page_size]))
             if child is None:
                 break
-            m = match_len(child.key, key, pos, self.page_size)
-            if m < len(child.key):
+            child_key = child.key
+            m = len(child_key)
+            if key[pos : pos + m] != child_key:
+                m = match_len(child_key, key, pos, page_size)
                 child = self._split(child, m)
-            child.last_access_time = self._tick()
+            child.last_access_time = tick()
             indices += child.value
             node = child
             pos += m
@@ -197,9 +218,11 @@ class RadixCache:
         what afterwards); without it the cache allocates slots for the new part, evicting if
         needed, and raises ``OutOfKVSlotsError`` if the pool cannot supply them.
         """
-        key = list(key)
+        if type(key) is not list:
+            key = list(key)
         if value is not None:
-            value = list(value)
+            if type(value) is not list:
+                value = list(value)
             if len(value) != len(key):
                 raise ValueError(
                     f"value has {len(value)} slots for {len(key)} tokens; give one slot per token"
@@ -208,17 +231,22 @@ class RadixCache:
             if value:
                 self.allocator.free(value)
             return 0
-        end = len(key) - len(key) % self.page_size
+        page_size, tick = self.page_size, self._tick
+        end = len(key) - len(key) % page_size
         to_free = value[end:] if value is not None else []
         node, pos = self.root, 0
         while pos < end:
-            child = node.children.get(self._child_key(key, pos))
+            if page_size == 1:
+                child = node.children.get(key[pos])
+            else:
+                child = node.children.get(tuple(key[pos : pos + page_size]))
             if child is None:
                 break
-            m = match_len(child.key, key, pos, self.page_size)
-            if m < len(child.key):
+            m = len(child.key)
+            if pos + m > end or key[pos : pos + m] != child.key:
+                m = match_len(child.key, key, pos, page_size)
                 child = self._split(child, m)
-            child.last_access_time = self._tick()
+            child.last_access_time = tick()
             if value is not None:
                 given = value[pos : pos + m]
                 if given != child.value:
@@ -252,7 +280,6 @@ class RadixCache:
         while node is not root:
             if node.lock_ref == 0:
                 delta -= len(node.key)
-                self._evictable_leaves.discard(node)
             node.lock_ref += 1
             node = node.parent
         self._evictable_size += delta
@@ -267,12 +294,12 @@ class RadixCache:
             raise ValueError(f"dec_lock_ref on {node!r}, which holds no lock in this cache")
         delta = 0
         root = self.root
+        if node.lock_ref == 1 and not node.children:
+            self._push(node)  # an unlocked leaf from now on
         while node is not root:
             node.lock_ref -= 1
             if node.lock_ref == 0:
                 delta += len(node.key)
-                if not node.children:
-                    self._evictable_leaves.add(node)
             node = node.parent
         self._evictable_size += delta
         self._protected_size -= delta
@@ -286,15 +313,17 @@ class RadixCache:
         """
         if self.disable or num_tokens <= 0:
             return 0
-        heap = [(leaf.last_access_time, leaf) for leaf in self._evictable_leaves]
-        heapq.heapify(heap)
+        heap = self._heap
         evicted = 0
         while evicted < num_tokens and heap:
-            _, leaf = heapq.heappop(heap)
+            used, _, leaf = heappop(heap)
+            if leaf.value is None or leaf.lock_ref or leaf.children:
+                continue  # stale: evicted, locked or no longer a leaf
+            if used != leaf.last_access_time:
+                self._push(leaf)  # used since it was queued
+                continue
             evicted += len(leaf.key)
-            parent = self._delete_leaf(leaf)
-            if parent in self._evictable_leaves:
-                heapq.heappush(heap, (parent.last_access_time, parent))
+            self._delete_leaf(leaf)
         return evicted
 
     def evictable_size(self) -> int:
@@ -326,7 +355,8 @@ class RadixCache:
         self.root.lock_ref = 1
         self._evictable_size = 0
         self._protected_size = 0
-        self._evictable_leaves = set()
+        self._heap = []
+        self._num_nodes = 0
         if self._events is not None:
             self._events.cleared()
 
@@ -370,6 +400,7 @@ class RadixCache:
             child.digests = digests[cut:]
         child.parent = upper
         child.last_access_time = self._tick()
+        self._num_nodes += 1
         return upper
 
     def _add_leaf(
@@ -378,20 +409,41 @@ class RadixCache:
         leaf = TreeNode(key, value, parent, digests, self._tick())
         parent.children[self._child_key(key, 0)] = leaf
         self._evictable_size += len(key)
-        self._evictable_leaves.discard(parent)
-        self._evictable_leaves.add(leaf)
+        self._num_nodes += 1
+        self._push(leaf)
         if self._events is not None:
             self._events.stored(key, digests, parent.digests[-1] if parent.digests else None)
 
-    def _delete_leaf(self, leaf: TreeNode) -> TreeNode:
+    def _delete_leaf(self, leaf: TreeNode) -> None:
         if self._events is not None:
             self._events.removed(leaf.digests)
         self.allocator.free(leaf.value)
         parent = leaf.parent
         del parent.children[self._child_key(leaf.key, 0)]
         self._evictable_size -= len(leaf.key)
-        self._evictable_leaves.discard(leaf)
+        self._num_nodes -= 1
         leaf.value = None
         if not parent.children and parent.lock_ref == 0:
-            self._evictable_leaves.add(parent)
-        return parent
+            self._push(parent)
+
+    def _push(self, node: TreeNode) -> None:
+        """Queue ``node``, which just became (or still is) an unlocked leaf, for eviction."""
+        heap = self._heap
+        if len(heap) > 2 * self._num_nodes + 64:
+            # Mostly stale entries: rebuild from the tree (amortised over the pushes since).
+            heap[:] = [
+                (n.last_access_time, self._seq(), n)
+                for n in self._nodes()
+                if not n.children and not n.lock_ref
+            ]
+            heapify(heap)
+        heappush(heap, (node.last_access_time, self._seq(), node))
+
+    def _nodes(self) -> list[TreeNode]:
+        """Every node of the tree but the root."""
+        nodes, stack = [], list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            nodes.append(node)
+            stack.extend(node.children.values())
+        return nodes

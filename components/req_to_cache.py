@@ -14,7 +14,17 @@ from typing import Any
 
 from schedkit.schedule_batch import Req
 
-__all__ = ["cache_finished_req", "cache_unfinished_req"]
+__all__ = ["cache_finished_req", "cache_unfinished_req", "fill_ids_prefix"]
+
+
+def fill_ids_prefix(req: Req, n: int) -> list[int]:
+    """``req.fill_ids[:n]`` (``n`` may be negative) built with a single copy of the prompt."""
+    origin = req.origin_input_ids
+    if n < 0:
+        n = max(0, n + len(origin) + len(req.output_ids))
+    if n <= len(origin):
+        return origin[:n]
+    return origin + req.output_ids[: n - len(origin)]
 
 
 def cache_finished_req(tree_cache: Any, req: Req) -> None:
@@ -26,7 +36,7 @@ def cache_finished_req(tree_cache: Any, req: Req) -> None:
     """
     kv = req.kv_indices
     if kv:
-        tree_cache.insert(req.fill_ids[: len(kv)], kv)
+        tree_cache.insert(fill_ids_prefix(req, len(kv)), kv)
     if req.last_node is not None:
         tree_cache.dec_lock_ref(req.last_node)
     req.kv_indices = []
@@ -47,7 +57,7 @@ def cache_unfinished_req(tree_cache: Any, req: Req) -> None:
     kv = req.kv_indices
     n = len(kv)
     aligned = n - n % tree_cache.page_size
-    key = req.fill_ids[:aligned]
+    key = fill_ids_prefix(req, aligned)
     tree_cache.insert(key, kv[:aligned])
     match = tree_cache.match_prefix(key)
     tree_cache.inc_lock_ref(match.last_node)

@@ -3,17 +3,33 @@
 A policy sorts the waiting queue in place before each prefill batch is formed. ``fcfs`` keeps
 the queue order (arrival order; the scheduler puts retracted requests back at the front).
 ``lpm`` (longest prefix match, SGLang's default) puts the requests with the longest cached
-prefix first, so that they are admitted while their prefix is still in the cache.
+prefix first, so that they are admitted while their prefix is still in the cache, and holds
+back requests that would recompute an uncached prefix another waiting request is about to
+compute (in-batch prefix caching).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Protocol
 
+from components.req_to_cache import fill_ids_prefix
 from schedkit.component import component
 from schedkit.schedule_batch import Req
 
-__all__ = ["FCFSPolicy", "LPMPolicy", "SchedulePolicy"]
+__all__ = [
+    "IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD",
+    "IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD",
+    "FCFSPolicy",
+    "LPMPolicy",
+    "SchedulePolicy",
+]
+
+# SGLang's defaults: requests with at most this many cached tokens are checked against the
+# other waiting requests...
+IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD = 32
+# ...and sorted last when they share at least this many leading tokens with an earlier one.
+IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD = 32
 
 
 class SchedulePolicy(Protocol):
@@ -33,33 +49,71 @@ class FCFSPolicy:
 
 @component("lpm")
 class LPMPolicy:
-    """Longest prefix match first.
+    """Longest prefix match first, with SGLang's in-batch prefix caching.
 
-    Each waiting request's prompt and output so far is matched against ``tree_cache`` (the
-    match length is stored in ``req.prefix_len``) and the queue is sorted by that length,
-    longest first; ties keep their order. Matching costs time linear in the queue, so above
-    ``max_queue_for_prefix_match`` waiting requests the queue is left in FCFS order, as SGLang
-    does above 128.
+    Each waiting request's prompt and output so far (all but the last token, which is always
+    computed) is matched against ``tree_cache``; the match length is stored in
+    ``req.prefix_len`` and the queue is sorted by it, longest first (ties keep their order).
+
+    In-batch prefix caching: when several waiting requests share a prefix that is not cached
+    yet, admitting them together computes it several times. So a request whose cached prefix
+    is at most ``in_batch_check_threshold`` tokens is also matched against the requests seen
+    before it in this pass (SGLang keeps those in a temporary radix tree); if it shares at
+    least ``in_batch_deprioritize_threshold`` leading tokens with one of them it is sorted
+    after all the others for this pass, so that the first of them is prefilled, its prefix
+    cached, and the rest match it at a later pass. Otherwise its tokens join the temporary
+    tree. Only whether that in-batch match reaches the threshold matters, and it does exactly
+    when the first ``in_batch_deprioritize_threshold`` tokens equal those of a request in the
+    tree, so a set of those leading tokens stands in for the tree.
+
+    Matching costs time linear in the queue, so above ``max_queue_for_prefix_match`` waiting
+    requests the queue is left in FCFS order, as SGLang does above 128.
     """
 
     tree_cache: Any
     max_queue_for_prefix_match: int = 128
+    in_batch_check_threshold: int = IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD
+    in_batch_deprioritize_threshold: int = IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD
 
     def __attrs_post_init__(self) -> None:
         if self.max_queue_for_prefix_match < 0:
             raise ValueError(
                 f"max_queue_for_prefix_match must be >= 0, got {self.max_queue_for_prefix_match}"
             )
+        if not isinstance(self.in_batch_check_threshold, int) or self.in_batch_check_threshold < 0:
+            raise ValueError(
+                "in_batch_check_threshold must be an integer >= 0 (tokens), got "
+                f"{self.in_batch_check_threshold!r}"
+            )
+        threshold = self.in_batch_deprioritize_threshold
+        if not isinstance(threshold, int) or threshold < 1:
+            raise ValueError(
+                f"in_batch_deprioritize_threshold must be an integer >= 1 (tokens), got "
+                f"{threshold!r}"
+            )
 
     def calc_priority(self, waiting_queue: list[Req]) -> None:
-        """Sort by cached prefix length, longest first (FCFS above the queue threshold)."""
+        """Sort by cached prefix length, longest first, requests that share an uncached
+        prefix with an earlier one last (FCFS above the queue threshold)."""
         if len(waiting_queue) > self.max_queue_for_prefix_match:
             return
         match_prefix = self.tree_cache.match_prefix
+        check, head_len = self.in_batch_check_threshold, self.in_batch_deprioritize_threshold
+        in_batch: set[tuple[int, ...]] = set()  # leading tokens of the temporary tree's keys
+        deprioritized: set[Req] = set()
         for req in waiting_queue:
-            # The last token is always computed (its logits give the next token).
-            req.prefix_len = len(match_prefix(req.fill_ids[:-1]).device_indices)
-        waiting_queue.sort(key=_neg_prefix_len)
+            prefix_ids = fill_ids_prefix(req, -1)
+            req.prefix_len = len(match_prefix(prefix_ids).device_indices)
+            if req.prefix_len <= check and len(prefix_ids) >= head_len:
+                head = tuple(prefix_ids[:head_len])
+                if head in in_batch:
+                    deprioritized.add(req)
+                else:
+                    in_batch.add(head)
+        if deprioritized:
+            waiting_queue.sort(key=lambda r: math.inf if r in deprioritized else -r.prefix_len)
+        else:
+            waiting_queue.sort(key=_neg_prefix_len)
 
 
 def _neg_prefix_len(req: Req) -> int:

@@ -24,13 +24,13 @@ from typing import Any, Literal
 import attrs
 import structlog
 
-from components.req_to_cache import cache_finished_req
+from components.req_to_cache import cache_finished_req, fill_ids_prefix
 from components.schedule_policy import SchedulePolicy
 from schedkit.component import component
 from schedkit.io_struct import ControlReply
 from schedkit.schedule_batch import FinishAbort, ForwardMode, Req, ScheduleBatch
 
-__all__ = ["CLIP_MAX_NEW_TOKENS", "MIN_EVICT_FRACTION", "RETRACT_DECODE_STEPS", "Scheduler"]
+__all__ = ["CLIP_MAX_NEW_TOKENS", "RETRACT_DECODE_STEPS", "Scheduler"]
 
 log = structlog.get_logger(__name__)
 
@@ -38,9 +38,6 @@ log = structlog.get_logger(__name__)
 CLIP_MAX_NEW_TOKENS = 4096
 # After a retraction, the remaining requests must have room for this many decode steps.
 RETRACT_DECODE_STEPS = 20
-# When the pool is short, evict at least this fraction of it at once: an eviction pass scans
-# every cached leaf, so evicting a few slots at every step would pay for that scan every step.
-MIN_EVICT_FRACTION = 1 / 32
 
 
 def _noop() -> None:
@@ -86,7 +83,6 @@ class Scheduler:
     num_retracted: int = attrs.field(init=False, default=0)
     finished_count: int = attrs.field(init=False, default=0)
     _page_size: int = attrs.field(init=False, default=1)
-    _min_evict: int = attrs.field(init=False, default=1)
     _ratio_decay: float = attrs.field(init=False, default=0.0)
     # Set when admission failed for lack of KV room; cleared when a request leaves or arrives.
     _prefill_blocked: bool = attrs.field(init=False, default=False)
@@ -112,7 +108,6 @@ class Scheduler:
                 "need 0 <= min_new_token_ratio <= init_new_token_ratio <= 1, got "
                 f"{self.min_new_token_ratio} and {self.init_new_token_ratio}"
             )
-        self._min_evict = max(1, int(self.allocator.size * MIN_EVICT_FRACTION))
         self.new_token_ratio = self.init_new_token_ratio
         self._ratio_decay = (
             self.init_new_token_ratio - self.min_new_token_ratio
@@ -331,10 +326,10 @@ class Scheduler:
                 break
             if len(running) + len(batch.reqs) >= self.max_running_requests:
                 break
-            fill_ids = req.fill_ids
-            match = tree_cache.match_prefix(fill_ids[:-1])
+            seqlen = req.seqlen
+            match = tree_cache.match_prefix(fill_ids_prefix(req, -1))
             pre = len(match.device_indices)
-            ext = len(fill_ids) - pre
+            ext = seqlen - pre
             if ext > rem_input and batch.reqs:
                 break
             tree_cache.inc_lock_ref(match.last_node)
@@ -343,7 +338,7 @@ class Scheduler:
                 ext = rem_chunk - rem_chunk % self._page_size
             req.kv_indices = match.device_indices
             if (
-                len(fill_ids) - pre + _remaining_new(req) > rem_total
+                seqlen - pre + _remaining_new(req) > rem_total
                 or ext <= 0
                 or not self._alloc_extend(req, ext)
             ):
@@ -370,29 +365,56 @@ class Scheduler:
         batch = self.running_batch
         if not batch.reqs:
             return None
-        if self._ensure_free(self._decode_need(batch.reqs)):
-            self.new_token_ratio = max(
-                self.new_token_ratio - self._ratio_decay, self.min_new_token_ratio
-            )
+        if self._page_size > 1:
+            return self._update_running_batch_paged(batch)
+        if self._ensure_free(len(batch.reqs)):
+            self._decay_new_token_ratio()
         else:
             self._retract_decode()
-        reqs, page_size = batch.reqs, self._page_size
-        slots = self.allocator.alloc(self._decode_need(reqs))
-        if page_size == 1:
-            for req, slot in zip(reqs, slots, strict=True):
-                req.kv_indices.append(slot)
-                req.num_computed_tokens += 1
-            return batch
-        i = 0
-        for req in reqs:
+        reqs = batch.reqs
+        slots = self.allocator.alloc(len(reqs))
+        for req, slot in zip(reqs, slots, strict=True):
+            req.kv_indices.append(slot)
+            req.num_computed_tokens += 1
+        return batch
+
+    def _update_running_batch_paged(
+        self, batch: ScheduleBatch, after_retract: bool = False
+    ) -> ScheduleBatch:
+        """``update_running_batch`` with page_size > 1: a request whose last page has room
+        takes the next slot of that page, the others a new page each."""
+        page_size = self._page_size
+        # One pass: fill last pages, and collect the requests that need a new page.
+        needs_page = []
+        for req in batch.reqs:
             kv = req.kv_indices
             req.num_computed_tokens += 1
             if len(kv) % page_size:
                 kv.append(kv[-1] + 1)  # the next slot of the request's last page
             else:
-                kv.append(slots[i])
-                i += page_size
+                needs_page.append(kv)
+        need = len(needs_page) * page_size
+        if not need or self._ensure_free(need):
+            if not after_retract:
+                self._decay_new_token_ratio()
+        else:
+            # Undo this step's slots, retract, and start over with the requests left.
+            filled = set(map(id, needs_page))
+            for req in batch.reqs:
+                req.num_computed_tokens -= 1
+                if id(req.kv_indices) not in filled:
+                    req.kv_indices.pop()
+            self._retract_decode()
+            return self._update_running_batch_paged(batch, after_retract=True)
+        if need:
+            for kv, slot in zip(needs_page, self.allocator.alloc(need)[::page_size], strict=True):
+                kv.append(slot)
         return batch
+
+    def _decay_new_token_ratio(self) -> None:
+        self.new_token_ratio = max(
+            self.new_token_ratio - self._ratio_decay, self.min_new_token_ratio
+        )
 
     # ---- KV memory ---------------------------------------------------------------------
 
@@ -400,7 +422,7 @@ class Scheduler:
         """Make ``n`` slots free, evicting from the cache if needed; True if they are free."""
         shortfall = n - self.allocator.available_size()
         if shortfall > 0:
-            self.tree_cache.evict(max(shortfall, self._min_evict))
+            self.tree_cache.evict(shortfall)
             return self.allocator.available_size() >= n
         return True
 
@@ -409,7 +431,7 @@ class Scheduler:
         page_size = self._page_size
         if page_size == 1:
             return len(reqs)
-        return page_size * sum(1 for r in reqs if not len(r.kv_indices) % page_size)
+        return page_size * [len(r.kv_indices) % page_size for r in reqs].count(0)
 
     def _alloc_extend(self, req: Req, n: int) -> bool:
         """Append ``n`` KV slots to ``req.kv_indices``, filling its last page first."""
@@ -432,17 +454,22 @@ class Scheduler:
             batch.reqs, key=lambda r: (len(r.output_ids), -len(r.origin_input_ids)), reverse=True
         )
         retracted: list[Req] = []
+        # Slots the kept requests need for a few steps, and for the next one.
+        room = sum(min(RETRACT_DECODE_STEPS, _remaining_new(r)) for r in keep)
+        need = self._decode_need(keep)
         while len(keep) > 1:
-            room = sum(min(RETRACT_DECODE_STEPS, _remaining_new(r)) for r in keep)
-            if retracted and self._ensure_free(max(room, self._decode_need(keep))):
+            if retracted and self._ensure_free(max(room, need)):
                 break
-            retracted.append(keep.pop())
-            self._retract(retracted[-1])
-        if not self._ensure_free(self._decode_need(keep)) and self.chunked_req is not None:
+            req = keep.pop()
+            room -= min(RETRACT_DECODE_STEPS, _remaining_new(req))
+            need -= self._decode_need([req])
+            retracted.append(req)
+            self._retract(req)
+        if not self._ensure_free(need) and self.chunked_req is not None:
             retracted.append(self.chunked_req)
             self._retract(self.chunked_req)
             self.chunked_req = None
-        if not self._ensure_free(self._decode_need(keep)):
+        if not self._ensure_free(need):
             raise RuntimeError(
                 f"the KV pool ({self.allocator.size} slots) cannot hold one more token of the "
                 "last running request; requests longer than the pool should have been refused"

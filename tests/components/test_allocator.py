@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from components.allocator import TokenToKVPoolAllocator
 from schedkit.component import component_name, is_component
@@ -123,3 +125,80 @@ def test_large_pool_round_trip():
     pool.free(first)
     pool.free(second)
     assert pool.available_size() == 1 << 18
+
+
+# Bulk paths: whole pages are recognised without a per-slot loop; everything else goes the
+# general way. Either way the result and the errors are the same.
+
+
+def test_paged_free_accepts_whole_pages_in_any_order_partial_pages_and_any_sequence():
+    pool = TokenToKVPoolAllocator(size=32, page_size=4)
+    slots = pool.alloc(32)
+    pages = [slots[i : i + 4] for i in range(0, 32, 4)]
+    pool.free(pages[5] + pages[2])  # whole pages, not in slot order
+    assert pool.available_size() == 8
+    pool.free(pages[0][1:3] + pages[1][3:])  # parts of pages
+    assert pool.available_size() == 16
+    pool.free(tuple(pages[3]))  # not a list
+    pool.free(range(pages[4][0], pages[4][0] + 4))
+    assert pool.available_size() == 24
+    assert sorted(pool.alloc(24)) == sorted(s for i in (0, 1, 2, 3, 4, 5) for s in pages[i])
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (lambda p: p[0] + p[0], "more than once"),  # a whole page twice
+        (lambda p: p[0] + p[1][:2] + p[1][:2], "more than once"),
+        (lambda p: p[0] + [32, 33, 34, 35], r"outside the pool: valid slots are 0\.\.31"),
+        (lambda p: [-4, -3, -2, -1], "outside the pool"),
+        (lambda p: p[0] + [40], "outside the pool"),
+        (lambda p: p[0] + p[7], "not allocated"),  # page 7 was never handed out
+    ],
+)
+def test_rejected_paged_frees_change_nothing(bad, message):
+    pool = TokenToKVPoolAllocator(size=32, page_size=4)
+    slots = pool.alloc(28)
+    pages = [slots[i : i + 4] for i in range(0, 28, 4)] + [list(range(28, 32))]
+    with pytest.raises(ValueError, match=message):
+        pool.free(bad(pages))
+    assert pool.available_size() == 4
+    pool.free(slots)
+    assert pool.available_size() == 32
+
+
+@pytest.mark.parametrize("page_size", [1, 2, 4])
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_alloc_and_free_agree_with_a_model_of_held_pages(page_size, data):
+    size = 16 * page_size
+    pool = TokenToKVPoolAllocator(size=size, page_size=page_size)
+    held: set[int] = set()  # the model: pages handed out
+    for _ in range(data.draw(st.integers(1, 25))):
+        if data.draw(st.booleans()):
+            n = data.draw(st.integers(0, 6)) * page_size
+            slots = pool.alloc(n)
+            if n // page_size > 16 - len(held):
+                assert slots is None
+                continue
+            got = {s // page_size for s in slots}
+            assert len(slots) == n and len(got) == n // page_size and not got & held
+            for i in range(0, n, page_size):  # whole aligned pages
+                assert slots[i] % page_size == 0
+                assert slots[i : i + page_size] == list(range(slots[i], slots[i] + page_size))
+            held |= got
+        else:
+            slots = data.draw(st.lists(st.integers(-2, size + 2), max_size=8))
+            pages = {s // page_size for s in slots}
+            valid = (
+                len(set(slots)) == len(slots)
+                and all(0 <= s < size for s in slots)
+                and pages <= held
+            )
+            if valid:
+                pool.free(slots)
+                held -= pages
+            else:
+                with pytest.raises(ValueError):
+                    pool.free(slots)
+        assert pool.available_size() == (16 - len(held)) * page_size

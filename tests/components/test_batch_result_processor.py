@@ -236,3 +236,18 @@ def test_now_counts_the_gap_of_a_retraction_as_one_inter_token_latency():
     assert a.first_token_time == 1.0
     assert a.itl == [3.0]
     assert a.output_ids == [4, 5]
+
+
+def test_decode_inter_token_latencies_per_request_when_last_tokens_came_at_different_times():
+    clock = iter([1.0, 2.0, 3.5, 4.0])
+    processor, allocator, *_ = make(now=lambda: next(clock))
+    a = admitted(allocator, "a", [1], max_new_tokens=5)
+    b = admitted(allocator, "b", [2], max_new_tokens=5)
+    c = admitted(allocator, "c", [3], max_new_tokens=5)
+    processor.process_batch_result(*prefill([a], [4]))  # t=1.0
+    processor.process_batch_result(*prefill([b, c], [4, 4]))  # t=2.0
+    processor.process_batch_result(*decode_step(allocator, [a, b, c], [5, 5, 5]))  # t=3.5
+    processor.process_batch_result(*decode_step(allocator, [b, a, c], [6, 6, 6]))  # t=4.0
+    assert a.itl == [2.5, 0.5]
+    assert b.itl == c.itl == [1.5, 0.5]
+    assert a.last_token_time == b.last_token_time == c.last_token_time == 4.0

@@ -158,3 +158,15 @@ def test_eos_probability_sets_the_fraction_of_eos_tokens():
 def test_bad_settings_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SimulatedModelRunner(**kwargs)
+
+
+def test_decode_tokens_do_not_depend_on_which_rids_were_seen_before(monkeypatch):
+    import components.model_runner as model_runner
+
+    monkeypatch.setattr(model_runner, "_MAX_CACHED_RIDS", 3)  # forget rids often
+    runner, fresh = SimulatedModelRunner(seed=5), SimulatedModelRunner(seed=5)
+    reqs = [req(f"r{i}", outputs=i) for i in range(5)]
+    expected = [fresh.token(r.rid, len(r.output_ids)) for r in reqs]
+    for _ in range(3):  # first with unseen rids, then from the (cleared) rid table
+        assert runner.forward(decode_batch(*reqs)).next_token_ids == expected
+    assert len(runner._offsets) <= 3

@@ -298,3 +298,15 @@ def test_every_token_is_delivered_once_in_order(plans, server_interval, force_in
         assert collector.send_counts[req.rid] == 1
     assert collector.double_finishes == []
     assert all(msg.rids for msg in collector.messages)
+
+
+def test_hicache_flag_is_read_once_per_call_and_applies_to_every_request():
+    reads = []
+    streamer = make_streamer(enable_hicache_storage=lambda: reads.append(1) or True)
+    reqs = [make_req(rid=f"r{i}", stream=True, cached_tokens_device=i + 1) for i in range(3)]
+    (msg,) = step(streamer, reqs)
+    assert len(reads) == 1
+    assert msg.cached_tokens_details == [
+        {"device": i + 1, "host": 0, "storage": 0, "storage_backend": "none"} for i in range(3)
+    ]
+    assert msg.cached_tokens_details == [streamer.get_cached_tokens_details(r) for r in reqs]

@@ -1,10 +1,12 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import components._event_recorder as event_recorder
 from components.allocator import OutOfKVSlotsError, TokenToKVPoolAllocator
-from components.radix_cache import RadixCache
+from components.radix_cache import RadixCache, match_len
 from schedkit.component import component_name
-from schedkit.kv_events.hashing import page_hashes
+from schedkit.kv_events.hashing import digest_to_int, page_hashes
 from schedkit.kv_events.structs import AllBlocksCleared, BlockRemoved, BlockStored
 
 
@@ -324,3 +326,117 @@ def test_cache_frees_into_a_shared_allocator():
 def test_bad_configuration_is_rejected(kwargs, message):
     with pytest.raises(ValueError, match=message):
         RadixCache(**kwargs)
+
+
+# Eviction keeps its candidates in a lazily updated heap; matching bisects for a mismatch.
+
+
+def lru_order(cache, num_tokens):
+    """The nodes ``evict(num_tokens)`` must remove, in order, found by scanning the tree: the
+    least recently used unlocked leaf each time; a parent left childless joins the leaves."""
+    gone, order, evicted = set(), [], 0
+    nodes, stack = [], list(cache.root.children.values())
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        stack.extend(node.children.values())
+
+    def is_leaf(node):
+        return not node.lock_ref and all(c in gone for c in node.children.values())
+
+    while evicted < num_tokens:
+        leaves = [n for n in nodes if n not in gone and is_leaf(n)]
+        if not leaves:
+            break
+        leaf = min(leaves, key=lambda n: n.last_access_time)
+        gone.add(leaf)
+        order.append(leaf)
+        evicted += len(leaf.key)
+    return order
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    page_size=st.sampled_from([1, 2]),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["insert", "insert", "match", "lock", "unlock", "evict"]),
+            st.lists(st.integers(0, 2), min_size=1, max_size=8),
+        ),
+        max_size=40,
+    ),
+)
+def test_evict_takes_leaves_in_lru_order_whatever_happened_before(page_size, ops):
+    cache = make_cache(page_size)
+    locked = []
+    for op, tokens in ops:
+        if op == "insert":
+            cache.insert(tokens)
+        elif op == "match":
+            cache.match_prefix(tokens)
+        elif op == "lock":
+            node = cache.match_prefix(tokens).last_node
+            cache.inc_lock_ref(node)
+            locked.append(node)
+        elif op == "unlock" and locked:
+            cache.dec_lock_ref(locked.pop(len(tokens) % len(locked)))
+        elif op == "evict":
+            n = tokens[0] + len(tokens) // 2 + 1
+            expected = lru_order(cache, n)
+            cache.take_events()
+            assert cache.evict(n) == sum(len(node.key) for node in expected)
+            removed = [e.block_hashes for e in cache.take_events()]
+            assert removed == [[digest_to_int(d) for d in node.digests] for node in expected]
+        assert len(cache._heap) <= 2 * cache._num_nodes + 65
+
+
+def test_evict_order_across_matches_locks_and_splits():
+    cache = make_cache()
+    cache.insert([1, 2, 3, 4])
+    cache.insert([5, 6])
+    cache.insert([7, 8])
+    node = cache.match_prefix([5, 6]).last_node  # used after [7, 8]
+    cache.inc_lock_ref(node)
+    cache.match_prefix([1, 2])  # splits off [3, 4] (now used) and uses [1, 2] last
+    cache.dec_lock_ref(node)  # [5, 6] is a candidate again, with its last use above
+    cache.take_events()
+    removed = []
+    while cache.evict(1):
+        events = cache.take_events()
+        assert len(events) == 1
+        removed.append(events[0].block_hashes)
+    hashes = page_hashes([1, 2, 3, 4], 1)
+    assert removed == [
+        page_hashes([7, 8], 1),
+        page_hashes([5, 6], 1),
+        hashes[2:],
+        hashes[:2],
+    ]
+
+
+def test_repeated_lock_and_unlock_keep_the_eviction_queue_bounded():
+    cache = make_cache()
+    cache.insert([1, 2, 3])
+    cache.insert([4, 5])
+    node = cache.match_prefix([1, 2, 3]).last_node
+    for _ in range(1000):
+        cache.inc_lock_ref(node)
+        cache.dec_lock_ref(node)
+    assert len(cache._heap) <= 2 * cache._num_nodes + 65
+    assert cache.evict(2) == 2  # [4, 5]: [1, 2, 3] was used after it
+    assert cache.match_prefix([1, 2, 3]).prefix_len == 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    a=st.lists(st.integers(0, 2), min_size=1, max_size=40),
+    b=st.lists(st.integers(0, 2), max_size=40),
+    pos=st.integers(0, 5),
+    page_size=st.sampled_from([1, 2, 3]),
+)
+def test_match_len_counts_equal_leading_tokens_in_whole_pages(a, b, pos, page_size):
+    key = [9] * pos + b
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    assert match_len(a, key, pos, page_size) == n - n % page_size

@@ -1,6 +1,6 @@
 from components.allocator import TokenToKVPoolAllocator
 from components.radix_cache import RadixCache
-from components.req_to_cache import cache_finished_req, cache_unfinished_req
+from components.req_to_cache import cache_finished_req, cache_unfinished_req, fill_ids_prefix
 from schedkit.schedule_batch import Req
 
 
@@ -85,3 +85,10 @@ def test_disabled_cache_keeps_unfinished_kv_and_frees_finished_kv():
     cache_finished_req(cache, req)
     assert req.kv_indices == []
     assert allocator.available_size() == 32
+
+
+def test_fill_ids_prefix_equals_slicing_fill_ids():
+    req = Req(rid="r", origin_input_ids=[1, 2, 3], output_ids=[4, 5])
+    for n in range(-6, 7):
+        assert fill_ids_prefix(req, n) == req.fill_ids[:n], n
+    assert fill_ids_prefix(req, 2) is not req.origin_input_ids

@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from components.allocator import TokenToKVPoolAllocator
 from components.radix_cache import RadixCache
@@ -66,3 +68,112 @@ def test_lpm_default_threshold_is_sglangs():
     assert LPMPolicy(tree_cache=cache_with()).max_queue_for_prefix_match == 128
     with pytest.raises(ValueError, match="max_queue_for_prefix_match"):
         LPMPolicy(tree_cache=cache_with(), max_queue_for_prefix_match=-1)
+
+
+# In-batch prefix caching (SGLang's IN_BATCH_PREFIX_CACHING_* thresholds, 32 and 32).
+
+
+def prompt(head, n=40, tail=0):
+    """``n`` tokens: ``head`` repeated, then ``tail`` distinct tokens."""
+    return [head] * n + list(range(1000 + tail, 1000 + tail + 8))
+
+
+def test_lpm_deprioritizes_requests_sharing_an_uncached_prefix_with_an_earlier_one():
+    cache = cache_with([7] * 50)  # cached: 50 sevens
+    q = [
+        Req(rid="a1", origin_input_ids=prompt(1, tail=0)),
+        Req(rid="b1", origin_input_ids=prompt(2, tail=10)),
+        Req(rid="a2", origin_input_ids=prompt(1, tail=20)),  # shares 40 tokens with a1
+        Req(rid="cached", origin_input_ids=[7] * 60),
+        Req(rid="a3", origin_input_ids=prompt(1, tail=30)),
+        Req(rid="b2", origin_input_ids=prompt(2, tail=40)),
+    ]
+    LPMPolicy(tree_cache=cache).calc_priority(q)
+    # Longest cached prefix first; then a1 and b1 (queue order); the requests that would
+    # recompute a1's or b1's prefix go last, in queue order.
+    assert [r.rid for r in q] == ["cached", "a1", "b1", "a2", "a3", "b2"]
+    assert [r.prefix_len for r in q] == [50, 0, 0, 0, 0, 0]
+
+
+def test_lpm_in_batch_match_below_the_threshold_is_not_deprioritized():
+    cache = cache_with()
+    shared = list(range(100, 131))  # 31 tokens: one short of the threshold
+    q = [
+        Req(rid="x", origin_input_ids=[*shared, 1, 2, 3]),
+        Req(rid="y", origin_input_ids=[*shared, 4, 5, 6]),
+        Req(rid="z", origin_input_ids=[*shared, 1, 2, 9]),  # 33 shared with x
+    ]
+    LPMPolicy(tree_cache=cache).calc_priority(q)
+    assert [r.rid for r in q] == ["x", "y", "z"]
+    q = [Req(rid="z", origin_input_ids=[*shared, 1, 2, 9]), *q[:2]]
+    LPMPolicy(tree_cache=cache).calc_priority(q)
+    assert [r.rid for r in q] == ["z", "y", "x"]  # x now follows z: 33 shared tokens
+
+
+def test_lpm_only_checks_requests_with_a_short_cached_prefix():
+    long_prefix = list(range(200, 240))  # 40 tokens cached: above the check threshold
+    cache = cache_with(long_prefix)
+    q = [
+        Req(rid="first", origin_input_ids=[*long_prefix, 1]),
+        Req(rid="second", origin_input_ids=[*long_prefix, 2]),
+    ]
+    LPMPolicy(tree_cache=cache).calc_priority(q)
+    assert [r.rid for r in q] == ["first", "second"]
+    assert [r.prefix_len for r in q] == [40, 40]
+    # With a threshold of 40 cached tokens both are checked and the second is held back.
+    q = [
+        Req(rid="second", origin_input_ids=[*long_prefix, 2]),
+        Req(rid="other", origin_input_ids=[5] * 50),
+        Req(rid="first", origin_input_ids=[*long_prefix, 1]),
+    ]
+    LPMPolicy(tree_cache=cache, in_batch_check_threshold=40).calc_priority(q)
+    assert [r.rid for r in q] == ["second", "other", "first"]
+
+
+def test_lpm_in_batch_thresholds_are_validated():
+    with pytest.raises(ValueError, match="in_batch_check_threshold must be an integer >= 0"):
+        LPMPolicy(tree_cache=cache_with(), in_batch_check_threshold=-1)
+    with pytest.raises(ValueError, match="in_batch_deprioritize_threshold must be an integer"):
+        LPMPolicy(tree_cache=cache_with(), in_batch_deprioritize_threshold=0)
+
+
+def sglang_lpm_order(cache, waiting, check, deprioritize):
+    """SGLang's LPM pass, written as SGLang writes it: a temporary radix tree of the waiting
+    requests' prefixes (here a page-size-1 RadixCache with its own pool)."""
+    in_batch_tree = RadixCache(capacity=sum(len(r.fill_ids) for r in waiting) + 1)
+    temporary_deprioritized = set()
+    prefix = {}
+    for r in waiting:
+        prefix_ids = r.fill_ids[:-1]
+        prefix[r.rid] = cache.match_prefix(prefix_ids).prefix_len
+        if prefix[r.rid] <= check:
+            if in_batch_tree.match_prefix(prefix_ids).prefix_len >= deprioritize:
+                temporary_deprioritized.add(r.rid)
+            else:
+                in_batch_tree.insert(prefix_ids)
+    order = sorted(
+        waiting,
+        key=lambda r: -prefix[r.rid] if r.rid not in temporary_deprioritized else float("inf"),
+    )
+    return [r.rid for r in order], prefix
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cached=st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=8), max_size=4),
+    prompts=st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=9), max_size=10),
+    check=st.integers(0, 4),
+    deprioritize=st.integers(1, 4),
+)
+def test_lpm_matches_sglangs_pass_with_a_temporary_radix_tree(cached, prompts, check, deprioritize):
+    cache = cache_with(*cached)
+    waiting = [Req(rid=f"r{i}", origin_input_ids=p) for i, p in enumerate(prompts)]
+    expected, prefix = sglang_lpm_order(cache, waiting, check, deprioritize)
+    policy = LPMPolicy(
+        tree_cache=cache,
+        in_batch_check_threshold=check,
+        in_batch_deprioritize_threshold=deprioritize,
+    )
+    policy.calc_priority(waiting)
+    assert [r.rid for r in waiting] == expected
+    assert {r.rid: r.prefix_len for r in waiting} == prefix

@@ -530,3 +530,48 @@ def test_cache_and_allocator_page_sizes_must_match():
             model_runner=SimulatedModelRunner(),
             batch_result_processor=None,
         )
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_decode_keeps_kv_in_whole_pages_and_a_retraction_step_does_not_decay_the_ratio(
+    page_size, monkeypatch
+):
+    env = build(
+        pool=64,
+        page_size=page_size,
+        max_running_requests=8,
+        init_new_token_ratio=0.05,  # admits too many: decode runs out of slots
+        min_new_token_ratio=0.0,
+        new_token_ratio_decay_steps=10,
+        chunked_prefill_size=16,
+    )
+    reqs = [make_req(f"r{i}", tokens(8, 100 * i), max_new_tokens=24) for i in range(6)]
+    for req in reqs:
+        env.s.submit(req)
+    set_by_retraction = []
+    retract, update = Scheduler._retract_decode, Scheduler.update_running_batch
+
+    def record_retract(self):
+        retract(self)
+        set_by_retraction.append(self.new_token_ratio)
+
+    def checked_update(self):
+        before = len(set_by_retraction)
+        batch = update(self)
+        if len(set_by_retraction) > before:
+            assert self.new_token_ratio == set_by_retraction[-1]
+        return batch
+
+    monkeypatch.setattr(Scheduler, "_retract_decode", record_retract)
+    monkeypatch.setattr(Scheduler, "update_running_batch", checked_update)
+    while env.s.step():
+        for req in env.s.running_batch.reqs:
+            kv = req.kv_indices
+            # One slot per token with KV (all but the last one), page by page.
+            assert len(kv) == req.num_computed_tokens == req.seqlen - 1
+            for i in range(0, len(kv), page_size):
+                page = kv[i : i + page_size]
+                assert page[0] % page_size == 0
+                assert page == list(range(page[0], page[0] + len(page)))
+    assert set_by_retraction, "no retraction happened: the pool was large enough"
+    assert_all_done(env, reqs)
