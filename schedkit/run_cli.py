@@ -16,7 +16,7 @@ import structlog
 from schedkit.container import Assembly, build
 from schedkit.driver import StuckError, drive
 from schedkit.wiring import load_wiring
-from schedkit.workload import SYNTHETIC, WorkloadError, load_jsonl, synthetic
+from schedkit.workload import CHAT_RATE, SYNTHETIC, WorkloadError, load_jsonl, synthetic
 
 __all__ = ["add_parsers"]
 
@@ -59,7 +59,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--rate",
         type=_positive(float),
         default=None,
-        help="arrivals per second (Poisson); default: all at once",
+        help=f"arrivals per second, Poisson (chat: conversation starts, default {CHAT_RATE:g}; "
+        "inf: all at once; a JSONL file's lines without 'arrival': all at once by default)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")

@@ -27,6 +27,7 @@ import msgspec
 from schedkit.schedule_batch import Req, SamplingParams
 
 __all__ = [
+    "CHAT_RATE",
     "SYNTHETIC",
     "Arrival",
     "ChatWorkload",
@@ -94,9 +95,10 @@ class StaticWorkload:
 
 @attrs.define
 class ChatWorkload:
-    """Multi-turn chats over a few shared system prompts.
+    """Multi-turn chats over shared system prompts.
 
-    Conversations start as a Poisson process at ``rate`` (all at once without a rate); each
+    Conversations start as a Poisson process at ``rate`` per second (all at once without a
+    rate, or with ``inf``); each
     has 1 to ``max_turns`` turns. A follow-up turn arrives ``think_time`` seconds after the
     previous answer finishes and its prompt is the conversation so far (system prompt, earlier
     user turns and answers, new user turn), so the prefix cache serves most of it.
@@ -105,8 +107,8 @@ class ChatWorkload:
     num_requests: int
     rate: float | None = None
     seed: int = 0
-    num_system_prompts: int = 8
-    system_prompt_len: tuple[int, int] = (200, 600)
+    num_system_prompts: int = 32
+    system_prompt_len: tuple[int, int] = (500, 2000)
     user_len: tuple[int, int] = (20, 200)
     output_len: tuple[int, int] = (16, 256)
     max_turns: int = 4
@@ -181,16 +183,21 @@ def shared_prefix_workload(
     return StaticWorkload(arrivals)
 
 
+# A conversation start rate at which the default scheduler queues requests and its prefix
+# cache is under pressure: the regime where the scheduling policy matters.
+CHAT_RATE = 16.0
+
 SYNTHETIC = {
-    "chat": "multi-turn chats over 8 shared system prompts (default)",
+    "chat": f"multi-turn chats over 32 shared system prompts, {CHAT_RATE:g} conversations/s",
     "shared-prefix": "512-token prompts in 20 groups sharing a 384-token prefix, 128 tokens out",
 }
 
 
 def synthetic(name: str, num_requests: int, rate: float | None, seed: int) -> Workload:
-    """The built-in workload called ``name`` (see ``SYNTHETIC``)."""
+    """The built-in workload called ``name`` (see ``SYNTHETIC``); ``rate`` None takes the
+    workload's own default (``inf`` starts everything at once)."""
     if name == "chat":
-        return ChatWorkload(num_requests=num_requests, rate=rate, seed=seed)
+        return ChatWorkload(num_requests=num_requests, rate=rate or CHAT_RATE, seed=seed)
     if name == "shared-prefix":
         return shared_prefix_workload(num_requests=num_requests, rate=rate, seed=seed, stream=True)
     raise ValueError(f"unknown synthetic workload {name!r}; valid: {', '.join(SYNTHETIC)}")

@@ -136,15 +136,19 @@ def test_kv_index_fed_from_published_events_equals_the_cache(tmp_path):
         for req in make_requests(120, seed=2, prompt=400):
             scheduler.submit(req)
         scheduler.run_until_idle()
-        publisher.publish_kv_events()
-        assert publisher.flush(5.0)
-        published = publisher.published
+        cache = assembly["tree_cache"]
+        # Until the subscription is live, published batches pass it by; each round publishes
+        # one more (a fresh page), and the first that arrives makes it replay from seq 0.
         deadline = time.monotonic() + 10
-        while subscriber.last_seq is None or subscriber.last_seq < published - 1:
+        marker = 10
+        while subscriber.last_seq is None or subscriber.last_seq < publisher.published - 1:
             assert time.monotonic() < deadline, "events did not arrive"
+            cache.insert([marker] * 16)
+            marker += 1
+            publisher.publish_kv_events()
+            assert publisher.flush(5.0)
             for _, batch in subscriber.poll(100):
                 index.apply(batch)
-        cache = assembly["tree_cache"]
         held = set()
         stack = list(cache.root.children.values())
         while stack:

@@ -10,13 +10,13 @@ from schedkit.workload import (
 
 
 def test_chat_workload_shares_system_prompts_and_follows_up_with_the_conversation():
-    workload = ChatWorkload(num_requests=40, rate=2.0, seed=1)
+    workload = ChatWorkload(num_requests=120, rate=2.0, seed=1)
     first = workload.initial()
     assert all(a.req.rid.endswith("-t0") for a in first)
     times = [a.time for a in first]
     assert times == sorted(times) and times[0] > 0  # Poisson arrivals
-    system_prefixes = {tuple(a.req.origin_input_ids[:200]) for a in first}
-    assert len(system_prefixes) <= 8 < len(first)
+    system_prefixes = {tuple(a.req.origin_input_ids[:500]) for a in first}
+    assert len(system_prefixes) <= 32 < len(first)
 
     multi = next(a.req for a in first if workload._remaining_turns[a.req.rid[:-3]] > 0)
     multi.output_ids = [11, 12, 13]
