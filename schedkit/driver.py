@@ -96,7 +96,7 @@ class RunSummary:
             ),
             ("prefix-cache hit rate", f"{self.prefix_cache_hit_rate:.1%}"),
             (
-                "KV events published / dropped",
+                "KV event batches published / dropped",
                 f"{self.kv_events_published} / {self.kv_events_dropped}",
             ),
             ("peak running requests", f"{self.peak_running_requests}"),

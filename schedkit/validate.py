@@ -145,11 +145,7 @@ def _required_class(tp: Any) -> type | None:
     if typing.get_origin(tp) in (Union, types.UnionType):
         members = [a for a in typing.get_args(tp) if a is not type(None)]
         tp = members[0] if len(members) == 1 else None
-    if (
-        isinstance(tp, type)
-        and tp not in (Any, object)
-        and not getattr(tp, "_is_protocol", False)
-    ):
+    if isinstance(tp, type) and tp not in (Any, object) and not getattr(tp, "_is_protocol", False):
         return tp
     return None
 

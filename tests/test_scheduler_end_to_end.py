@@ -219,7 +219,7 @@ def test_schedkit_run_prints_the_summary_and_lpm_beats_fcfs_on_the_default_workl
         "requests done / failed",
         "TTFT p50 / p90 / p99",
         "prefix-cache hit rate",
-        "KV events published / dropped",
+        "KV event batches published / dropped",
         "peak running requests",
     ):
         assert label in table.stdout
