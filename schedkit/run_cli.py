@@ -64,7 +64,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)"
+    )
     p.set_defaults(run=cmd_run)
 
     p = sub.add_parser("serve", help="serve requests on the receiver endpoint until stopped")
@@ -112,7 +114,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"  {error}", file=sys.stderr)
         return 2
     total = len(workload.initial()) if args.workload else args.num_requests
-    show = None if args.json or args.no_progress else _progress_bar(total)
+    quiet = args.json or args.no_progress or not sys.stderr.isatty()
+    show = None if quiet else _progress_bar(total)
     with build(wiring) as assembly:
         try:
             summary, _ = drive(assembly, workload, progress=show)
