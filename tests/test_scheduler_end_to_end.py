@@ -16,7 +16,8 @@ import pytest
 
 import schedkit
 from schedkit import Req, SamplingParams
-from schedkit.kv_events import KvEventSubscriber, KvIndex, digest_to_int
+from schedkit.kv_events import KvEventSubscriber, KvIndex
+from schedkit.testing import cache_page_hashes
 
 ROOT = Path(__file__).resolve().parents[1]
 WIRING = ROOT / "wiring.yaml"
@@ -149,14 +150,8 @@ def test_kv_index_fed_from_published_events_equals_the_cache(tmp_path):
             assert publisher.flush(5.0)
             for _, batch in subscriber.poll(100):
                 index.apply(batch)
-        held = set()
-        stack = list(cache.root.children.values())
-        while stack:
-            node = stack.pop()
-            held.update(digest_to_int(d) for d in node.digests)
-            stack.extend(node.children.values())
         assert assembly["allocator"].available_size() < 4096  # the cache holds pages
-        assert index.blocks(0) == held
+        assert index.blocks(0) == cache_page_hashes(cache)
         assert publisher.dropped == 0
 
 

@@ -6,6 +6,8 @@
   fakes for every neighbour (``schedkit.testing.isolation``).
 - Ready doubles: ``FakeClock``, ``RecordingOutputSender``, ``CapturingEventPublisher`` (the
   ``capture`` KV-event publisher) and ``capture_logs()`` (``schedkit.testing.doubles``).
+- ``cache_page_hashes(cache)``: the page hashes a radix cache holds, to compare with what its
+  events say (``schedkit.testing.caches``).
 - ``LeakCheck``: finds assemblies not shut down, threads and ZeroMQ sockets left behind
   (``schedkit.testing.leaks``).
 - The pytest plugin (``schedkit.testing.plugin``): the ``make_assembly`` and
@@ -28,6 +30,7 @@ _LAZY = {
     "FakeClock": "schedkit.testing.doubles",
     "RecordingOutputSender": "schedkit.testing.doubles",
     "capture_logs": "schedkit.testing.doubles",
+    "cache_page_hashes": "schedkit.testing.caches",
     "LeakCheck": "schedkit.testing.leaks",
     "LeakError": "schedkit.testing.leaks",
 }

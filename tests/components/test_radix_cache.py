@@ -7,7 +7,8 @@ from components.allocator import OutOfKVSlotsError, TokenToKVPoolAllocator
 from components.radix_cache import RadixCache, match_len
 from schedkit.component import component_name
 from schedkit.kv_events.hashing import digest_to_int, page_hashes
-from schedkit.kv_events.structs import AllBlocksCleared, BlockRemoved, BlockStored
+from schedkit.kv_events.structs import AllBlocksCleared, BlockStored
+from tests.components.cache_events import removed_hashes, stored, stored_hashes
 
 
 def make_cache(page_size=1, capacity=None, **kwargs):
@@ -17,18 +18,6 @@ def make_cache(page_size=1, capacity=None, **kwargs):
     )
     assert cache.take_events() == [AllBlocksCleared()]
     return cache
-
-
-def stored(events):
-    return [e for e in events if isinstance(e, BlockStored)]
-
-
-def stored_hashes(events):
-    return [h for e in stored(events) for h in e.block_hashes]
-
-
-def removed_hashes(events):
-    return [h for e in events if isinstance(e, BlockRemoved) for h in e.block_hashes]
 
 
 def held_slots(cache):

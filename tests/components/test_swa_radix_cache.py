@@ -6,6 +6,7 @@ from components.swa_radix_cache import SWARadixCache
 from schedkit.component import component_name
 from schedkit.kv_events.hashing import page_hashes
 from schedkit.kv_events.structs import AllBlocksCleared, BlockRemoved, BlockStored
+from tests.components.cache_events import removed_hashes, stored, stored_hashes
 
 
 def make_cache(window=4, page_size=1, capacity=None, **kwargs):
@@ -19,18 +20,6 @@ def make_cache(window=4, page_size=1, capacity=None, **kwargs):
     )
     assert cache.take_events() == [AllBlocksCleared()]
     return cache
-
-
-def stored(events):
-    return [e for e in events if isinstance(e, BlockStored)]
-
-
-def stored_hashes(events):
-    return [h for e in stored(events) for h in e.block_hashes]
-
-
-def removed_hashes(events):
-    return [h for e in events if isinstance(e, BlockRemoved) for h in e.block_hashes]
 
 
 def test_registered_as_swa_radix_cache():

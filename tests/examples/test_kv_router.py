@@ -17,9 +17,9 @@ from schedkit.kv_events import (
     KvEventsConfig,
     PublisherRestarted,
     ZmqEventPublisher,
-    digest_to_int,
     page_hashes,
 )
+from schedkit.testing import cache_page_hashes
 
 ROUTER = Path(__file__).resolve().parents[2] / "examples" / "kv_router" / "router.py"
 spec = importlib.util.spec_from_file_location("kv_router_example", ROUTER)
@@ -116,17 +116,6 @@ def test_a_publisher_restart_clears_the_rank():
                 pub.shutdown()
 
 
-def cache_pages(cache) -> set[int]:
-    """Every page hash a RadixCache holds, read from its tree."""
-    held = set()
-    stack = list(cache.root.children.values())
-    while stack:
-        node = stack.pop()
-        held.update(digest_to_int(d) for d in node.digests)
-        stack.extend(node.children.values())
-    return held
-
-
 @pytest.mark.parametrize("seed", [0, 1])
 def test_two_schedulers_keep_each_prompt_family_on_the_rank_that_cached_it(seed):
     requests = router.family_requests(families="ABC", per_family=4, system_len=256, seed=seed)
@@ -152,7 +141,7 @@ def test_two_schedulers_keep_each_prompt_family_on_the_rank_that_cached_it(seed)
     assert set(first_rank.values()) == {0, 1}  # both ranks got work
 
     for rank, cache in enumerate(run.caches):
-        held = cache_pages(cache)
+        held = cache_page_hashes(cache)
         assert held
         assert run.index.blocks(rank) == held
     assert len(lines) == len(requests) + 2

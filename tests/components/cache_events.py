@@ -1,0 +1,15 @@
+"""Picking stored and removed pages out of a cache's KV events (shared by the cache tests)."""
+
+from schedkit.kv_events.structs import BlockRemoved, BlockStored
+
+
+def stored(events):
+    return [e for e in events if isinstance(e, BlockStored)]
+
+
+def stored_hashes(events):
+    return [h for e in stored(events) for h in e.block_hashes]
+
+
+def removed_hashes(events):
+    return [h for e in events if isinstance(e, BlockRemoved) for h in e.block_hashes]
