@@ -80,49 +80,34 @@ class VllmBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     data_parallel_rank: int | None = None
 
 
-def our_batch() -> ours.KVEventBatch:
-    return ours.KVEventBatch(
-        ts=1700000000.25,
-        events=[
-            ours.BlockStored([INT64_MIN, INT64_MAX], None, [1, 2, 3, 4], 2, None, "GPU"),
-            ours.BlockStored([-7], INT64_MAX, [5, 6], 2, 3, "CPU_PINNED"),
-            ours.BlockStored([11], -7, [7, 8], 2, None),
-            ours.BlockRemoved([INT64_MIN], "GPU"),
-            ours.BlockRemoved([11]),
-            ours.AllBlocksCleared(),
+def golden_batch(stored, removed, cleared, batch):
+    """The same six events, built from one family of struct classes (all positional)."""
+    return batch(
+        1700000000.25,
+        [
+            stored([INT64_MIN, INT64_MAX], None, [1, 2, 3, 4], 2, None, "GPU"),
+            stored([-7], INT64_MAX, [5, 6], 2, 3, "CPU_PINNED"),
+            stored([11], -7, [7, 8], 2, None),
+            removed([INT64_MIN], "GPU"),
+            removed([11]),
+            cleared(),
         ],
-        attn_dp_rank=3,
+        3,
+    )
+
+
+def our_batch() -> ours.KVEventBatch:
+    return golden_batch(
+        ours.BlockStored, ours.BlockRemoved, ours.AllBlocksCleared, ours.KVEventBatch
     )
 
 
 def sglang_batch() -> KVEventBatch:
-    return KVEventBatch(
-        ts=1700000000.25,
-        events=[
-            BlockStored([INT64_MIN, INT64_MAX], None, [1, 2, 3, 4], 2, None, "GPU"),
-            BlockStored([-7], INT64_MAX, [5, 6], 2, 3, "CPU_PINNED"),
-            BlockStored([11], -7, [7, 8], 2, None),
-            BlockRemoved([INT64_MIN], "GPU"),
-            BlockRemoved([11]),
-            AllBlocksCleared(),
-        ],
-        attn_dp_rank=3,
-    )
+    return golden_batch(BlockStored, BlockRemoved, AllBlocksCleared, KVEventBatch)
 
 
 def vllm_batch() -> VllmBatch:
-    return VllmBatch(
-        ts=1700000000.25,
-        events=[
-            VllmBlockStored([INT64_MIN, INT64_MAX], None, [1, 2, 3, 4], 2, None, "GPU"),
-            VllmBlockStored([-7], INT64_MAX, [5, 6], 2, 3, "CPU_PINNED"),
-            VllmBlockStored([11], -7, [7, 8], 2, None),
-            VllmBlockRemoved([INT64_MIN], "GPU"),
-            VllmBlockRemoved([11]),
-            VllmAllBlocksCleared(),
-        ],
-        data_parallel_rank=3,
-    )
+    return golden_batch(VllmBlockStored, VllmBlockRemoved, VllmAllBlocksCleared, VllmBatch)
 
 
 def as_builtins(obj) -> object:
