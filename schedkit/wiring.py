@@ -164,9 +164,10 @@ class _Errors(list):
 class _FileReader:
     """Turns one YAML document into plain values and ``Ref``s, remembering lines."""
 
-    def __init__(self, file: str, errors: _Errors) -> None:
+    def __init__(self, file: str, errors: _Errors, overlay: bool = False) -> None:
         self.file = file
         self.errors = errors
+        self.overlay = overlay  # merged over earlier sources: a null argument removes the key
         self.constructor = yaml.constructor.SafeConstructor()
 
     def value(self, node: yaml.Node, path: str) -> Any:
@@ -226,9 +227,9 @@ class _FileReader:
         return INVALID if unset else EnvStr(result)
 
 
-def _read_file(path: Path, errors: _Errors) -> tuple[yaml.Node | None, _FileReader]:
+def _read_file(path: Path, errors: _Errors, overlay: bool) -> tuple[yaml.Node | None, _FileReader]:
     file = str(path)
-    reader = _FileReader(file, errors)
+    reader = _FileReader(file, errors, overlay)
     try:
         text = path.read_text()
     except OSError as exc:
@@ -299,6 +300,7 @@ def _merge_entry(
         errors.add(file, line, path, "expected a mapping with the keys 'type' and 'args'")
         return
     spec = wiring.components.get(name)
+    removes_nulls = reader.overlay and spec is not None
     if spec is None:
         spec = ComponentSpec(name, None, {}, file, line, (file, line), {})
         wiring.components[name] = spec
@@ -326,11 +328,7 @@ def _merge_entry(
             for arg_node, arg_value_node in value_node.value:
                 arg = str(arg_node.value)
                 value = reader.value(arg_value_node, f"{path}.args.{arg}")
-                if (
-                    value is None
-                    and arg_value_node.tag == "tag:yaml.org,2002:null"
-                    and (spec.file != file)
-                ):
+                if removes_nulls and arg_value_node.tag == "tag:yaml.org,2002:null":
                     spec.args.pop(arg, None)  # an overlay's null removes the argument
                     spec.arg_locs.pop(arg, None)
                     continue
@@ -371,15 +369,16 @@ def read_wiring(
     """Read and merge ``source`` and ``overlays`` without validating; problems go to ``errors``."""
     found = _Errors()
     wiring = Wiring({}, [], [])
-    for item in (source, *overlays):
+    for position, item in enumerate((source, *overlays)):
+        overlay = position > 0
         if isinstance(item, Mapping):
             wiring.sources.append("<mapping>")
-            reader = _FileReader("<mapping>", found)
+            reader = _FileReader("<mapping>", found, overlay)
             _merge_file(wiring, _compose_mapping(item, found), reader)
         else:
             path = Path(item)
             wiring.sources.append(str(path))
-            root, reader = _read_file(path, found)
+            root, reader = _read_file(path, found, overlay)
             _merge_file(wiring, root, reader)
     for spec in wiring.components.values():
         if spec.type is None:

@@ -77,9 +77,11 @@ def test_mapping_sources_and_python_refs():
             },
         },
         {"components": {"counter": {"args": {"start": 7}}}},
+        {"components": {"counter": {"args": {"step": 2}}, "reader": {"args": {"counter": None}}}},
     )
-    assert wiring.components["counter"].args == {"start": 7}
-    assert wiring.components["reader"].args["counter"].target == "counter"
+    assert wiring.components["counter"].args == {"start": 7, "step": 2.0}
+    assert "counter" not in wiring.components["reader"].args  # an overlay's null removes it
+    assert wiring.components["reader"].args["get_value"].target == "counter"
 
 
 def test_environment_interpolation(write, monkeypatch):
@@ -137,3 +139,15 @@ def test_missing_file_is_reported(tmp_path):
     with pytest.raises(WiringError) as info:
         load_wiring(tmp_path / "absent.yaml")
     assert "absent.yaml: cannot read wiring file" in str(info.value)
+
+
+def test_null_sets_none_in_the_base_and_in_a_component_an_overlay_adds(write):
+    base = write("w.yaml", BASE.replace("      counter: !ref counter\n", "      counter: null\n"))
+    overlay = write(
+        "o.yaml",
+        "components:\n  extra:\n    type: sample_reader\n"
+        "    args: {get_value: !late counter.value, counter: null}\n",
+    )
+    wiring = load_wiring(base, overlay)
+    assert wiring.components["reader"].args["counter"] is None
+    assert wiring.components["extra"].args["counter"] is None
