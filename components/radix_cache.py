@@ -189,21 +189,18 @@ class RadixCache:
             return MatchResult([], node)
         if type(key) is not list:
             key = list(key)
-        page_size, tick = self.page_size, self._tick
+        page_size, tick, child_key = self.page_size, self._tick, self._child_key
         end = len(key) - len(key) % page_size
         pos = 0
         indices: list[int] = []
         while pos < end:
-            if page_size == 1:
-                child = node.children.get(key[pos])
-            else:
-                child = node.children.get(tuple(key[pos : pos + page_size]))
+            child = node.children.get(child_key(key, pos))
             if child is None:
                 break
-            child_key = child.key
-            m = len(child_key)
-            if key[pos : pos + m] != child_key:
-                m = match_len(child_key, key, pos, page_size)
+            node_key = child.key
+            m = len(node_key)
+            if key[pos : pos + m] != node_key:
+                m = match_len(node_key, key, pos, page_size)
                 child = self._split(child, m)
             child.last_access_time = tick()
             indices += child.value
@@ -231,15 +228,12 @@ class RadixCache:
             if value:
                 self.allocator.free(value)
             return 0
-        page_size, tick = self.page_size, self._tick
+        page_size, tick, child_key = self.page_size, self._tick, self._child_key
         end = len(key) - len(key) % page_size
         to_free = value[end:] if value is not None else []
         node, pos = self.root, 0
         while pos < end:
-            if page_size == 1:
-                child = node.children.get(key[pos])
-            else:
-                child = node.children.get(tuple(key[pos : pos + page_size]))
+            child = node.children.get(child_key(key, pos))
             if child is None:
                 break
             m = len(child.key)
