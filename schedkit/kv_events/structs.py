@@ -102,34 +102,19 @@ class _VllmBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     data_parallel_rank: int | None = None
 
 
-def _to_vllm(event: Event) -> _VllmEvent:
-    if type(event) is BlockStored:
-        return _VllmBlockStored(
-            event.block_hashes,
-            event.parent_block_hash,
-            event.token_ids,
-            event.block_size,
-            event.lora_id,
-            event.medium,
-        )
-    if type(event) is BlockRemoved:
-        return _VllmBlockRemoved(event.block_hashes, event.medium)
-    return _VllmAllBlocksCleared()
+_TO_VLLM: dict[type, type] = {
+    BlockStored: _VllmBlockStored,
+    BlockRemoved: _VllmBlockRemoved,
+    AllBlocksCleared: _VllmAllBlocksCleared,
+}
+_FROM_VLLM: dict[type, type] = {v: k for k, v in _TO_VLLM.items()}
 
 
-def _from_vllm(event: _VllmEvent) -> Event:
-    if type(event) is _VllmBlockStored:
-        return BlockStored(
-            event.block_hashes,
-            event.parent_block_hash,
-            event.token_ids,
-            event.block_size,
-            event.lora_id,
-            event.medium,
-        )
-    if type(event) is _VllmBlockRemoved:
-        return BlockRemoved(event.block_hashes, event.medium)
-    return AllBlocksCleared()
+def _convert(event: msgspec.Struct, classes: dict[type, type]) -> msgspec.Struct:
+    # Both families declare the shared fields in the same order; vLLM's BlockStored adds
+    # lora_name last, which ours does not carry.
+    cls = classes[type(event)]
+    return cls(*msgspec.structs.astuple(event)[: len(cls.__struct_fields__)])
 
 
 class Profile:
@@ -147,12 +132,12 @@ class Profile:
         decoder = msgspec.msgpack.Decoder(_VllmBatch)
 
         def encode(batch: EventBatch) -> bytes:
-            events = [_to_vllm(e) for e in batch.events]
+            events = [_convert(e, _TO_VLLM) for e in batch.events]
             return encoder.encode(_VllmBatch(batch.ts, events, batch.attn_dp_rank))
 
         def decode(payload: bytes) -> KVEventBatch:
             raw = decoder.decode(payload)
-            events = [_from_vllm(e) for e in raw.events]
+            events = [_convert(e, _FROM_VLLM) for e in raw.events]
             return KVEventBatch(raw.ts, events, raw.data_parallel_rank)
 
         self.encode = encode
