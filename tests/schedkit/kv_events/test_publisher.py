@@ -210,27 +210,31 @@ def test_shutdown_of_a_running_publisher_is_idempotent():
     assert pub.flush(timeout=0.1)
 
 
+def replay_replies(pub, start: int, *before: list[bytes]) -> list[list[bytes]]:
+    """Ask ``pub``'s replay socket from seq ``start`` (after sending ``before``, if any) and
+    return every reply frame list up to and including the end marker."""
+    dealer = zmq.Context.instance().socket(zmq.DEALER)
+    dealer.setsockopt(zmq.LINGER, 0)
+    dealer.setsockopt(zmq.RCVTIMEO, 5000)
+    dealer.connect(pub.replay_endpoint)
+    try:
+        for frames in before:
+            dealer.send_multipart(frames)
+        dealer.send_multipart([b"", start.to_bytes(8, "big")])
+        replies = []
+        while not replies or replies[-1][2] != END_SEQ:
+            replies.append(dealer.recv_multipart())
+        return replies
+    finally:
+        dealer.close()
+
+
 def test_replay_replies_carry_the_topic_and_end_with_the_marker(closing):
     pub = closing(ZmqEventPublisher(config(replay=True, topic="kv")))
     for i in range(5):
         pub.publish(batch(i))
     pub.flush()
-    ctx = zmq.Context.instance()
-    dealer = ctx.socket(zmq.DEALER)
-    dealer.setsockopt(zmq.LINGER, 0)
-    dealer.setsockopt(zmq.RCVTIMEO, 5000)
-    dealer.connect(pub.replay_endpoint)
-    try:
-        dealer.send_multipart([b"", b"bad"])  # malformed: logged and ignored
-        dealer.send_multipart([b"", (2).to_bytes(8, "big")])
-        replies = []
-        while True:
-            frames = dealer.recv_multipart()
-            replies.append(frames)
-            if frames[2] == END_SEQ:
-                break
-    finally:
-        dealer.close()
+    replies = replay_replies(pub, 2, [b"", b"bad"])  # the malformed request is logged, ignored
 
     assert [f[:2] for f in replies] == [[b"", b"kv"]] * 4
     assert [int.from_bytes(f[2], "big") for f in replies[:-1]] == [2, 3, 4]
@@ -274,16 +278,7 @@ def test_encode_failure_is_counted_and_burns_its_seq(closing):
     pub.publish(batch(2))
     pub.flush()
     assert (pub.published, pub.encode_errors) == (2, 1)
-
-    dealer = zmq.Context.instance().socket(zmq.DEALER)
-    dealer.setsockopt(zmq.LINGER, 0)
-    dealer.setsockopt(zmq.RCVTIMEO, 5000)
-    dealer.connect(pub.replay_endpoint)
-    try:
-        dealer.send_multipart([b"", (0).to_bytes(8, "big")])
-        replayed = [int.from_bytes(dealer.recv_multipart()[2], "big", signed=True) for _ in "abc"]
-    finally:
-        dealer.close()
+    replayed = [int.from_bytes(f[2], "big", signed=True) for f in replay_replies(pub, 0)]
     assert replayed == [0, 2, -1]
 
 
@@ -299,15 +294,7 @@ def test_vllm_profile_end_to_end(closing):
     assert seqs(got) == list(range(pub.published))
     assert [b for _, b in got[:5]] == [batch(i, tokens=4, rank=1) for i in range(5)]
 
-    dealer = zmq.Context.instance().socket(zmq.DEALER)
-    dealer.setsockopt(zmq.LINGER, 0)
-    dealer.setsockopt(zmq.RCVTIMEO, 5000)
-    dealer.connect(pub.replay_endpoint)
-    try:
-        dealer.send_multipart([b"", (0).to_bytes(8, "big")])
-        raw = msgspec.msgpack.decode(dealer.recv_multipart()[3])
-    finally:
-        dealer.close()
+    raw = msgspec.msgpack.decode(replay_replies(pub, 0)[0][3])
     assert raw[1][0]["type"] == "BlockStored" and raw[2] == 1
 
 
