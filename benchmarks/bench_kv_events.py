@@ -25,10 +25,10 @@ import time
 
 import structlog
 import zmq
+from schedkit.components.kv_events_publisher import KvEventsPublisher
+from schedkit.components.metrics_reporter import SchedulerStats
+from schedkit.components.radix_cache import RadixCache
 
-from components.kv_events_publisher import KvEventsPublisher
-from components.metrics_reporter import SchedulerStats
-from components.radix_cache import RadixCache
 from schedkit.kv_events import (
     KVEventBatch,
     KvEventsConfig,

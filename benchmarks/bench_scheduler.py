@@ -35,21 +35,21 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from schedkit.components.allocator import TokenToKVPoolAllocator
+from schedkit.components.batch_result_processor import BatchResultProcessor
+from schedkit.components.kv_events_publisher import KvEventsPublisher
+from schedkit.components.load_inquirer import LoadInquirer
+from schedkit.components.metrics_reporter import MetricsReporter
+from schedkit.components.output_streamer import OutputStreamer
+from schedkit.components.parallel_state import ParallelState
+from schedkit.components.radix_cache import RadixCache
+from schedkit.components.request_receiver import InprocRequestReceiver
+from schedkit.components.schedule_policy import LPMPolicy
+from schedkit.components.scheduler import Scheduler
 
 import schedkit
-from components.allocator import TokenToKVPoolAllocator
-from components.batch_result_processor import BatchResultProcessor
-from components.kv_events_publisher import KvEventsPublisher
-from components.load_inquirer import LoadInquirer
-from components.metrics_reporter import MetricsReporter
-from components.model_runner import SimulatedModelRunner
-from components.output_streamer import OutputStreamer
-from components.parallel_state import ParallelState
-from components.radix_cache import RadixCache
-from components.request_receiver import InprocRequestReceiver
-from components.schedule_policy import LPMPolicy
-from components.scheduler import Scheduler
-from schedkit.workload import shared_prefix_workload
+from schedkit.sim.model_runner import SimulatedModelRunner
+from schedkit.sim.workload import shared_prefix_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 WIRING = ROOT / "wiring.yaml"

@@ -14,15 +14,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from components.req_to_cache import cache_finished_req, cache_unfinished_req
-from schedkit.component import component
-from schedkit.schedule_batch import (
+from schedkit.components.req_to_cache import cache_finished_req, cache_unfinished_req
+from schedkit.components.schedule_batch import (
     FinishAbort,
     ForwardMode,
     GenerationBatchResult,
     Req,
     ScheduleBatch,
 )
+
+from schedkit.component import component
 
 __all__ = ["BatchResultProcessor"]
 

@@ -18,8 +18,8 @@ import attrs
 import msgspec
 import structlog
 import zmq
+from schedkit.components.parallel_state import ParallelState
 
-from components.parallel_state import ParallelState
 from schedkit.component import component
 from schedkit.kv_events import EventPublisher, KVEventBatch, KvEventsConfig, create_publisher
 from schedkit.kv_events.config import parse_kv_events_config

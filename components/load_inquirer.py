@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from components.parallel_state import ParallelState
+from schedkit.components.parallel_state import ParallelState
+from schedkit.components.schedule_batch import Req, ScheduleBatch
+
 from schedkit.component import component
-from schedkit.schedule_batch import Req, ScheduleBatch
 
 __all__ = ["LOAD_SECTIONS", "LoadInquirer"]
 

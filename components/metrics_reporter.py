@@ -24,9 +24,9 @@ from typing import Any, Literal
 import attrs
 import msgspec
 import structlog
+from schedkit.components.schedule_batch import ScheduleBatch
 
 from schedkit.component import component
-from schedkit.schedule_batch import ScheduleBatch
 
 __all__ = ["IDLE_LOG_INTERVAL", "MetricsCollector", "MetricsReporter", "SchedulerStats"]
 

@@ -11,16 +11,16 @@ from typing import Literal
 
 import attrs
 import zmq
-
-from schedkit.component import component
-from schedkit.io_struct import (
+from schedkit.components.io_struct import (
     BatchEmbeddingOutput,
     BatchTokenIDOutput,
     check_endpoint,
     decode_output,
     encode,
 )
-from schedkit.schedule_batch import FinishReason
+from schedkit.components.schedule_batch import FinishReason
+
+from schedkit.component import component
 
 __all__ = ["InprocOutputCollector", "ZmqOutputSender"]
 

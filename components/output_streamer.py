@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from components.parallel_state import ParallelState
+from schedkit.components.io_struct import BatchEmbeddingOutput, BatchTokenIDOutput
+from schedkit.components.parallel_state import ParallelState
+from schedkit.components.schedule_batch import Req
+
 from schedkit.component import component
-from schedkit.io_struct import BatchEmbeddingOutput, BatchTokenIDOutput
-from schedkit.schedule_batch import Req
 
 __all__ = ["OutputStreamer"]
 

@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from heapq import heapify, heappop, heappush
 
 import attrs
+from schedkit.components._event_recorder import EventRecorder
+from schedkit.components.allocator import OutOfKVSlotsError, TokenToKVPoolAllocator
 
-from components._event_recorder import EventRecorder
-from components.allocator import OutOfKVSlotsError, TokenToKVPoolAllocator
 from schedkit.component import component
 
 __all__ = ["MatchResult", "RadixCache", "TreeNode"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from schedkit.schedule_batch import Req
+from schedkit.components.schedule_batch import Req
 
 __all__ = ["cache_finished_req", "cache_unfinished_req", "fill_ids_prefix"]
 

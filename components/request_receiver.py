@@ -16,9 +16,7 @@ import attrs
 import msgspec
 import structlog
 import zmq
-
-from schedkit.component import component
-from schedkit.io_struct import (
+from schedkit.components.io_struct import (
     ControlReply,
     ControlReq,
     ControlRequest,
@@ -26,7 +24,9 @@ from schedkit.io_struct import (
     decode_request,
     encode,
 )
-from schedkit.schedule_batch import Req
+from schedkit.components.schedule_batch import Req
+
+from schedkit.component import component
 
 __all__ = ["ControlRequest", "InprocRequestReceiver", "ZmqRequestReceiver"]
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol
 
-from components.req_to_cache import fill_ids_prefix
+from schedkit.components.req_to_cache import fill_ids_prefix
+from schedkit.components.schedule_batch import Req
+
 from schedkit.component import component
-from schedkit.schedule_batch import Req
 
 __all__ = [
     "IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD",

@@ -23,12 +23,12 @@ from typing import Any, Literal
 
 import attrs
 import structlog
+from schedkit.components.io_struct import ControlReply
+from schedkit.components.req_to_cache import cache_finished_req, fill_ids_prefix
+from schedkit.components.schedule_batch import FinishAbort, ForwardMode, Req, ScheduleBatch
+from schedkit.components.schedule_policy import SchedulePolicy
 
-from components.req_to_cache import cache_finished_req, fill_ids_prefix
-from components.schedule_policy import SchedulePolicy
 from schedkit.component import component
-from schedkit.io_struct import ControlReply
-from schedkit.schedule_batch import FinishAbort, ForwardMode, Req, ScheduleBatch
 
 __all__ = ["CLIP_MAX_NEW_TOKENS", "RETRACT_DECODE_STEPS", "Scheduler"]
 

@@ -8,10 +8,10 @@ slots are freed, its full slots and pages stay (no event). A prefix can be reuse
 last ``sliding_window_size`` tokens before its end have sliding-window KV, so tombstones break a
 match unless enough live tokens follow them.
 
-Ownership is as in ``components.radix_cache``: ``insert`` takes every slot it is given, frees
-the ones it does not keep, and the cache gives its slots back on eviction and reset. A
-``swa_value`` entry of None means that token has no sliding-window slot (already freed by the
-request); the part of a new suffix before the last run of live entries is stored as a
+Ownership is as in ``schedkit.components.radix_cache``: ``insert`` takes every slot it is
+given, frees the ones it does not keep, and the cache gives its slots back on eviction and
+reset. A ``swa_value`` entry of None means that token has no sliding-window slot (already freed
+by the request); the part of a new suffix before the last run of live entries is stored as a
 tombstone, and a tombstoned node whose tokens all come with live entries is revived.
 """
 
@@ -22,10 +22,9 @@ import itertools
 from collections.abc import Callable, Iterator, Sequence
 
 import attrs
-
-from components._event_recorder import EventRecorder
-from components.allocator import OutOfKVSlotsError, TokenToKVPoolAllocator
-from components.radix_cache import (
+from schedkit.components._event_recorder import EventRecorder
+from schedkit.components.allocator import OutOfKVSlotsError, TokenToKVPoolAllocator
+from schedkit.components.radix_cache import (
     MatchResult,
     TreeNode,
     check_page_size,
@@ -33,6 +32,7 @@ from components.radix_cache import (
     make_pool,
     match_len,
 )
+
 from schedkit.component import component
 
 __all__ = ["SWARadixCache", "SWATreeNode"]

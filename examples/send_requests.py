@@ -16,8 +16,7 @@ import time
 
 import msgspec
 import zmq
-
-from schedkit.io_struct import (
+from schedkit.components.io_struct import (
     BatchTokenIDOutput,
     ControlReply,
     ControlReq,

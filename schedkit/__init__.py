@@ -20,8 +20,8 @@ _LAZY = {
     "late": "schedkit.wiring",
     "load_wiring": "schedkit.wiring",
     "ref": "schedkit.wiring",
-    "Req": "schedkit.schedule_batch",
-    "SamplingParams": "schedkit.schedule_batch",
+    "Req": "schedkit.components.schedule_batch",
+    "SamplingParams": "schedkit.components.schedule_batch",
 }
 
 __all__ = ["component", "component_name", "is_component", "registered", *_LAZY]

@@ -29,12 +29,12 @@ import attrs
 import msgspec
 import structlog
 import zmq
+from schedkit.components.kv_events_publisher import KvEventsPublisher, KvMetrics
+from schedkit.components.metrics_reporter import SchedulerStats
+from schedkit.components.parallel_state import ParallelState
+from schedkit.components.radix_cache import RadixCache
 
 import schedkit
-from components.kv_events_publisher import KvEventsPublisher, KvMetrics
-from components.metrics_reporter import SchedulerStats
-from components.parallel_state import ParallelState
-from components.radix_cache import RadixCache
 from schedkit.kv_events import (
     HistoryLost,
     KvEventsConfig,

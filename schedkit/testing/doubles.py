@@ -16,10 +16,15 @@ import attrs
 from structlog.testing import capture_logs
 
 from schedkit.component import component
-from schedkit.io_struct import BatchEmbeddingOutput, BatchTokenIDOutput, decode_output, encode
+from schedkit.components.io_struct import (
+    BatchEmbeddingOutput,
+    BatchTokenIDOutput,
+    decode_output,
+    encode,
+)
+from schedkit.components.schedule_batch import FinishReason
 from schedkit.kv_events import KvEventsConfig, get_profile, register_publisher
 from schedkit.kv_events.structs import EventBatch, KVEventBatch
-from schedkit.schedule_batch import FinishReason
 
 __all__ = ["CapturingEventPublisher", "FakeClock", "RecordingOutputSender", "capture_logs"]
 

@@ -1,8 +1,8 @@
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from schedkit.components.allocator import TokenToKVPoolAllocator
 
-from components.allocator import TokenToKVPoolAllocator
 from schedkit.component import component_name, is_component
 
 

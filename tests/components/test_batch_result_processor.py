@@ -1,12 +1,10 @@
 import attrs
 import pytest
-
-from components.allocator import TokenToKVPoolAllocator
-from components.batch_result_processor import BatchResultProcessor
-from components.radix_cache import RadixCache
-from components.req_to_cache import cache_finished_req
-from schedkit.component import component_name
-from schedkit.schedule_batch import (
+from schedkit.components.allocator import TokenToKVPoolAllocator
+from schedkit.components.batch_result_processor import BatchResultProcessor
+from schedkit.components.radix_cache import RadixCache
+from schedkit.components.req_to_cache import cache_finished_req
+from schedkit.components.schedule_batch import (
     FinishAbort,
     FinishLength,
     FinishMatchedToken,
@@ -16,6 +14,8 @@ from schedkit.schedule_batch import (
     SamplingParams,
     ScheduleBatch,
 )
+
+from schedkit.component import component_name
 
 POOL = 64
 

@@ -9,10 +9,10 @@ from collections import Counter
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from schedkit.components.allocator import OutOfKVSlotsError
+from schedkit.components.radix_cache import RadixCache
+from schedkit.components.swa_radix_cache import SWARadixCache
 
-from components.allocator import OutOfKVSlotsError
-from components.radix_cache import RadixCache
-from components.swa_radix_cache import SWARadixCache
 from schedkit.kv_events.hashing import page_hashes
 from schedkit.kv_events.structs import AllBlocksCleared, BlockRemoved, BlockStored
 

@@ -7,12 +7,12 @@ import time
 import msgspec
 import pytest
 import zmq
+from schedkit.components.kv_events_publisher import KvEventsPublisher, KvMetrics, kv_events_dp_rank
+from schedkit.components.metrics_reporter import SchedulerStats
+from schedkit.components.parallel_state import ParallelState
+from schedkit.components.radix_cache import RadixCache
 from structlog.testing import capture_logs
 
-from components.kv_events_publisher import KvEventsPublisher, KvMetrics, kv_events_dp_rank
-from components.metrics_reporter import SchedulerStats
-from components.parallel_state import ParallelState
-from components.radix_cache import RadixCache
 from schedkit import build, load_wiring
 from schedkit.kv_events import (
     AllBlocksCleared,

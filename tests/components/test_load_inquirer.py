@@ -2,12 +2,12 @@ from types import SimpleNamespace
 
 import attrs
 import pytest
+from schedkit.components.allocator import TokenToKVPoolAllocator
+from schedkit.components.load_inquirer import LoadInquirer
+from schedkit.components.parallel_state import ParallelState
+from schedkit.components.schedule_batch import ForwardMode, Req, ScheduleBatch
 
-from components.allocator import TokenToKVPoolAllocator
-from components.load_inquirer import LoadInquirer
-from components.parallel_state import ParallelState
 from schedkit.component import component_name
-from schedkit.schedule_batch import ForwardMode, Req, ScheduleBatch
 
 
 class FakeTreeCache:

@@ -4,10 +4,10 @@ import urllib.request
 from types import SimpleNamespace
 
 import pytest
+from schedkit.components.metrics_reporter import FORWARD_CT_MOD, MetricsReporter, SchedulerStats
+from schedkit.components.schedule_batch import ForwardMode, Req, ScheduleBatch
 
-from components.metrics_reporter import FORWARD_CT_MOD, MetricsReporter, SchedulerStats
 from schedkit.component import component_name
-from schedkit.schedule_batch import ForwardMode, Req, ScheduleBatch
 
 
 class Clock:

@@ -1,10 +1,10 @@
 import pytest
 import zmq
+from schedkit.components.io_struct import BatchEmbeddingOutput, BatchTokenIDOutput, decode_output
+from schedkit.components.output_sender import InprocOutputCollector, ZmqOutputSender
+from schedkit.components.schedule_batch import FinishLength, FinishMatchedToken
 
-from components.output_sender import InprocOutputCollector, ZmqOutputSender
 from schedkit.component import component_name
-from schedkit.io_struct import BatchEmbeddingOutput, BatchTokenIDOutput, decode_output
-from schedkit.schedule_batch import FinishLength, FinishMatchedToken
 
 
 def token_msg(*entries):

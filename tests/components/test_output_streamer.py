@@ -3,12 +3,11 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from components.output_sender import InprocOutputCollector
-from components.output_streamer import OutputStreamer
-from components.parallel_state import ParallelState
-from schedkit.io_struct import BatchEmbeddingOutput, BatchTokenIDOutput
-from schedkit.schedule_batch import FinishAbort, FinishLength, Req, SamplingParams
+from schedkit.components.io_struct import BatchEmbeddingOutput, BatchTokenIDOutput
+from schedkit.components.output_sender import InprocOutputCollector
+from schedkit.components.output_streamer import OutputStreamer
+from schedkit.components.parallel_state import ParallelState
+from schedkit.components.schedule_batch import FinishAbort, FinishLength, Req, SamplingParams
 
 
 class RecordingSender:

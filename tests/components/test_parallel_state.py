@@ -1,7 +1,6 @@
 import attrs
 import pytest
-
-from components.parallel_state import ParallelState
+from schedkit.components.parallel_state import ParallelState
 
 
 def test_defaults_are_one_rank():

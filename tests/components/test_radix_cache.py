@@ -1,10 +1,10 @@
 import pytest
+import schedkit.components._event_recorder as event_recorder
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from schedkit.components.allocator import OutOfKVSlotsError, TokenToKVPoolAllocator
+from schedkit.components.radix_cache import RadixCache, match_len
 
-import components._event_recorder as event_recorder
-from components.allocator import OutOfKVSlotsError, TokenToKVPoolAllocator
-from components.radix_cache import RadixCache, match_len
 from schedkit.component import component_name
 from schedkit.kv_events.hashing import digest_to_int, page_hashes
 from schedkit.kv_events.structs import AllBlocksCleared, BlockStored

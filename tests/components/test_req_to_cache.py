@@ -1,7 +1,11 @@
-from components.allocator import TokenToKVPoolAllocator
-from components.radix_cache import RadixCache
-from components.req_to_cache import cache_finished_req, cache_unfinished_req, fill_ids_prefix
-from schedkit.schedule_batch import Req
+from schedkit.components.allocator import TokenToKVPoolAllocator
+from schedkit.components.radix_cache import RadixCache
+from schedkit.components.req_to_cache import (
+    cache_finished_req,
+    cache_unfinished_req,
+    fill_ids_prefix,
+)
+from schedkit.components.schedule_batch import Req
 
 
 def make(size=32, page_size=1, disable=False):

@@ -4,11 +4,7 @@ import time
 import msgspec
 import pytest
 import zmq
-from structlog.testing import capture_logs
-
-from components.request_receiver import InprocRequestReceiver, ZmqRequestReceiver
-from schedkit.component import component_name
-from schedkit.io_struct import (
+from schedkit.components.io_struct import (
     ControlReply,
     ControlReq,
     ControlRequest,
@@ -17,7 +13,11 @@ from schedkit.io_struct import (
     decode_reply,
     encode,
 )
-from schedkit.schedule_batch import Req
+from schedkit.components.request_receiver import InprocRequestReceiver, ZmqRequestReceiver
+from schedkit.components.schedule_batch import Req
+from structlog.testing import capture_logs
+
+from schedkit.component import component_name
 
 
 def test_registered_names():

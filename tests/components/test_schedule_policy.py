@@ -1,12 +1,12 @@
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from schedkit.components.allocator import TokenToKVPoolAllocator
+from schedkit.components.radix_cache import RadixCache
+from schedkit.components.schedule_batch import Req
+from schedkit.components.schedule_policy import FCFSPolicy, LPMPolicy
 
-from components.allocator import TokenToKVPoolAllocator
-from components.radix_cache import RadixCache
-from components.schedule_policy import FCFSPolicy, LPMPolicy
 from schedkit.component import component_name
-from schedkit.schedule_batch import Req
 
 
 def cache_with(*keys):

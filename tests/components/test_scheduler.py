@@ -5,23 +5,23 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
-
-from components.allocator import TokenToKVPoolAllocator
-from components.batch_result_processor import BatchResultProcessor
-from components.model_runner import SimulatedModelRunner
-from components.radix_cache import RadixCache
-from components.request_receiver import InprocRequestReceiver
-from components.schedule_policy import FCFSPolicy, LPMPolicy
-from components.scheduler import Scheduler
-from schedkit.component import component_name
-from schedkit.io_struct import ControlRequest
-from schedkit.schedule_batch import (
+from schedkit.components.allocator import TokenToKVPoolAllocator
+from schedkit.components.batch_result_processor import BatchResultProcessor
+from schedkit.components.io_struct import ControlRequest
+from schedkit.components.radix_cache import RadixCache
+from schedkit.components.request_receiver import InprocRequestReceiver
+from schedkit.components.schedule_batch import (
     FinishAbort,
     FinishLength,
     ForwardMode,
     Req,
     SamplingParams,
 )
+from schedkit.components.schedule_policy import FCFSPolicy, LPMPolicy
+from schedkit.components.scheduler import Scheduler
+
+from schedkit.component import component_name
+from schedkit.sim.model_runner import SimulatedModelRunner
 
 
 class RecordingStreamer:

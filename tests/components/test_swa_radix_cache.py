@@ -1,8 +1,8 @@
 import pytest
+import schedkit.components._event_recorder as event_recorder
+from schedkit.components.allocator import TokenToKVPoolAllocator
+from schedkit.components.swa_radix_cache import SWARadixCache
 
-import components._event_recorder as event_recorder
-from components.allocator import TokenToKVPoolAllocator
-from components.swa_radix_cache import SWARadixCache
 from schedkit.component import component_name
 from schedkit.kv_events.hashing import page_hashes
 from schedkit.kv_events.structs import AllBlocksCleared, BlockRemoved, BlockStored

@@ -67,7 +67,7 @@ def test_component_module_imports_nothing_from_the_container():
 
 def test_builtin_components_register_through_the_entry_point():
     names = registered()
-    assert names["radix_cache"].__module__ == "components.radix_cache"
+    assert names["radix_cache"].__module__ == "schedkit.components.radix_cache"
 
 
 def test_third_party_entry_point_registers_its_components(tmp_path, monkeypatch):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from schedkit.components.schedule_batch import Req
+
 from schedkit import component
-from schedkit.schedule_batch import Req
 
 __all__ = ["ShortestUncachedFirst"]
 

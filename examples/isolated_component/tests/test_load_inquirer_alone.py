@@ -1,12 +1,12 @@
 """LoadInquirer on its own: a real allocator and cache, and lambdas for everything the
 scheduler and the metrics reporter would bind late."""
 
-from components.allocator import TokenToKVPoolAllocator
-from components.load_inquirer import LoadInquirer
-from components.metrics_reporter import SchedulerStats
-from components.parallel_state import ParallelState
-from components.radix_cache import RadixCache
-from schedkit.schedule_batch import ForwardMode, Req, ScheduleBatch
+from schedkit.components.allocator import TokenToKVPoolAllocator
+from schedkit.components.load_inquirer import LoadInquirer
+from schedkit.components.metrics_reporter import SchedulerStats
+from schedkit.components.parallel_state import ParallelState
+from schedkit.components.radix_cache import RadixCache
+from schedkit.components.schedule_batch import ForwardMode, Req, ScheduleBatch
 
 
 def _req(rid, prompt_len, prefix_len=0):

@@ -4,11 +4,11 @@ a real radix cache recording events, and a real ZeroMQ socket receiving its KV m
 import msgspec
 import pytest
 import zmq
+from schedkit.components.allocator import TokenToKVPoolAllocator
+from schedkit.components.kv_events_publisher import KvEventsPublisher, KvMetrics
+from schedkit.components.metrics_reporter import SchedulerStats
+from schedkit.components.radix_cache import RadixCache
 
-from components.allocator import TokenToKVPoolAllocator
-from components.kv_events_publisher import KvEventsPublisher, KvMetrics
-from components.metrics_reporter import SchedulerStats
-from components.radix_cache import RadixCache
 from schedkit.kv_events import AllBlocksCleared, BlockStored, page_hashes
 from schedkit.testing import CapturingEventPublisher, FakeClock
 

@@ -1,12 +1,12 @@
 from pathlib import Path
 
 import pytest
+from schedkit.components.io_struct import BatchTokenIDOutput
+from schedkit.components.kv_events_publisher import KvEventsPublisher
+from schedkit.components.radix_cache import RadixCache
+from schedkit.components.schedule_batch import FinishLength, Req, SamplingParams
 
-from components.kv_events_publisher import KvEventsPublisher
-from components.radix_cache import RadixCache
-from schedkit.io_struct import BatchTokenIDOutput
 from schedkit.kv_events import BlockStored, KVEventBatch, create_publisher
-from schedkit.schedule_batch import FinishLength, Req, SamplingParams
 from schedkit.testing import (
     CapturingEventPublisher,
     FakeClock,

@@ -1,14 +1,10 @@
 from pathlib import Path
 
 import pytest
-
-from components.allocator import TokenToKVPoolAllocator
-from components.metrics_reporter import MetricsReporter
-from components.model_runner import SimulatedModelRunner
-from components.radix_cache import RadixCache
-from components.scheduler import Scheduler
-from schedkit import WiringError, load_wiring
-from schedkit.schedule_batch import (
+from schedkit.components.allocator import TokenToKVPoolAllocator
+from schedkit.components.metrics_reporter import MetricsReporter
+from schedkit.components.radix_cache import RadixCache
+from schedkit.components.schedule_batch import (
     FinishLength,
     ForwardMode,
     GenerationBatchResult,
@@ -16,6 +12,10 @@ from schedkit.schedule_batch import (
     SamplingParams,
     ScheduleBatch,
 )
+from schedkit.components.scheduler import Scheduler
+
+from schedkit import WiringError, load_wiring
+from schedkit.sim.model_runner import SimulatedModelRunner
 from schedkit.testing import isolate
 
 WIRING = Path(__file__).resolve().parents[3] / "wiring.yaml"

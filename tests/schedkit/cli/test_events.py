@@ -10,7 +10,7 @@ import pytest
 import structlog
 
 from schedkit.cli import main
-from schedkit.events_cli import format_notice
+from schedkit.cli.events import format_notice
 from schedkit.kv_events import (
     AllBlocksCleared,
     BlockRemoved,
@@ -142,8 +142,8 @@ def test_tail_count_not_reached_before_the_timeout_fails(capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["tcp://127.0.0.1:1", "--count", "0"], "expected a positive int, got '0'"),
-        (["tcp://127.0.0.1:1", "--timeout", "soon"], "expected a positive float, got 'soon'"),
+        (["tcp://127.0.0.1:1", "--count", "0"], "expected a whole number > 0, got '0'"),
+        (["tcp://127.0.0.1:1", "--timeout", "soon"], "expected a number > 0, got 'soon'"),
         (["tcp://127.0.0.1:1", "--profile", "trt"], "invalid choice: 'trt'"),
     ],
 )

@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+from schedkit.cli.args import number
 from schedkit.kv_events import (
     PROFILES,
     AllBlocksCleared,
@@ -32,19 +33,6 @@ __all__ = ["add_parser", "cmd_tail", "format_batch", "format_event", "format_not
 _KINDS = {BlockStored: "stored", BlockRemoved: "removed", AllBlocksCleared: "cleared"}
 
 
-def _positive(kind: type) -> Any:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or value <= 0:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
-        return value
-
-    return parse
-
-
 def add_parser(subparsers: Any) -> None:
     """Add the ``events`` command (with its ``tail`` subcommand) to a subparsers action."""
     events = subparsers.add_parser("events", help="inspect KV-cache event streams")
@@ -56,10 +44,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--profile", choices=PROFILES, default="sglang", help="wire format")
     p.add_argument("-v", "--verbose", action="store_true", help="also print every event")
     p.add_argument("--stats", action="store_true", help="print batch and event rates each second")
-    p.add_argument("--count", type=_positive(int), help="exit after N batches")
+    p.add_argument("--count", type=number(int), help="exit after N batches")
     p.add_argument(
         "--timeout",
-        type=_positive(float),
+        type=number(float),
         help="exit after S seconds (status 1 if --count batches had not arrived)",
     )
     p.set_defaults(run=cmd_tail)

@@ -1,6 +1,6 @@
 import pytest
 
-from schedkit.workload import (
+from schedkit.sim.workload import (
     ChatWorkload,
     WorkloadError,
     load_jsonl,

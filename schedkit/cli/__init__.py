@@ -17,23 +17,12 @@ import msgspec
 import structlog
 import yaml
 
-from schedkit import events_cli, run_cli
+from schedkit.cli import events, run
+from schedkit.cli.args import add_wiring_args
 from schedkit.validate import iter_refs
 from schedkit.wiring import Ref, Wiring, WiringDumper, WiringError, load_wiring
 
 __all__ = ["main"]
-
-
-def _add_wiring_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", help="wiring YAML file")
-    parser.add_argument(
-        "-o",
-        "--overlay",
-        action="append",
-        default=[],
-        metavar="OVERLAY",
-        help="overlay YAML merged over FILE (repeatable, applied in order)",
-    )
 
 
 def _edges(wiring: Wiring) -> list[tuple[str, Ref]]:
@@ -140,20 +129,20 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="schedkit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("validate", help="check a wiring and list its components and edges")
-    _add_wiring_args(p)
+    add_wiring_args(p)
     p.set_defaults(run=cmd_validate)
     p = sub.add_parser("graph", help="print the component graph (eager solid, late dashed)")
-    _add_wiring_args(p)
+    add_wiring_args(p)
     p.add_argument("--format", choices=("mermaid", "dot"), default="mermaid")
     p.set_defaults(run=cmd_graph)
     p = sub.add_parser("config", help="print the configuration a wiring operates with")
-    _add_wiring_args(p)
+    add_wiring_args(p)
     p.add_argument(
         "--resolved", action="store_true", help="every field of every component, defaults included"
     )
     p.set_defaults(run=cmd_config)
-    run_cli.add_parsers(sub)
-    events_cli.add_parser(sub)
+    run.add_parsers(sub)
+    events.add_parser(sub)
     return parser
 
 

@@ -13,34 +13,21 @@ from typing import Any
 
 import structlog
 
+from schedkit.cli.args import add_wiring_args, number
 from schedkit.container import Assembly, build
-from schedkit.driver import StuckError, drive
+from schedkit.sim.driver import StuckError, drive
+from schedkit.sim.workload import CHAT_RATE, SYNTHETIC, WorkloadError, load_jsonl, synthetic
 from schedkit.wiring import load_wiring
-from schedkit.workload import CHAT_RATE, SYNTHETIC, WorkloadError, load_jsonl, synthetic
 
 __all__ = ["add_parsers"]
 
 log = structlog.get_logger("schedkit.serve")
 
 
-def _positive(kind: type) -> Any:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        return value
-
-    return parse
-
-
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add the ``run`` and ``serve`` sub-commands."""
     p = sub.add_parser("run", help="run a workload through the scheduler and print a summary")
-    p.add_argument("file", help="wiring YAML file")
-    p.add_argument("-o", "--overlay", action="append", default=[], metavar="OVERLAY")
+    add_wiring_args(p)
     source = p.add_mutually_exclusive_group()
     source.add_argument("--workload", metavar="FILE.jsonl", help="JSONL workload file")
     source.add_argument(
@@ -51,13 +38,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--num-requests",
-        type=_positive(int),
+        type=number(int),
         default=400,
         help="requests of a synthetic workload (default 400)",
     )
     p.add_argument(
         "--rate",
-        type=_positive(float),
+        type=number(float, allow_inf=True),
         default=None,
         help=f"arrivals per second, Poisson (chat: conversation starts, default {CHAT_RATE:g}; "
         "inf: all at once; a JSONL file's lines without 'arrival': all at once by default)",
@@ -70,11 +57,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=cmd_run)
 
     p = sub.add_parser("serve", help="serve requests on the receiver endpoint until stopped")
-    p.add_argument("file", help="wiring YAML file")
-    p.add_argument("-o", "--overlay", action="append", default=[], metavar="OVERLAY")
+    add_wiring_args(p)
     p.add_argument(
         "--grace",
-        type=float,
+        type=number(float, allow_minimum=True),
         default=5.0,
         help="seconds to finish in-flight requests on shutdown before aborting them",
     )

@@ -2,8 +2,7 @@ import re
 
 import msgspec
 import pytest
-
-from schedkit.io_struct import (
+from schedkit.components.io_struct import (
     BatchEmbeddingOutput,
     BatchTokenIDOutput,
     ControlReply,
@@ -17,7 +16,7 @@ from schedkit.io_struct import (
     decode_request,
     encode,
 )
-from schedkit.schedule_batch import FinishAbort, FinishLength, FinishMatchedToken, Req
+from schedkit.components.schedule_batch import FinishAbort, FinishLength, FinishMatchedToken, Req
 
 
 def test_generate_request_round_trips_and_converts_to_req():

@@ -46,7 +46,7 @@ def test_command_exits_2_without_traceback(write):
         [sys.executable, "-m", "schedkit.cli", "validate", str(path), "-o", str(overlay)],
         capture_output=True,
         text=True,
-        cwd=Path(__file__).parents[2],
+        cwd=Path(__file__).parents[3],
     )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr

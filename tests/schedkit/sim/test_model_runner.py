@@ -1,10 +1,10 @@
 import time
 
 import pytest
+from schedkit.components.schedule_batch import ForwardMode, Req, SamplingParams, ScheduleBatch
 
-from components.model_runner import TOKEN_TABLE_SIZE, SimulatedModelRunner
 from schedkit.component import component_name
-from schedkit.schedule_batch import ForwardMode, Req, SamplingParams, ScheduleBatch
+from schedkit.sim.model_runner import TOKEN_TABLE_SIZE, SimulatedModelRunner
 
 
 def req(rid, prompt_len=10, outputs=0):
@@ -161,7 +161,7 @@ def test_bad_settings_are_refused(kwargs, message):
 
 
 def test_decode_tokens_do_not_depend_on_which_rids_were_seen_before(monkeypatch):
-    import components.model_runner as model_runner
+    import schedkit.sim.model_runner as model_runner
 
     monkeypatch.setattr(model_runner, "_MAX_CACHED_RIDS", 3)  # forget rids often
     runner, fresh = SimulatedModelRunner(seed=5), SimulatedModelRunner(seed=5)

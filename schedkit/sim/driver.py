@@ -16,9 +16,9 @@ from typing import Any
 
 import attrs
 
+from schedkit.components.schedule_batch import FinishAbort, Req
 from schedkit.container import Assembly
-from schedkit.schedule_batch import FinishAbort, Req
-from schedkit.workload import Workload
+from schedkit.sim.workload import Workload
 
 __all__ = ["RunSummary", "StuckError", "drive", "percentile"]
 

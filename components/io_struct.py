@@ -18,8 +18,7 @@ from typing import Annotated, Any, Literal
 
 import attrs
 import msgspec
-
-from schedkit.schedule_batch import (
+from schedkit.components.schedule_batch import (
     FinishAbort,
     FinishLength,
     FinishMatchedToken,

@@ -48,7 +48,12 @@ from typing import Literal
 import attrs
 
 from schedkit.component import component
-from schedkit.schedule_batch import ForwardMode, GenerationBatchResult, Req, ScheduleBatch
+from schedkit.components.schedule_batch import (
+    ForwardMode,
+    GenerationBatchResult,
+    Req,
+    ScheduleBatch,
+)
 
 __all__ = ["TOKEN_TABLE_SIZE", "SimulatedModelRunner"]
 

@@ -24,7 +24,7 @@ from typing import Protocol
 import attrs
 import msgspec
 
-from schedkit.schedule_batch import Req, SamplingParams
+from schedkit.components.schedule_batch import Req, SamplingParams
 
 __all__ = [
     "CHAT_RATE",
