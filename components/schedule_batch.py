@@ -79,6 +79,12 @@ class Req:
     origin_input_ids: list[int]
     sampling_params: SamplingParams = attrs.Factory(SamplingParams)
     arrival_time: float = 0.0
+    # Scheduling priority (higher runs first under the priority policy; None = default).
+    priority: int | None = None
+    # Prefix-cache namespaces: requests with different values never share cached KV, and
+    # published page hashes are namespaced by them.
+    extra_key: str | None = None
+    cache_salt: str | None = None
 
     output_ids: list[int] = attrs.Factory(list)
     finished_reason: FinishReason | None = None
@@ -96,6 +102,8 @@ class Req:
     kv_indices: list[int] = attrs.Factory(list)
     prefix_len: int = 0
     last_node: Any = None
+    # What the cache's inc_lock_ref returned for last_node; dec_lock_ref takes it back.
+    swa_uuid_for_lock: Any = None
     # Tokens computed so far (prompt chunks and generated tokens whose KV exists).
     num_computed_tokens: int = 0
     is_chunked: bool = False
