@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, Protocol
 
 import msgspec
 
-from schedkit.kv_events.structs import PROFILES, EventBatch
+from schedkit.kv_events.structs import PROFILES, EventBatch, ProfileName
 
 __all__ = [
     "EventPublisher",
@@ -32,7 +32,7 @@ class KvEventsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     hwm: Annotated[int, msgspec.Meta(ge=0)] = 100000
     max_queue_size: Annotated[int, msgspec.Meta(ge=1)] = 100000
     topic: str = ""
-    profile: Literal["sglang", "vllm"] = "sglang"
+    profile: ProfileName = "sglang"
     mode: Literal["bind", "connect"] = "bind"
 
 

@@ -1,16 +1,31 @@
-"""KV-cache event structs and their wire encodings under the ``sglang`` and ``vllm`` profiles.
+"""KV-cache event structs and their wire encodings, one profile per engine release.
 
-The ``sglang`` structs are also the in-memory form: caches record them, publishers encode them,
-subscribers decode into them whatever the profile on the wire.
+The in-memory structs are SGLang's current declarations: events are msgspec structs tagged with
+their class name under ``type``, and caches record them, publishers encode them, subscribers
+decode into them whatever the profile on the wire. The profile table, ``PROFILES``, is the one
+place that says what each engine puts on the wire:
+
+- ``sglang`` (SGLang >= 0.5.23): each event a msgpack map ``{"type": "BlockStored", ...}`` with
+  None-valued optional fields left out; the batch ``[ts, events, attn_dp_rank]``.
+- ``sglang-array`` (older SGLang, what llm-d's adapter reads): each event a msgpack array whose
+  first element is the tag: ``["BlockStored", hashes, parent, tokens, block_size, lora_id,
+  medium]``.
+- ``vllm`` (vLLM >= 0.33): each event a map tagged under ``type``; ``BlockStored`` always carries
+  ``medium`` and ``lora_name`` and ``BlockRemoved`` always carries ``medium``, None included.
+
+Decoding does not need to know the profile: each event is read as a map or an array by its
+first byte, so a subscriber follows any of these streams.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal, Union
 
 import msgspec
 
 __all__ = [
+    "MEDIUM_GPU",
     "PROFILES",
     "AllBlocksCleared",
     "BlockRemoved",
@@ -19,6 +34,7 @@ __all__ = [
     "KVCacheEvent",
     "KVEventBatch",
     "Profile",
+    "ProfileName",
     "decode_batch",
     "encode_batch",
     "get_profile",
@@ -26,13 +42,16 @@ __all__ = [
 
 MEDIUM_GPU = "GPU"
 
+ProfileName = Literal["sglang", "sglang-array", "vllm"]
 
-class KVCacheEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
-    """Base of the KV-cache events; on the wire the tag is the class name."""
+
+class KVCacheEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True, tag_field="type"):
+    """Base of the KV-cache events; on the wire the tag is the class name, under ``type``."""
 
 
 class BlockStored(KVCacheEvent):
-    """Pages newly held by the cache, in order, with the hash of the page before the first."""
+    """Pages newly held by the cache, in order, with the hash of the page before the first;
+    ``token_ids`` holds ``block_size`` tokens per hash."""
 
     block_hashes: list[int]
     parent_block_hash: int | None
@@ -40,6 +59,9 @@ class BlockStored(KVCacheEvent):
     block_size: int
     lora_id: int | None
     medium: str | None = None
+    cache_salt: str | None = None
+    session_id: str | None = None
+    lora_name: str | None = None
 
 
 class BlockRemoved(KVCacheEvent):
@@ -53,8 +75,11 @@ class AllBlocksCleared(KVCacheEvent):
     """The cache dropped every page."""
 
 
-class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    """A timestamped batch of events from one data-parallel rank."""
+Event = Union[BlockStored, BlockRemoved, AllBlocksCleared]  # noqa: UP007
+
+
+class EventBatch(msgspec.Struct, array_like=True, gc=False):
+    """A timestamped batch of events from one data-parallel rank: ``[ts, events, rank]``."""
 
     ts: float
     events: list
@@ -64,16 +89,39 @@ class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
 class KVEventBatch(EventBatch):
     """The batch type that goes on the wire."""
 
-    events: list[Union[BlockStored, BlockRemoved, AllBlocksCleared]]  # noqa: UP007
+    events: list[Event]
 
 
-Event = Union[BlockStored, BlockRemoved, AllBlocksCleared]  # noqa: UP007
+# sglang-array: the tagged-array layout SGLang sent before its events became maps.
 
 
-# vLLM profile: each event is a map tagged under "type"; the batch stays a positional array.
+class _ArrayEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
+    pass
 
 
-class _VllmEvent(msgspec.Struct, omit_defaults=True, gc=False, tag_field="type"):
+class _ArrayBlockStored(_ArrayEvent, tag="BlockStored"):
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None = None
+
+
+class _ArrayBlockRemoved(_ArrayEvent, tag="BlockRemoved"):
+    block_hashes: list[int]
+    medium: str | None = None
+
+
+class _ArrayAllBlocksCleared(_ArrayEvent, tag="AllBlocksCleared"):
+    pass
+
+
+# vllm: maps tagged under "type" whose medium and lora_name have no default, so both are
+# always sent.
+
+
+class _VllmEvent(msgspec.Struct, gc=False, tag=True, tag_field="type"):
     pass
 
 
@@ -83,73 +131,124 @@ class _VllmBlockStored(_VllmEvent, tag="BlockStored"):
     token_ids: list[int]
     block_size: int
     lora_id: int | None
-    medium: str | None = None
-    lora_name: str | None = None
+    medium: str | None
+    lora_name: str | None
 
 
 class _VllmBlockRemoved(_VllmEvent, tag="BlockRemoved"):
     block_hashes: list[int]
-    medium: str | None = None
+    medium: str | None
 
 
 class _VllmAllBlocksCleared(_VllmEvent, tag="AllBlocksCleared"):
     pass
 
 
-class _VllmBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+class _RawBatch(msgspec.Struct, array_like=True, gc=False):
     ts: float
-    events: list[Union[_VllmBlockStored, _VllmBlockRemoved, _VllmAllBlocksCleared]]  # noqa: UP007
-    data_parallel_rank: int | None = None
+    events: list[msgspec.Raw]
+    attn_dp_rank: int | None = None
 
 
-_TO_VLLM: dict[type, type] = {
-    BlockStored: _VllmBlockStored,
-    BlockRemoved: _VllmBlockRemoved,
-    AllBlocksCleared: _VllmAllBlocksCleared,
-}
-_FROM_VLLM: dict[type, type] = {v: k for k, v in _TO_VLLM.items()}
+# A map event may come from any map profile: read it with every field any of them sends.
+_decode_map_event = msgspec.msgpack.Decoder(Event).decode
+_decode_array_event = msgspec.msgpack.Decoder(
+    Union[_ArrayBlockStored, _ArrayBlockRemoved, _ArrayAllBlocksCleared]  # noqa: UP007
+).decode
+_decode_raw_batch = msgspec.msgpack.Decoder(_RawBatch).decode
+_decode_map_batch = msgspec.msgpack.Decoder(KVEventBatch).decode
 
 
-def _convert(event: msgspec.Struct, classes: dict[type, type]) -> msgspec.Struct:
-    # Both families declare the shared fields in the same order; vLLM's BlockStored adds
-    # lora_name last, which ours does not carry.
-    cls = classes[type(event)]
-    return cls(*msgspec.structs.astuple(event)[: len(cls.__struct_fields__)])
+def _to_memory(event: msgspec.Struct) -> Event:
+    if isinstance(event, _ArrayBlockStored):
+        return BlockStored(*msgspec.structs.astuple(event))
+    if isinstance(event, _ArrayBlockRemoved):
+        return BlockRemoved(event.block_hashes, event.medium)
+    return AllBlocksCleared()
+
+
+def _decode_event(raw: msgspec.Raw) -> Event:
+    # msgpack maps start with 0x80-0x8f, 0xde or 0xdf; anything else here is an array.
+    first = memoryview(raw)[0]
+    if 0x80 <= first <= 0x8F or first in (0xDE, 0xDF):
+        return _decode_map_event(raw)
+    return _to_memory(_decode_array_event(raw))
+
+
+def decode_any(payload: bytes) -> KVEventBatch:
+    """Decode a batch sent under any profile, telling map events from array events."""
+    try:
+        return _decode_map_batch(payload)
+    except msgspec.DecodeError:
+        raw = _decode_raw_batch(payload)
+    return KVEventBatch(raw.ts, [_decode_event(e) for e in raw.events], raw.attn_dp_rank)
+
+
+def _array_event(event: Event) -> msgspec.Struct:
+    if type(event) is BlockStored:
+        return _ArrayBlockStored(
+            event.block_hashes,
+            event.parent_block_hash,
+            event.token_ids,
+            event.block_size,
+            event.lora_id,
+            event.medium,
+        )
+    if type(event) is BlockRemoved:
+        return _ArrayBlockRemoved(event.block_hashes, event.medium)
+    return _ArrayAllBlocksCleared()
+
+
+def _vllm_event(event: Event) -> msgspec.Struct:
+    if type(event) is BlockStored:
+        return _VllmBlockStored(
+            event.block_hashes,
+            event.parent_block_hash,
+            event.token_ids,
+            event.block_size,
+            event.lora_id,
+            event.medium,
+            event.lora_name,
+        )
+    if type(event) is BlockRemoved:
+        return _VllmBlockRemoved(event.block_hashes, event.medium)
+    return _VllmAllBlocksCleared()
 
 
 class Profile:
-    """One wire format: ``encode(batch) -> bytes`` and ``decode(bytes) -> KVEventBatch``."""
+    """One wire format: ``encode(batch) -> bytes``; ``decode(bytes) -> KVEventBatch`` reads
+    this profile and every other one."""
 
-    __slots__ = ("decode", "encode", "name")
+    __slots__ = ("convert", "decode", "encode", "name")
 
-    def __init__(self, name: Literal["sglang", "vllm"]) -> None:
+    def __init__(
+        self, name: ProfileName, convert: Callable[[Event], msgspec.Struct] | None = None
+    ) -> None:
         self.name = name
-        if name == "sglang":
-            self.encode = msgspec.msgpack.Encoder().encode
-            self.decode = msgspec.msgpack.Decoder(KVEventBatch).decode
-            return
-        encoder = msgspec.msgpack.Encoder()
-        decoder = msgspec.msgpack.Decoder(_VllmBatch)
+        self.convert = convert
+        encode = msgspec.msgpack.Encoder().encode
+        if convert is None:
+            self.encode = encode
+        else:
 
-        def encode(batch: EventBatch) -> bytes:
-            events = [_convert(e, _TO_VLLM) for e in batch.events]
-            return encoder.encode(_VllmBatch(batch.ts, events, batch.attn_dp_rank))
+            def encode_converted(batch: EventBatch) -> bytes:
+                events = [convert(e) for e in batch.events]
+                return encode(EventBatch(batch.ts, events, batch.attn_dp_rank))
 
-        def decode(payload: bytes) -> KVEventBatch:
-            raw = decoder.decode(payload)
-            events = [_convert(e, _FROM_VLLM) for e in raw.events]
-            return KVEventBatch(raw.ts, events, raw.data_parallel_rank)
-
-        self.encode = encode
-        self.decode = decode
+            self.encode = encode_converted
+        self.decode = decode_any
 
 
-PROFILES = ("sglang", "vllm")
-_profiles = {name: Profile(name) for name in PROFILES}
+_profiles = {
+    "sglang": Profile("sglang"),
+    "sglang-array": Profile("sglang-array", _array_event),
+    "vllm": Profile("vllm", _vllm_event),
+}
+PROFILES: tuple[str, ...] = tuple(_profiles)
 
 
 def get_profile(name: str) -> Profile:
-    """The wire profile called ``name`` (``sglang`` or ``vllm``)."""
+    """The wire profile called ``name`` (one of ``PROFILES``)."""
     try:
         return _profiles[name]
     except KeyError:
@@ -164,5 +263,6 @@ def encode_batch(batch: EventBatch, profile: str = "sglang") -> bytes:
 
 
 def decode_batch(payload: bytes, profile: str = "sglang") -> KVEventBatch:
-    """Decode one msgpack payload sent under ``profile`` into the in-memory structs."""
+    """Decode one msgpack payload into the in-memory structs. Every profile decodes every
+    stream (``profile`` is accepted for symmetry with ``encode_batch``)."""
     return get_profile(profile).decode(payload)

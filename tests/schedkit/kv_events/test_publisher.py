@@ -402,7 +402,7 @@ def test_parse_config_forms():
         ({"endpont": "x"}, r"unknown KV-events config key\(s\) 'endpont'; valid keys: publisher"),
         ({"hwm": "10"}, r"Expected `int`, got `str` - at `\$.hwm`"),
         ({"max_queue_size": 0}, r"max_queue_size"),
-        ({"profile": "trt"}, r"valid values for 'profile': sglang, vllm"),
+        ({"profile": "trt"}, r"valid values for 'profile': sglang, sglang-array, vllm"),
         ({"mode": "auto"}, r"valid values for 'mode': bind, connect"),
         ("{not json", r"not valid JSON"),
         ("[1, 2]", r"must be a JSON object"),

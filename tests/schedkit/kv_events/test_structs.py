@@ -17,8 +17,9 @@ from schedkit.kv_events.structs import decode_batch, encode_batch
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-# SGLang's declarations (sglang/srt/disaggregation/kv_events.py).
-class KVCacheEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
+# SGLang 0.5.23's declarations (sglang/srt/disaggregation/kv_events.py): events are maps
+# tagged under "type", None-valued optional fields left out; the batch is a plain array.
+class KVCacheEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True, tag_field="type"):
     pass
 
 
@@ -29,6 +30,9 @@ class BlockStored(KVCacheEvent):
     block_size: int
     lora_id: int | None
     medium: str | None = None
+    cache_salt: str | None = None
+    session_id: str | None = None
+    lora_name: str | None = None
 
 
 class BlockRemoved(KVCacheEvent):
@@ -40,7 +44,7 @@ class AllBlocksCleared(KVCacheEvent):
     pass
 
 
-class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+class EventBatch(msgspec.Struct, array_like=True, gc=False):
     ts: float
     events: list
     attn_dp_rank: int | None = None
@@ -50,8 +54,38 @@ class KVEventBatch(EventBatch):
     events: list[BlockStored | BlockRemoved | AllBlocksCleared]
 
 
-# vLLM-profile declarations: events are maps tagged under "type", the batch is an array.
-class VllmEvent(msgspec.Struct, omit_defaults=True, gc=False, tag_field="type"):
+# SGLang before 0.5.23 (what llm-d's adapter reads): tagged arrays.
+class ArrayEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
+    pass
+
+
+class ArrayBlockStored(ArrayEvent, tag="BlockStored"):
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None = None
+
+
+class ArrayBlockRemoved(ArrayEvent, tag="BlockRemoved"):
+    block_hashes: list[int]
+    medium: str | None = None
+
+
+class ArrayAllBlocksCleared(ArrayEvent, tag="AllBlocksCleared"):
+    pass
+
+
+class ArrayBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    ts: float
+    events: list[ArrayBlockStored | ArrayBlockRemoved | ArrayAllBlocksCleared]
+    attn_dp_rank: int | None = None
+
+
+# vLLM 0.33's declarations (vllm/distributed/kv_events.py): maps tagged under "type"; medium
+# and lora_name have no default.
+class VllmEvent(msgspec.Struct, gc=False, tag=True, tag_field="type"):
     pass
 
 
@@ -61,35 +95,41 @@ class VllmBlockStored(VllmEvent, tag="BlockStored"):
     token_ids: list[int]
     block_size: int
     lora_id: int | None
-    medium: str | None = None
-    lora_name: str | None = None
+    medium: str | None
+    lora_name: str | None
 
 
 class VllmBlockRemoved(VllmEvent, tag="BlockRemoved"):
     block_hashes: list[int]
-    medium: str | None = None
+    medium: str | None
 
 
 class VllmAllBlocksCleared(VllmEvent, tag="AllBlocksCleared"):
     pass
 
 
-class VllmBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+class VllmBatch(msgspec.Struct, array_like=True, gc=False):
     ts: float
     events: list[VllmBlockStored | VllmBlockRemoved | VllmAllBlocksCleared]
     data_parallel_rank: int | None = None
 
 
-def golden_batch(stored, removed, cleared, batch):
-    """The same six events, built from one family of struct classes (all positional)."""
+STORED = [
+    ([INT64_MIN, INT64_MAX], None, [1, 2, 3, 4], 2, None, "GPU"),
+    ([-7], INT64_MAX, [5, 6], 2, 3, "CPU_PINNED"),
+    ([11], -7, [7, 8], 2, None, None),
+]
+REMOVED = [([INT64_MIN], "GPU"), ([11], None)]
+
+
+def golden_batch(stored, removed, cleared, batch, extra=()):
+    """The same six events, built from one family of struct classes (all positional);
+    ``extra`` is appended to every BlockStored's fields (vLLM's lora_name)."""
     return batch(
         1700000000.25,
         [
-            stored([INT64_MIN, INT64_MAX], None, [1, 2, 3, 4], 2, None, "GPU"),
-            stored([-7], INT64_MAX, [5, 6], 2, 3, "CPU_PINNED"),
-            stored([11], -7, [7, 8], 2, None),
-            removed([INT64_MIN], "GPU"),
-            removed([11]),
+            *(stored(*fields, *extra) for fields in STORED),
+            *(removed(*fields) for fields in REMOVED),
             cleared(),
         ],
         3,
@@ -106,8 +146,14 @@ def sglang_batch() -> KVEventBatch:
     return golden_batch(BlockStored, BlockRemoved, AllBlocksCleared, KVEventBatch)
 
 
+def array_batch() -> ArrayBatch:
+    return golden_batch(ArrayBlockStored, ArrayBlockRemoved, ArrayAllBlocksCleared, ArrayBatch)
+
+
 def vllm_batch() -> VllmBatch:
-    return golden_batch(VllmBlockStored, VllmBlockRemoved, VllmAllBlocksCleared, VllmBatch)
+    return golden_batch(
+        VllmBlockStored, VllmBlockRemoved, VllmAllBlocksCleared, VllmBatch, extra=(None,)
+    )
 
 
 def as_builtins(obj) -> object:
@@ -124,17 +170,59 @@ def test_sglang_structs_decode_what_we_send():
 
 
 def test_we_decode_what_sglang_sends():
-    payload = msgspec.msgpack.encode(sglang_batch())
-    assert decode_batch(payload, "sglang") == our_batch()
+    batch = sglang_batch()
+    batch.events[0].cache_salt = "tenant-a"
+    batch.events[0].lora_name = "adapter-a"
+    ours_ = our_batch()
+    ours_.events[0].cache_salt = "tenant-a"
+    ours_.events[0].lora_name = "adapter-a"
+    assert decode_batch(msgspec.msgpack.encode(batch)) == ours_
 
 
 def test_sglang_wire_shape():
     raw = msgspec.msgpack.decode(encode_batch(our_batch(), "sglang"))
     assert raw[0] == 1700000000.25
     assert raw[2] == 3
+    assert raw[1][0] == {
+        "type": "BlockStored",
+        "block_hashes": [INT64_MIN, INT64_MAX],
+        "parent_block_hash": None,
+        "token_ids": [1, 2, 3, 4],
+        "block_size": 2,
+        "lora_id": None,
+        "medium": "GPU",
+    }
+    assert "medium" not in raw[1][2]
+    assert raw[1][3] == {"type": "BlockRemoved", "block_hashes": [INT64_MIN], "medium": "GPU"}
+    assert raw[1][4] == {"type": "BlockRemoved", "block_hashes": [11]}
+    assert raw[1][5] == {"type": "AllBlocksCleared"}
+
+
+def test_sglang_batch_without_rank_still_has_three_elements():
+    raw = msgspec.msgpack.decode(encode_batch(ours.KVEventBatch(1.0, []), "sglang"))
+    assert raw == [1.0, [], None]
+
+
+def test_namespaced_fields_reach_sglang():
+    event = ours.BlockStored([5], None, [1, 2], 2, None, "GPU", cache_salt="s", session_id="c")
+    payload = encode_batch(ours.KVEventBatch(1.0, [event], 0), "sglang")
+    decoded = msgspec.msgpack.Decoder(KVEventBatch).decode(payload).events[0]
+    assert (decoded.cache_salt, decoded.session_id, decoded.lora_name) == ("s", "c", None)
+
+
+def test_array_profile_is_byte_identical_to_older_sglang_structs():
+    assert encode_batch(our_batch(), "sglang-array") == msgspec.msgpack.encode(array_batch())
+
+
+def test_array_profile_wire_shape():
+    raw = msgspec.msgpack.decode(encode_batch(our_batch(), "sglang-array"))
     assert raw[1][0] == ["BlockStored", [INT64_MIN, INT64_MAX], None, [1, 2, 3, 4], 2, None, "GPU"]
     assert raw[1][3] == ["BlockRemoved", [INT64_MIN], "GPU"]
     assert raw[1][5] == ["AllBlocksCleared"]
+
+
+def test_we_decode_what_older_sglang_sends():
+    assert decode_batch(msgspec.msgpack.encode(array_batch())) == our_batch()
 
 
 def test_vllm_structs_decode_what_we_send():
@@ -144,8 +232,10 @@ def test_vllm_structs_decode_what_we_send():
 
 def test_we_decode_what_vllm_sends():
     batch = vllm_batch()
-    batch.events[0].lora_name = "adapter-a"  # a field we do not keep
-    assert decode_batch(msgspec.msgpack.encode(batch), "vllm") == our_batch()
+    batch.events[0].lora_name = "adapter-a"
+    expected = our_batch()
+    expected.events[0].lora_name = "adapter-a"
+    assert decode_batch(msgspec.msgpack.encode(batch)) == expected
 
 
 def test_vllm_wire_shape():
@@ -161,14 +251,20 @@ def test_vllm_wire_shape():
         "block_size": 2,
         "lora_id": None,
         "medium": "GPU",
+        "lora_name": None,
     }
-    assert raw[1][3] == {"type": "BlockRemoved", "block_hashes": [INT64_MIN], "medium": "GPU"}
+    assert raw[1][4] == {"type": "BlockRemoved", "block_hashes": [11], "medium": None}
     assert raw[1][5] == {"type": "AllBlocksCleared"}
 
 
-def test_profiles_are_not_interchangeable():
+def test_each_engine_rejects_the_other_layouts():
+    # What a consumer built for one layout makes of another: the reason profiles exist.
     with pytest.raises(msgspec.ValidationError):
-        decode_batch(encode_batch(our_batch(), "vllm"), "sglang")
+        msgspec.msgpack.Decoder(KVEventBatch).decode(encode_batch(our_batch(), "sglang-array"))
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.msgpack.Decoder(ArrayBatch).decode(encode_batch(our_batch(), "sglang"))
+    with pytest.raises(msgspec.ValidationError, match="lora_name"):
+        msgspec.msgpack.Decoder(VllmBatch).decode(encode_batch(our_batch(), "sglang"))
 
 
 hashes = st.lists(st.integers(INT64_MIN, INT64_MAX), min_size=1, max_size=3)
@@ -183,6 +279,9 @@ events = st.one_of(
         st.integers(1, 64),
         st.none() | st.integers(0, 100),
         medium,
+        cache_salt=st.none() | st.text(max_size=4),
+        session_id=st.none() | st.text(max_size=4),
+        lora_name=st.none() | st.text(max_size=4),
     ),
     st.builds(ours.BlockRemoved, hashes, medium),
     st.builds(ours.AllBlocksCleared),
@@ -197,10 +296,25 @@ batches = st.builds(
 
 @settings(max_examples=60, deadline=None)
 @given(batch=batches)
-def test_both_profiles_agree_with_engine_structs(batch):
+def test_every_profile_agrees_with_engine_structs(batch):
     sglang = msgspec.msgpack.Decoder(KVEventBatch).decode(encode_batch(batch, "sglang"))
     assert as_builtins(sglang) == as_builtins(batch)
-    assert decode_batch(msgspec.msgpack.encode(sglang), "sglang") == batch
+    assert decode_batch(msgspec.msgpack.encode(sglang)) == batch
     vllm = msgspec.msgpack.Decoder(VllmBatch).decode(encode_batch(batch, "vllm"))
     assert vllm.ts == batch.ts and vllm.data_parallel_rank == batch.attn_dp_rank
-    assert decode_batch(msgspec.msgpack.encode(vllm), "vllm") == batch
+    assert decode_batch(msgspec.msgpack.encode(vllm)) == without(batch, "cache_salt", "session_id")
+    older = msgspec.msgpack.Decoder(ArrayBatch).decode(encode_batch(batch, "sglang-array"))
+    assert decode_batch(msgspec.msgpack.encode(older)) == without(
+        batch, "cache_salt", "session_id", "lora_name"
+    )
+
+
+def without(batch: ours.KVEventBatch, *fields: str) -> ours.KVEventBatch:
+    """``batch`` with ``fields`` of every BlockStored set to None (what a profile drops)."""
+    events = [
+        msgspec.structs.replace(e, **dict.fromkeys(fields))
+        if isinstance(e, ours.BlockStored)
+        else e
+        for e in batch.events
+    ]
+    return ours.KVEventBatch(batch.ts, events, batch.attn_dp_rank)
