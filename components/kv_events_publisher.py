@@ -31,8 +31,10 @@ log = structlog.get_logger(__name__)
 _METRICS_LINGER = 0.1  # seconds queued KV metrics may still go out at shutdown
 
 
-class KvMetrics(msgspec.Struct, gc=False):
-    """The load and KV-usage record a KV-aware router reads from each DP rank."""
+class KvMetrics(msgspec.Struct, tag=True, array_like=True, gc=False):
+    """The load and KV-usage record a KV-aware router reads from each DP rank, encoded as
+    SGLang encodes it: ``["KvMetrics", request_active_slots, ...]``. ``gpu_cache_usage_perc``
+    and ``gpu_prefix_cache_hit_rate`` are fractions in [0, 1]; the block counts are pages."""
 
     request_active_slots: int
     request_total_slots: int

@@ -245,10 +245,12 @@ def test_kv_metrics_worked_examples_over_push(closing, tokens, page_size, usage,
         )
         pub.emit_kv_metrics()
         assert pull.poll(5000), "no KvMetrics arrived"
-        metrics = msgspec.msgpack.decode(pull.recv(), type=KvMetrics)
+        payload = pull.recv()
     finally:
         pull.close()
-    assert metrics == KvMetrics(
+    # SGLang's KvMetrics is a tagged array struct: the tag, then the fields in order.
+    assert msgspec.msgpack.decode(payload) == ["KvMetrics", 3, 8, active, total, 5, usage, 0.25, 3]
+    assert msgspec.msgpack.decode(payload, type=KvMetrics) == KvMetrics(
         request_active_slots=3,
         request_total_slots=8,
         kv_active_blocks=active,
