@@ -3,54 +3,86 @@
 A cache that publishes events owns one ``EventRecorder``: it hashes the pages of new tree
 nodes and queues ``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared`` until the scheduler
 takes them. A cache with events off has no recorder and does no hashing at all.
+
+The queue coalesces as SGLang's does: a ``BlockStored`` whose parent is the last page of the
+``BlockStored`` at the queue's tail (same medium, LoRA, block size and namespace) extends it,
+and consecutive ``BlockRemoved`` of one medium merge.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from schedkit.kv_events.hashing import page_digests
+from schedkit.kv_events.hashing import digest_to_int, namespace_seed, namespaced_hash, page_digests
 from schedkit.kv_events.structs import MEDIUM_GPU, AllBlocksCleared, BlockRemoved, BlockStored
 
 __all__ = ["EventRecorder"]
 
 
 class EventRecorder:
-    """Hashes pages into a chain seeded by ``namespace`` and queues the cache's KV events."""
+    """Hashes pages into a chain and queues the cache's KV events, coalesced."""
 
-    __slots__ = ("_queue", "namespace", "page_size")
+    __slots__ = ("_queue", "page_size")
 
-    def __init__(self, page_size: int, namespace: str | None = None) -> None:
+    def __init__(self, page_size: int) -> None:
         self.page_size = page_size
-        self.namespace = namespace
         self._queue: list = []
 
-    def digests(self, token_ids: Sequence[int], parent_digest: bytes | None) -> list[bytes]:
-        """The 32-byte digest of every full page of ``token_ids``, chained from the parent page."""
-        return page_digests(token_ids, self.page_size, parent_digest, self.namespace)
+    def hash_pages(
+        self,
+        token_ids: Sequence[int],
+        parent_digest: bytes | None,
+        extra_key: str | None = None,
+        cache_salt: str | None = None,
+    ) -> tuple[list[bytes], list[int]]:
+        """The chained 32-byte digests of every full page of ``token_ids`` and the hashes
+        events carry for them (namespaced when ``extra_key`` or ``cache_salt`` is given)."""
+        digests = page_digests(token_ids, self.page_size, parent_digest)
+        seed = namespace_seed(extra_key, cache_salt)
+        if seed is None:
+            return digests, [digest_to_int(d) for d in digests]
+        return digests, [namespaced_hash(seed, digest_to_int(d)) for d in digests]
 
     def stored(
-        self, token_ids: list[int], digests: list[bytes], parent_digest: bytes | None
+        self,
+        token_ids: list[int],
+        hashes: list[int],
+        parent_hash: int | None,
+        cache_salt: str | None = None,
     ) -> None:
-        """Queue one ``BlockStored`` per page, in order, each linked to the page before it."""
-        page_size = self.page_size
-        from_bytes = int.from_bytes
-        parent = (
-            None if parent_digest is None else from_bytes(parent_digest[:8], "big", signed=True)
+        """Queue the pages of one new node (``token_ids`` holds whole pages), linked to the
+        page before them."""
+        queue = self._queue
+        tail = queue[-1] if queue else None
+        if (
+            type(tail) is BlockStored
+            and parent_hash is not None
+            and tail.block_hashes[-1] == parent_hash
+            and tail.cache_salt == cache_salt
+        ):
+            tail.block_hashes += hashes
+            tail.token_ids += token_ids
+            return
+        queue.append(
+            BlockStored(
+                list(hashes),
+                parent_hash,
+                list(token_ids),
+                self.page_size,
+                None,
+                MEDIUM_GPU,
+                cache_salt,
+            )
         )
-        append = self._queue.append
-        start = 0
-        for digest in digests:
-            block_hash = from_bytes(digest[:8], "big", signed=True)
-            page = token_ids[start : start + page_size]
-            append(BlockStored([block_hash], parent, page, page_size, None, MEDIUM_GPU))
-            parent = block_hash
-            start += page_size
 
-    def removed(self, digests: list[bytes]) -> None:
-        """Queue one ``BlockRemoved`` carrying the hashes of a removed node's pages."""
-        hashes = [int.from_bytes(d[:8], "big", signed=True) for d in digests]
-        self._queue.append(BlockRemoved(hashes, MEDIUM_GPU))
+    def removed(self, hashes: list[int]) -> None:
+        """Queue the withdrawal of a removed node's pages."""
+        queue = self._queue
+        tail = queue[-1] if queue else None
+        if type(tail) is BlockRemoved:
+            tail.block_hashes += hashes
+        else:
+            queue.append(BlockRemoved(list(hashes), MEDIUM_GPU))
 
     def cleared(self) -> None:
         """Queue ``AllBlocksCleared``."""

@@ -44,7 +44,13 @@ __all__ = [
 
 # The concrete finish reasons: decoding needs the union, not the base class.
 AnyFinishReason = FinishLength | FinishMatchedToken | FinishAbort
-TokenId = Annotated[int, msgspec.Meta(ge=0)]
+# Token ids are hashed as 4-byte unsigned integers (KV-event page hashes).
+TokenId = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
+# Bounds on what one request may carry: larger inputs are refused at decoding, field named.
+MAX_STOP_TOKEN_IDS = 256
+MAX_INPUT_IDS = 1 << 20
+MAX_ID_LENGTH = 256
+ShortStr = Annotated[str, msgspec.Meta(max_length=MAX_ID_LENGTH)]
 CachedTokensDetails = dict[str, int | str]
 
 
@@ -52,7 +58,7 @@ class SamplingParamsInput(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
     """The wire form of ``SamplingParams``; out-of-range values fail to decode."""
 
     max_new_tokens: Annotated[int, msgspec.Meta(ge=1)] = 128
-    stop_token_ids: list[TokenId] = []
+    stop_token_ids: Annotated[list[TokenId], msgspec.Meta(max_length=MAX_STOP_TOKEN_IDS)] = []
     ignore_eos: bool = False
     stream: bool = False
     stream_interval: Annotated[int, msgspec.Meta(ge=1)] | None = None
@@ -71,11 +77,15 @@ class SamplingParamsInput(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
 class GenerateReqInput(
     msgspec.Struct, tag="generate", tag_field="kind", forbid_unknown_fields=True
 ):
-    """A tokenized generation request."""
+    """A tokenized generation request. ``extra_key`` and ``cache_salt`` put it in a
+    prefix-cache namespace of its own; ``priority`` is read by the priority policy."""
 
-    rid: Annotated[str, msgspec.Meta(min_length=1)]
-    input_ids: Annotated[list[TokenId], msgspec.Meta(min_length=1)]
+    rid: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH)]
+    input_ids: Annotated[list[TokenId], msgspec.Meta(min_length=1, max_length=MAX_INPUT_IDS)]
     sampling_params: SamplingParamsInput = SamplingParamsInput()
+    priority: int | None = None
+    extra_key: ShortStr | None = None
+    cache_salt: ShortStr | None = None
 
     def to_req(self) -> Req:
         """A fresh scheduler ``Req`` for this request."""
@@ -83,6 +93,9 @@ class GenerateReqInput(
             rid=self.rid,
             origin_input_ids=list(self.input_ids),
             sampling_params=self.sampling_params.to_sampling_params(),
+            priority=self.priority,
+            extra_key=self.extra_key,
+            cache_salt=self.cache_salt,
         )
 
 

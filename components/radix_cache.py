@@ -24,18 +24,50 @@ from schedkit.components.allocator import OutOfKVSlotsError, TokenToKVPoolAlloca
 
 from schedkit.component import component
 
-__all__ = ["MatchResult", "RadixCache", "TreeNode"]
+__all__ = ["MatchResult", "RadixCache", "RadixKey", "TreeNode"]
+
+
+class RadixKey(list):
+    """Token ids in a namespace: requests whose keys differ in ``extra_key`` or ``cache_salt``
+    never share cached KV, and their published page hashes are namespaced (see
+    ``schedkit.kv_events.hashing``). A plain list is the key of the default namespace."""
+
+    __slots__ = ("cache_salt", "extra_key")
+
+    def __init__(
+        self, token_ids: Sequence[int], extra_key: str | None = None, cache_salt: str | None = None
+    ) -> None:
+        super().__init__(token_ids)
+        self.extra_key = extra_key
+        self.cache_salt = cache_salt
+
+    @property
+    def namespace(self) -> tuple[str | None, str | None] | None:
+        """``(extra_key, cache_salt)``, or None for the default namespace."""
+        if self.extra_key is None and self.cache_salt is None:
+            return None
+        return (self.extra_key, self.cache_salt)
 
 
 class TreeNode:
     """One edge of the radix tree: a run of whole pages of tokens and their KV slots.
 
-    ``digests`` holds the pages' 32-byte hash-chain digests (None when events are off); the
-    last one is what a child's first page chains from. ``value`` is None once the node has
-    left the tree (evicted, or dropped by ``reset``).
+    ``digests`` holds the pages' 32-byte hash-chain digests and ``hashes`` the hashes events
+    carry for them (both None when events are off); the last digest is what a child's first
+    page chains from. ``value`` is None once the node has left the tree (evicted, or dropped
+    by ``reset``). A root (one per namespace) has no parent.
     """
 
-    __slots__ = ("children", "digests", "key", "last_access_time", "lock_ref", "parent", "value")
+    __slots__ = (
+        "children",
+        "digests",
+        "hashes",
+        "key",
+        "last_access_time",
+        "lock_ref",
+        "parent",
+        "value",
+    )
 
     def __init__(
         self,
@@ -44,11 +76,13 @@ class TreeNode:
         parent: TreeNode | None,
         digests: list[bytes] | None,
         last_access_time: int,
+        hashes: list[int] | None = None,
     ) -> None:
         self.key = key
         self.value: list[int] | None = value
         self.parent = parent
         self.digests = digests
+        self.hashes = hashes
         self.last_access_time = last_access_time
         self.children: dict = {}
         self.lock_ref = 0
@@ -142,7 +176,8 @@ class RadixCache:
     With ``page_size > 1`` keys are matched and stored in whole pages and nodes split only at
     page boundaries. With ``enable_kv_cache_events`` every stored page is announced
     (``BlockStored``), every evicted node withdrawn (``BlockRemoved``) and ``reset`` (run by
-    the constructor too) announces ``AllBlocksCleared``; ``namespace`` seeds the hash chain.
+    the constructor too) announces ``AllBlocksCleared``. A ``RadixKey`` key lives in its own
+    namespace: a tree of its own under a root of its own, with namespaced page hashes.
     With ``disable`` nothing is cached: matches are empty and inserted slots are freed.
     """
 
@@ -150,10 +185,11 @@ class RadixCache:
     enable_kv_cache_events: bool = False
     allocator: TokenToKVPoolAllocator | None = None
     capacity: int | None = None
-    namespace: str | None = None
     disable: bool = False
 
     root: TreeNode | None = attrs.field(init=False, repr=False, default=None)
+    # The roots of the namespaced trees, by (extra_key, cache_salt).
+    _namespace_roots: dict = attrs.field(init=False, repr=False, factory=dict)
     _evictable_size: int = attrs.field(init=False, repr=False, default=0)
     _protected_size: int = attrs.field(init=False, repr=False, default=0)
     # Eviction candidates, lazily maintained: (last_access_time, seq, node) pushed whenever a
@@ -172,7 +208,7 @@ class RadixCache:
         check_page_size(self.page_size)
         self.allocator = make_pool(self.allocator, self.capacity, self.page_size)
         if self.enable_kv_cache_events:
-            self._events = EventRecorder(self.page_size, self.namespace)
+            self._events = EventRecorder(self.page_size)
         self._tick = itertools.count().__next__
         self._seq = itertools.count().__next__
         self._child_key = child_key_fn(self.page_size)
@@ -188,7 +224,12 @@ class RadixCache:
         if self.disable:
             return MatchResult([], node)
         if type(key) is not list:
-            key = list(key)
+            if type(key) is RadixKey and key.namespace is not None:
+                node = self._namespace_roots.get(key.namespace, node)
+                if node is self.root:
+                    return MatchResult([], node)
+            else:
+                key = list(key)
         page_size, tick, child_key = self.page_size, self._tick, self._child_key
         end = len(key) - len(key) % page_size
         pos = 0
@@ -215,8 +256,12 @@ class RadixCache:
         what afterwards); without it the cache allocates slots for the new part, evicting if
         needed, and raises ``OutOfKVSlotsError`` if the pool cannot supply them.
         """
+        root = self.root
         if type(key) is not list:
-            key = list(key)
+            if type(key) is RadixKey and key.namespace is not None:
+                root = self._namespace_root(key.namespace)
+            else:
+                key = list(key)
         if value is not None:
             if type(value) is not list:
                 value = list(value)
@@ -231,7 +276,7 @@ class RadixCache:
         page_size, tick, child_key = self.page_size, self._tick, self._child_key
         end = len(key) - len(key) % page_size
         to_free = value[end:] if value is not None else []
-        node, pos = self.root, 0
+        node, pos = root, 0
         while pos < end:
             child = node.children.get(child_key(key, pos))
             if child is None:
@@ -249,13 +294,10 @@ class RadixCache:
             pos += m
         if pos < end:
             new_key = key[pos:end]
-            digests = None
-            if self._events is not None:
-                digests = self._events.digests(new_key, node.digests[-1] if node.digests else None)
             new_value = value[pos:end] if value is not None else self._alloc(node, end - pos)
             if to_free:
                 self.allocator.free(to_free)
-            self._add_leaf(node, new_key, new_value, digests)
+            self._add_leaf(node, new_key, new_value, key)
         elif to_free:
             self.allocator.free(to_free)
         return pos
@@ -270,8 +312,7 @@ class RadixCache:
                 "fresh match_prefix"
             )
         delta = 0
-        root = self.root
-        while node is not root:
+        while node.parent is not None:
             if node.lock_ref == 0:
                 delta -= len(node.key)
             node.lock_ref += 1
@@ -282,15 +323,14 @@ class RadixCache:
 
     def dec_lock_ref(self, node: TreeNode) -> int:
         """Undo one ``inc_lock_ref(node)``; returns the change in evictable size."""
-        if self.disable or node is self.root:
+        if self.disable or node.parent is None:
             return 0
         if node.value is None or node.lock_ref <= 0:
             raise ValueError(f"dec_lock_ref on {node!r}, which holds no lock in this cache")
         delta = 0
-        root = self.root
         if node.lock_ref == 1 and not node.children:
             self._push(node)  # an unlocked leaf from now on
-        while node is not root:
+        while node.parent is not None:
             node.lock_ref -= 1
             if node.lock_ref == 0:
                 delta += len(node.key)
@@ -336,23 +376,25 @@ class RadixCache:
         """Drop every entry, free its slots and announce ``AllBlocksCleared`` (events on)."""
         if self.root is not None:
             slots: list[int] = []
-            stack = list(self.root.children.values())
-            while stack:
-                node = stack.pop()
+            for node in self._nodes():
                 slots += node.value
                 node.value = None
-                stack.extend(node.children.values())
-            self.root.value = None
+            for root in self.roots():
+                root.value = None
             if slots:
                 self.allocator.free(slots)
-        self.root = TreeNode([], [], None, [] if self._events is not None else None, self._tick())
-        self.root.lock_ref = 1
+        self.root = self._new_root()
+        self._namespace_roots = {}
         self._evictable_size = 0
         self._protected_size = 0
         self._heap = []
         self._num_nodes = 0
         if self._events is not None:
             self._events.cleared()
+
+    def roots(self) -> list[TreeNode]:
+        """The root of the default namespace first, then the namespaced trees' roots."""
+        return [self.root, *self._namespace_roots.values()]
 
     def take_events(self) -> list:
         """The KV events recorded since the last call, oldest first ([] with events off)."""
@@ -374,9 +416,23 @@ class RadixCache:
             )
         return slots
 
+    def _new_root(self, namespace: tuple | None = None) -> TreeNode:
+        # A root's key is the empty key of its namespace.
+        key = [] if namespace is None else RadixKey([], *namespace)
+        events = self._events is not None
+        root = TreeNode(key, [], None, [] if events else None, self._tick(), [] if events else None)
+        root.lock_ref = 1
+        return root
+
+    def _namespace_root(self, namespace: tuple) -> TreeNode:
+        root = self._namespace_roots.get(namespace)
+        if root is None:
+            root = self._namespace_roots[namespace] = self._new_root(namespace)
+        return root
+
     def _split(self, child: TreeNode, m: int) -> TreeNode:
         """Cut ``child`` after ``m`` tokens; returns the upper part (``child`` keeps the rest)."""
-        digests = child.digests
+        digests, hashes = child.digests, child.hashes
         cut = m // self.page_size
         upper = TreeNode(
             child.key[:m],
@@ -384,6 +440,7 @@ class RadixCache:
             child.parent,
             None if digests is None else digests[:cut],
             child.last_access_time,
+            None if hashes is None else hashes[:cut],
         )
         upper.lock_ref = child.lock_ref
         upper.children[self._child_key(child.key, m)] = child
@@ -392,33 +449,49 @@ class RadixCache:
         child.value = child.value[m:]
         if digests is not None:
             child.digests = digests[cut:]
+            child.hashes = hashes[cut:]
         child.parent = upper
         child.last_access_time = self._tick()
         self._num_nodes += 1
         return upper
 
     def _add_leaf(
-        self, parent: TreeNode, key: list[int], value: list[int], digests: list[bytes] | None
+        self, parent: TreeNode, key: list[int], value: list[int], full_key: list[int]
     ) -> None:
-        leaf = TreeNode(key, value, parent, digests, self._tick())
+        """Hang a new leaf holding ``key`` (the unmatched part of ``full_key``) from ``parent``."""
+        events = self._events
+        digests = hashes = None
+        cache_salt = getattr(full_key, "cache_salt", None)
+        if events is not None:
+            extra_key = getattr(full_key, "extra_key", None)
+            parent_digest = parent.digests[-1] if parent.digests else None
+            digests, hashes = events.hash_pages(key, parent_digest, extra_key, cache_salt)
+        leaf = TreeNode(key, value, parent, digests, self._tick(), hashes)
+        if parent.parent is None and parent is not self.root:
+            # Making room for this leaf may have emptied (and dropped) its namespace's root.
+            self._namespace_roots[parent.key.namespace] = parent
         parent.children[self._child_key(key, 0)] = leaf
         self._evictable_size += len(key)
         self._num_nodes += 1
         self._push(leaf)
-        if self._events is not None:
-            self._events.stored(key, digests, parent.digests[-1] if parent.digests else None)
+        if events is not None:
+            events.stored(key, hashes, parent.hashes[-1] if parent.hashes else None, cache_salt)
 
     def _delete_leaf(self, leaf: TreeNode) -> None:
         if self._events is not None:
-            self._events.removed(leaf.digests)
+            self._events.removed(leaf.hashes)
         self.allocator.free(leaf.value)
         parent = leaf.parent
         del parent.children[self._child_key(leaf.key, 0)]
         self._evictable_size -= len(leaf.key)
         self._num_nodes -= 1
         leaf.value = None
-        if not parent.children and parent.lock_ref == 0:
-            self._push(parent)
+        if not parent.children:
+            if parent.lock_ref == 0:
+                self._push(parent)
+            elif parent.parent is None and parent is not self.root:
+                # An emptied namespace's root goes too, so that many namespaces leave nothing.
+                del self._namespace_roots[parent.key.namespace]
 
     def _push(self, node: TreeNode) -> None:
         """Queue ``node``, which just became (or still is) an unlocked leaf, for eviction."""
@@ -434,8 +507,8 @@ class RadixCache:
         heappush(heap, (node.last_access_time, self._seq(), node))
 
     def _nodes(self) -> list[TreeNode]:
-        """Every node of the tree but the root."""
-        nodes, stack = [], list(self.root.children.values())
+        """Every node of every namespace's tree but the roots."""
+        nodes, stack = [], [c for root in self.roots() for c in root.children.values()]
         while stack:
             node = stack.pop()
             nodes.append(node)

@@ -12,19 +12,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from schedkit.components.radix_cache import RadixKey
 from schedkit.components.schedule_batch import Req
 
 __all__ = ["cache_finished_req", "cache_unfinished_req", "fill_ids_prefix"]
 
 
 def fill_ids_prefix(req: Req, n: int) -> list[int]:
-    """``req.fill_ids[:n]`` (``n`` may be negative) built with a single copy of the prompt."""
+    """``req.fill_ids[:n]`` (``n`` may be negative) built with a single copy of the prompt: the
+    request's prefix-cache key, a ``RadixKey`` in its namespace when it has one."""
     origin = req.origin_input_ids
     if n < 0:
         n = max(0, n + len(origin) + len(req.output_ids))
-    if n <= len(origin):
-        return origin[:n]
-    return origin + req.output_ids[: n - len(origin)]
+    key = origin[:n] if n <= len(origin) else origin + req.output_ids[: n - len(origin)]
+    if req.extra_key is None and req.cache_salt is None:
+        return key
+    return RadixKey(key, req.extra_key, req.cache_salt)
 
 
 def cache_finished_req(tree_cache: Any, req: Req) -> None:

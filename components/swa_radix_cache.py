@@ -56,8 +56,9 @@ class SWATreeNode(TreeNode):
         parent: SWATreeNode | None,
         digests: list[bytes] | None,
         last_access_time: int,
+        hashes: list[int] | None = None,
     ) -> None:
-        super().__init__(key, value, parent, digests, last_access_time)
+        super().__init__(key, value, parent, digests, last_access_time, hashes)
         self.swa_value = swa_value
         self.swa_lock_ref = 0
         self.swa_uuid: int | None = None
@@ -85,7 +86,6 @@ class SWARadixCache:
     swa_allocator: TokenToKVPoolAllocator | None = None
     capacity: int | None = None
     swa_capacity: int | None = None
-    namespace: str | None = None
     disable: bool = False
 
     root: SWATreeNode | None = attrs.field(init=False, repr=False, default=None)
@@ -110,7 +110,7 @@ class SWARadixCache:
             self.swa_allocator, self.swa_capacity, self.page_size, ("swa_allocator", "swa_capacity")
         )
         if self.enable_kv_cache_events:
-            self._events = EventRecorder(self.page_size, self.namespace)
+            self._events = EventRecorder(self.page_size)
         self._tick = itertools.count().__next__
         self._new_uuid = itertools.count(1).__next__
         self._child_key = child_key_fn(self.page_size)
@@ -127,7 +127,7 @@ class SWARadixCache:
         node = self.root
         if self.disable:
             return MatchResult([], node, [])
-        key = list(key)
+        key = _plain_key(key)
         end = len(key) - len(key) % self.page_size
         window = self.sliding_window_size
         path: list[SWATreeNode] = []
@@ -171,7 +171,7 @@ class SWARadixCache:
         Give both ``value`` and ``swa_value`` (one entry per token) or neither, in which case
         the cache allocates both kinds of slot for the new part, evicting if needed.
         """
-        key = list(key)
+        key = _plain_key(key)
         if (value is None) != (swa_value is None):
             raise ValueError("give both value= and swa_value= (one slot per token), or neither")
         free_full: list[int] = []
@@ -218,11 +218,10 @@ class SWARadixCache:
 
         size = end - pos
         if size:
-            digests = None
+            digests = hashes = None
             if self._events is not None:
-                digests = self._events.digests(
-                    key[pos:end], node.digests[-1] if node.digests else None
-                )
+                parent_digest = node.digests[-1] if node.digests else None
+                digests, hashes = self._events.hash_pages(key[pos:end], parent_digest)
             if value is None:
                 slots = self._alloc(node, size)
                 if slots is None:
@@ -242,11 +241,14 @@ class SWARadixCache:
                 return pos
             self._free([], new_swa[:cut])
             page_cut = cut // self.page_size
+            d = h = None
             if cut:
-                d = None if digests is None else digests[:page_cut]
-                node = self._add_node(node, key[pos : pos + cut], new_value[:cut], None, d)
-            d = None if digests is None else digests[page_cut:]
-            self._add_node(node, key[pos + cut : end], new_value[cut:], new_swa[cut:], d)
+                if digests is not None:
+                    d, h = digests[:page_cut], hashes[:page_cut]
+                node = self._add_node(node, key[pos : pos + cut], new_value[:cut], None, d, h)
+            if digests is not None:
+                d, h = digests[page_cut:], hashes[page_cut:]
+            self._add_node(node, key[pos + cut : end], new_value[cut:], new_swa[cut:], d, h)
         return pos
 
     def inc_lock_ref(self, node: SWATreeNode) -> int | None:
@@ -397,8 +399,10 @@ class SWARadixCache:
                 node.value = node.swa_value = None
             self.root.value = None
             self._free(full, swa)
-        digests = [] if self._events is not None else None
-        self.root = SWATreeNode([], [], [], None, digests, self._tick())
+        events_on = self._events is not None
+        self.root = SWATreeNode(
+            [], [], [], None, [] if events_on else None, self._tick(), [] if events_on else None
+        )
         self.root.lock_ref = self.root.swa_lock_ref = 1
         self._full_evictable = self._full_protected = 0
         self._swa_evictable = self._swa_protected = 0
@@ -485,7 +489,7 @@ class SWARadixCache:
 
     def _split(self, child: SWATreeNode, m: int) -> SWATreeNode:
         """Cut ``child`` after ``m`` tokens; returns the upper part (``child`` keeps the rest)."""
-        digests, swa = child.digests, child.swa_value
+        digests, hashes, swa = child.digests, child.hashes, child.swa_value
         cut = m // self.page_size
         upper = SWATreeNode(
             child.key[:m],
@@ -494,6 +498,7 @@ class SWARadixCache:
             child.parent,
             None if digests is None else digests[:cut],
             child.last_access_time,
+            None if hashes is None else hashes[:cut],
         )
         upper.lock_ref = child.lock_ref
         upper.swa_lock_ref = child.swa_lock_ref
@@ -507,6 +512,7 @@ class SWARadixCache:
             child.swa_value = swa[m:]
         if digests is not None:
             child.digests = digests[cut:]
+            child.hashes = hashes[cut:]
         child.parent = upper
         child.last_access_time = self._tick()
         return upper
@@ -518,14 +524,15 @@ class SWARadixCache:
         value: list[int],
         swa_value: list[int] | None,
         digests: list[bytes] | None,
+        hashes: list[int] | None,
     ) -> SWATreeNode:
-        node = SWATreeNode(key, value, swa_value, parent, digests, self._tick())
+        node = SWATreeNode(key, value, swa_value, parent, digests, self._tick(), hashes)
         parent.children[self._child_key(key, 0)] = node
         self._full_evictable += len(key)
         if swa_value is not None:
             self._swa_evictable += len(key)
         if self._events is not None:
-            self._events.stored(key, digests, parent.digests[-1] if parent.digests else None)
+            self._events.stored(key, hashes, parent.hashes[-1] if parent.hashes else None)
         return node
 
     def _delete_leaf(self, leaf: SWATreeNode) -> tuple[int, int, SWATreeNode]:
@@ -537,7 +544,7 @@ class SWARadixCache:
         root = self.root
         while True:
             if self._events is not None:
-                self._events.removed(leaf.digests)
+                self._events.removed(leaf.hashes)
             size = len(leaf.key)
             self.allocator.free(leaf.value)
             full += size
@@ -552,6 +559,15 @@ class SWARadixCache:
             if parent is root or parent.children or parent.swa_value is not None or parent.lock_ref:
                 return full, swa, parent
             leaf = parent
+
+
+def _plain_key(key: Sequence[int]) -> list[int]:
+    if getattr(key, "namespace", None) is not None:
+        raise ValueError(
+            "swa_radix_cache has no namespaces: requests with extra_key or cache_salt need "
+            "radix_cache"
+        )
+    return list(key)
 
 
 def _live(slots: list[int | None]) -> list[int]:

@@ -16,7 +16,8 @@ import pytest
 
 import schedkit
 from schedkit import Req, SamplingParams
-from schedkit.kv_events import KvEventSubscriber, KvIndex
+from schedkit.components.req_to_cache import fill_ids_prefix
+from schedkit.kv_events import KvEventSubscriber, KvIndex, page_hashes
 from schedkit.testing import cache_page_hashes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,12 +30,15 @@ def free_endpoint() -> str:
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
-def kv_overlay(endpoint: str | None = None, replay: str | None = None, **components) -> dict:
+def kv_overlay(
+    endpoint: str | None = None, replay: str | None = None, profile: str = "sglang", **components
+) -> dict:
     config = {
         "publisher": "zmq",
         "endpoint": endpoint or "tcp://127.0.0.1:0",
         "replay_endpoint": replay,
         "topic": "kv-events",
+        "profile": profile,
     }
     components.setdefault("kv_events_publisher", {"args": {"kv_events_config": config}})
     return {"components": components}
@@ -124,17 +128,21 @@ def test_invalid_and_oversized_requests_finish_with_an_error(assemble):
     assert len(good.output_ids) == 8
 
 
-def test_kv_index_fed_from_published_events_equals_the_cache(tmp_path):
+@pytest.mark.parametrize("profile", ["sglang", "sglang-array", "vllm"])
+def test_kv_index_fed_from_published_events_equals_the_cache(profile):
     endpoint, replay = free_endpoint(), free_endpoint()
     overlays = [
-        kv_overlay(endpoint, replay),
+        kv_overlay(endpoint, replay, profile),
         {"components": {"allocator": {"args": {"size": 4096}}}},
     ]
     subscriber = KvEventSubscriber(endpoint, replay, topic="kv-events")
     index = KvIndex()
     with subscriber, schedkit.build(schedkit.load_wiring(WIRING, *overlays)) as assembly:
         scheduler, publisher = assembly["scheduler"], assembly["kv_events_publisher"]
-        for req in make_requests(120, seed=2, prompt=400):
+        reqs = make_requests(120, seed=2, prompt=400)
+        for req in reqs[::3]:
+            req.cache_salt = "tenant-a"  # a namespace of its own, with namespaced hashes
+        for req in reqs:
             scheduler.submit(req)
         scheduler.run_until_idle()
         cache = assembly["tree_cache"]
@@ -153,6 +161,14 @@ def test_kv_index_fed_from_published_events_equals_the_cache(tmp_path):
         assert assembly["allocator"].available_size() < 4096  # the cache holds pages
         assert index.blocks(0) == cache_page_hashes(cache)
         assert publisher.dropped == 0
+        # A router hashes a salted request the way the scheduler published it.
+        salted = next(r for r in reversed(reqs) if r.cache_salt)
+        key = fill_ids_prefix(salted, -1)
+        pages = cache.match_prefix(key).prefix_len // 16
+        assert pages > 0
+        assert index.match(list(key), 16, cache_salt="tenant-a") == {0: pages}
+        assert set(page_hashes(key, 16, cache_salt="tenant-a")[:pages]) <= index.blocks(0)
+        assert page_hashes(key, 16)[0] != page_hashes(key, 16, cache_salt="tenant-a")[0]
 
 
 @pytest.mark.parametrize("mode", ["in_place", "retract"])

@@ -1,9 +1,16 @@
-"""Page hashes of a token sequence: a SHA-256 chain, one digest per page.
+"""Page hashes of a token sequence: a SHA-256 chain, one digest per page, and the hashes that
+events carry for it.
 
-Page i's digest is SHA-256 over the previous page's 32-byte digest (absent for a sequence's first
-page, or the namespace seed when one is given) followed by the page's token ids as 4-byte
-little-endian unsigned integers. Events carry the first 8 digest bytes read big-endian as a
-signed 64-bit integer.
+Page i's digest is SHA-256 over the previous page's 32-byte digest (absent for a sequence's
+first page) followed by the page's token ids as 4-byte little-endian unsigned integers. Events
+carry the first 8 digest bytes read big-endian as a signed 64-bit integer (the plain hash).
+
+A request may carry a namespace, ``extra_key`` and/or ``cache_salt`` (SGLang 0.5.23): its
+published hashes are then ``first 8 bytes (big-endian, signed) of SHA-256(seed + plain hash as
+8-byte big-endian signed)``, where the seed is SHA-256 over ``b"sglang-kv-event-namespace-v1"``
+and, for each of (extra_key, cache_salt), ``b"\\x00"`` if absent, else ``b"\\x01"`` + its UTF-8
+length as 8-byte little-endian + the UTF-8 bytes. The chain itself is never seeded, so tenants'
+plain hashes agree and only what is published differs.
 """
 
 from __future__ import annotations
@@ -13,7 +20,17 @@ import sys
 from array import array
 from collections.abc import Sequence
 
-__all__ = ["digest_to_int", "namespace_seed", "page_digests", "page_hashes"]
+__all__ = [
+    "MAX_TOKEN_ID",
+    "digest_to_int",
+    "namespace_seed",
+    "namespaced_hash",
+    "page_digests",
+    "page_hashes",
+]
+
+MAX_TOKEN_ID = 2**32 - 1
+_NAMESPACE_DOMAIN = b"sglang-kv-event-namespace-v1"
 
 _sha256 = hashlib.sha256
 _SWAP = sys.byteorder != "little"
@@ -22,8 +39,8 @@ _SWAP = sys.byteorder != "little"
 def _token_bytes(token_ids: Sequence[int]) -> bytes:
     try:
         packed = array("I", token_ids)
-    except OverflowError:
-        raise ValueError("token ids must be integers in [0, 2**32)") from None
+    except (OverflowError, TypeError):
+        raise ValueError(f"token ids must be integers in [0, {MAX_TOKEN_ID}]") from None
     if packed.itemsize != 4:  # pragma: no cover - platforms where C int is not 32-bit
         packed = array("L", token_ids)
     if _SWAP:  # pragma: no cover - big-endian hosts
@@ -31,33 +48,38 @@ def _token_bytes(token_ids: Sequence[int]) -> bytes:
     return packed.tobytes()
 
 
-def namespace_seed(namespace: str | None) -> bytes | None:
-    """The digest that stands before the first page of a namespaced (LoRA / salted) sequence."""
-    if namespace is None:
+def _field(value: str | None) -> bytes:
+    if value is None:
+        return b"\x00"
+    raw = value.encode()
+    return b"\x01" + len(raw).to_bytes(8, "little") + raw
+
+
+def namespace_seed(extra_key: str | None = None, cache_salt: str | None = None) -> bytes | None:
+    """The seed that namespaces a request's published hashes; None without a namespace."""
+    if extra_key is None and cache_salt is None:
         return None
-    return _sha256(namespace.encode()).digest()
+    return _sha256(_NAMESPACE_DOMAIN + _field(extra_key) + _field(cache_salt)).digest()
+
+
+def namespaced_hash(seed: bytes, plain_hash: int) -> int:
+    """The published hash of a page whose plain hash is ``plain_hash``, under ``seed``."""
+    digest = _sha256(seed + plain_hash.to_bytes(8, "big", signed=True)).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 def digest_to_int(digest: bytes) -> int:
-    """The signed 64-bit integer that events carry for a page digest."""
+    """The signed 64-bit plain hash that events carry for a page digest."""
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
 def page_digests(
-    token_ids: Sequence[int],
-    page_size: int,
-    parent_digest: bytes | None = None,
-    namespace: str | None = None,
+    token_ids: Sequence[int], page_size: int, parent_digest: bytes | None = None
 ) -> list[bytes]:
-    """The 32-byte digests of every full page of ``token_ids``, chained from ``parent_digest``.
-
-    ``namespace`` seeds the chain only when there is no parent (a sequence's first page).
-    A trailing partial page is not hashed.
-    """
+    """The 32-byte digests of every full page of ``token_ids``, chained from ``parent_digest``
+    (None for a sequence's first page). A trailing partial page is not hashed."""
     if page_size < 1:
         raise ValueError(f"page_size must be >= 1, got {page_size}")
-    if parent_digest is None:
-        parent_digest = namespace_seed(namespace)
     raw = _token_bytes(token_ids)
     step = 4 * page_size
     end = (len(token_ids) // page_size) * step
@@ -72,15 +94,16 @@ def page_digests(
 def page_hashes(
     token_ids: Sequence[int],
     page_size: int,
-    parent_hash: bytes | None = None,
-    namespace: str | None = None,
+    parent_digest: bytes | None = None,
+    *,
+    extra_key: str | None = None,
+    cache_salt: str | None = None,
 ) -> list[int]:
-    """The event hash (signed int64) of every full page of ``token_ids``.
-
-    ``parent_hash`` is the 32-byte digest of the page before ``token_ids[0]`` (see
-    ``page_digests``); ``None`` starts a new sequence.
-    """
-    return [
-        int.from_bytes(d[:8], "big", signed=True)
-        for d in page_digests(token_ids, page_size, parent_hash, namespace)
-    ]
+    """The hash an event carries for every full page of ``token_ids``: plain, or namespaced
+    when ``extra_key`` or ``cache_salt`` is given. A router hashes a request with this to ask
+    which pages a rank holds."""
+    plain = [digest_to_int(d) for d in page_digests(token_ids, page_size, parent_digest)]
+    seed = namespace_seed(extra_key, cache_salt)
+    if seed is None:
+        return plain
+    return [namespaced_hash(seed, h) for h in plain]

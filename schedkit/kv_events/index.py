@@ -83,13 +83,21 @@ class KvIndex:
         return len(self._owners)
 
     def match(
-        self, token_ids: Sequence[int], page_size: int, namespace: str | None = None
+        self,
+        token_ids: Sequence[int],
+        page_size: int,
+        *,
+        extra_key: str | None = None,
+        cache_salt: str | None = None,
     ) -> dict[int, int]:
-        """For every known rank, how many leading pages of ``token_ids`` it holds."""
+        """For every known rank, how many leading pages of ``token_ids`` it holds (in the
+        request's namespace, when it has one)."""
         counts = dict.fromkeys(self._blocks, 0)
         live = set(counts)
         owners = self._owners
-        for i, h in enumerate(page_hashes(token_ids, page_size, namespace=namespace), 1):
+        for i, h in enumerate(
+            page_hashes(token_ids, page_size, extra_key=extra_key, cache_salt=cache_salt), 1
+        ):
             ranks = owners.get(h)
             if ranks is None:
                 break

@@ -10,7 +10,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from schedkit.components.allocator import OutOfKVSlotsError
-from schedkit.components.radix_cache import RadixCache
+from schedkit.components.radix_cache import RadixCache, RadixKey
 from schedkit.components.swa_radix_cache import SWARadixCache
 
 from schedkit.kv_events.hashing import page_hashes
@@ -31,13 +31,13 @@ class EventReplay:
             if isinstance(event, AllBlocksCleared):
                 self.held.clear()
             elif isinstance(event, BlockStored):
-                assert len(event.block_hashes) == 1
-                assert len(event.token_ids) == event.block_size
+                assert len(event.token_ids) == event.block_size * len(event.block_hashes)
                 assert event.medium == "GPU" and event.lora_id is None
                 parent = event.parent_block_hash
                 assert parent is None or parent in self.held, "child announced before parent"
-                assert event.block_hashes[0] not in self.held, "page stored twice"
-                self.held.add(event.block_hashes[0])
+                for block_hash in event.block_hashes:
+                    assert block_hash not in self.held, "page stored twice"
+                    self.held.add(block_hash)
             else:
                 assert isinstance(event, BlockRemoved)
                 for block_hash in event.block_hashes:
@@ -47,7 +47,8 @@ class EventReplay:
 
 def walk(cache):
     """Every node of the tree with the tokens on the path before it."""
-    stack = [(child, []) for child in cache.root.children.values()]
+    roots = cache.roots() if hasattr(cache, "roots") else [cache.root]
+    stack = [(child, []) for root in roots for child in root.children.values()]
     while stack:
         node, prefix = stack.pop()
         yield node, prefix
@@ -57,7 +58,7 @@ def walk(cache):
 
 def path_tokens(cache, node):
     tokens = []
-    while node is not cache.root:
+    while node.parent is not None:
         tokens = node.key + tokens
         node = node.parent
     return tokens
@@ -66,12 +67,15 @@ def path_tokens(cache, node):
 class CacheMachine(RuleBasedStateMachine):
     """Rules and invariants common to both caches."""
 
-    def setup(self, cache):
+    def setup(self, cache, namespace=None):
         self.cache = cache
         self.page_size = cache.page_size
-        self.namespace = cache.namespace
+        self.namespace = namespace or (None, None)
         self.replay = EventReplay()
         self.locks = []
+
+    def key(self, tokens):
+        return tokens
 
     def reference(self):
         """Page-aligned cached prefix (tuple) -> (full slots, sliding-window slots or None)."""
@@ -103,7 +107,7 @@ class CacheMachine(RuleBasedStateMachine):
         need = len(tokens) - len(tokens) % self.page_size - expected
         room = min(pool.available_size() for pool in self.pools())
         try:
-            cached = self.cache.insert(tokens)
+            cached = self.cache.insert(self.key(tokens))
         except OutOfKVSlotsError:
             assert room < need  # it only fails after trying to make room
         else:
@@ -140,7 +144,10 @@ class CacheMachine(RuleBasedStateMachine):
                 assert child.parent is node
                 page = child.key[: self.page_size]
                 assert first == (page[0] if self.page_size == 1 else tuple(page))
-            hashes = page_hashes(prefix + node.key, self.page_size, namespace=self.namespace)
+            extra_key, cache_salt = self.namespace
+            hashes = page_hashes(
+                prefix + node.key, self.page_size, extra_key=extra_key, cache_salt=cache_salt
+            )
             held.update(hashes[len(prefix) // self.page_size :])
         assert self.replay.held == held
 
@@ -155,7 +162,7 @@ class CacheMachine(RuleBasedStateMachine):
         full, swa = Counter(), Counter()
         for node, token in self.locks:
             in_window = True
-            while node is not self.cache.root:
+            while node.parent is not None:
                 full[node] += 1
                 if in_window and hasattr(node, "swa_lock_ref"):
                     swa[node] += 1
@@ -168,16 +175,17 @@ class RadixCacheMachine(CacheMachine):
     @initialize(
         page_size=st.sampled_from([1, 2, 3]),
         pages=st.integers(4, 16),
-        namespace=st.sampled_from([None, "tenant"]),
+        namespace=st.sampled_from([None, ("lora-a", None), (None, "salt"), ("lora-a", "salt")]),
     )
     def init(self, page_size, pages, namespace):
         cache = RadixCache(
-            page_size=page_size,
-            capacity=pages * page_size,
-            enable_kv_cache_events=True,
-            namespace=namespace,
+            page_size=page_size, capacity=pages * page_size, enable_kv_cache_events=True
         )
-        self.setup(cache)
+        self.setup(cache, namespace)
+
+    def key(self, tokens):
+        """The machine's tokens in its namespace."""
+        return tokens if self.namespace == (None, None) else RadixKey(tokens, *self.namespace)
 
     def pools(self):
         return [self.cache.allocator]
@@ -196,7 +204,7 @@ class RadixCacheMachine(CacheMachine):
     def insert_a_finished_request(self, tokens, reuse):
         """Match, lock, compute the rest into fresh slots, insert, unlock: as a scheduler does."""
         cache = self.cache
-        match = cache.match_prefix(tokens)
+        match = cache.match_prefix(self.key(tokens))
         cache.inc_lock_ref(match.last_node)
         start = match.prefix_len if reuse else 0
         fresh = self.take_slots(cache.allocator, len(tokens) - start)
@@ -206,22 +214,22 @@ class RadixCacheMachine(CacheMachine):
         if fresh is not None:
             expected = self.cached_prefix_len(tokens)
             value = match.device_indices[:start] + fresh
-            assert cache.insert(tokens, value) == expected
+            assert cache.insert(self.key(tokens), value) == expected
         cache.dec_lock_ref(match.last_node)
 
     @rule(tokens=TOKENS)
     def match(self, tokens):
         table = self.reference()
         expected = self.cached_prefix_len(tokens)
-        result = self.cache.match_prefix(tokens)
+        result = self.cache.match_prefix(self.key(tokens))
         assert result.prefix_len == expected
         assert result.device_indices == table[tuple(tokens[:expected])][0]
         assert path_tokens(self.cache, result.last_node) == tokens[:expected]
 
     @rule(tokens=TOKENS)
     def lock(self, tokens):
-        node = self.cache.match_prefix(tokens).last_node
-        if node is not self.cache.root:
+        node = self.cache.match_prefix(self.key(tokens)).last_node
+        if node.parent is not None:
             self.cache.inc_lock_ref(node)
             self.locks.append((node, None))
 
@@ -243,9 +251,8 @@ class SWARadixCacheMachine(CacheMachine):
         pages=st.integers(4, 32),
         swa_pages=st.integers(2, 32),
         window=st.integers(1, 5),
-        namespace=st.sampled_from([None, "tenant"]),
     )
-    def init(self, page_size, pages, swa_pages, window, namespace):
+    def init(self, page_size, pages, swa_pages, window):
         self.window = window
         cache = SWARadixCache(
             page_size=page_size,
@@ -253,7 +260,6 @@ class SWARadixCacheMachine(CacheMachine):
             capacity=pages * page_size,
             swa_capacity=swa_pages * page_size,
             enable_kv_cache_events=True,
-            namespace=namespace,
         )
         self.setup(cache)
 
@@ -281,7 +287,7 @@ class SWARadixCacheMachine(CacheMachine):
     def insert_a_finished_request(self, tokens, reuse, dropped_pages):
         """As for the radix cache, but the request may have freed its first sliding-window pages."""
         cache = self.cache
-        match = cache.match_prefix(tokens)
+        match = cache.match_prefix(self.key(tokens))
         token = cache.inc_lock_ref(match.last_node)
         start = match.prefix_len if reuse else 0
         size = len(tokens) - start
@@ -303,7 +309,7 @@ class SWARadixCacheMachine(CacheMachine):
                 cache.swa_allocator.free(released)
             swa[:dropped] = [None] * dropped
             expected = self.cached_prefix_len(tokens)
-            assert cache.insert(tokens, value, swa) == expected
+            assert cache.insert(self.key(tokens), value, swa) == expected
         elif fresh or fresh_swa:
             (cache.allocator if fresh else cache.swa_allocator).free(fresh or fresh_swa)
         cache.dec_lock_ref(match.last_node, token)
@@ -318,15 +324,15 @@ class SWARadixCacheMachine(CacheMachine):
             live_tail = next((i for i, s in enumerate(reversed(swa)) if s is None), len(swa))
             if None not in swa or live_tail >= self.window:
                 expected = k
-        result = self.cache.match_prefix(tokens)
+        result = self.cache.match_prefix(self.key(tokens))
         assert result.prefix_len == expected
         assert (result.device_indices, result.swa_indices) == table[tuple(tokens[:expected])]
         assert path_tokens(self.cache, result.last_node) == tokens[:expected]
 
     @rule(tokens=TOKENS)
     def lock(self, tokens):
-        node = self.cache.match_prefix(tokens).last_node
-        if node is not self.cache.root:
+        node = self.cache.match_prefix(self.key(tokens)).last_node
+        if node.parent is not None:
             self.locks.append((node, self.cache.inc_lock_ref(node)))
 
     @invariant()

@@ -3,12 +3,12 @@ import schedkit.components._event_recorder as event_recorder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from schedkit.components.allocator import OutOfKVSlotsError, TokenToKVPoolAllocator
-from schedkit.components.radix_cache import RadixCache, match_len
+from schedkit.components.radix_cache import RadixCache, RadixKey, match_len
 
 from schedkit.component import component_name
-from schedkit.kv_events.hashing import digest_to_int, page_hashes
+from schedkit.kv_events.hashing import page_hashes
 from schedkit.kv_events.structs import AllBlocksCleared, BlockStored
-from tests.components.cache_events import removed_hashes, stored, stored_hashes
+from tests.components.cache_events import removed_hashes, stored_hashes, stored_pages
 
 
 def make_cache(page_size=1, capacity=None, **kwargs):
@@ -50,8 +50,9 @@ def test_scenario_1_insert_announces_each_new_page(page_size):
     full = 5 - 5 % page_size
     assert [t for e in events for t in e.token_ids] == [1, 2, 3, 4, 5][:full]
     assert stored_hashes(events) == page_hashes([1, 2, 3, 4, 5], page_size)
-    parents = [e.parent_block_hash for e in events]
+    parents = [parent for _, parent, _ in stored_pages(events)]
     assert parents == [None, *stored_hashes(events)[:-1]]
+    assert len(events) == 1  # one node's pages, announced together
 
 
 @pytest.mark.parametrize("page_size", [1, 2])
@@ -122,7 +123,7 @@ def test_insert_reports_the_cached_prefix_and_frees_duplicate_slots():
     assert cache.insert([1, 2, 3, 4], pool.alloc(4)) == 3
     assert pool.available_size() == 12
     assert cache.total_size() == 4
-    assert len(stored(cache.take_events())) == 4
+    assert len(stored_hashes(cache.take_events())) == 4
 
 
 def test_insert_keeps_the_caches_own_slots_from_a_match():
@@ -202,9 +203,9 @@ def test_a_parent_left_without_children_becomes_evictable():
     cache.insert([1, 2, 3])
     cache.take_events()
     assert cache.evict(2) == 3
-    removed = [e.block_hashes for e in cache.take_events()]
     hashes = page_hashes([1, 2, 3], 1)
-    assert removed == [[hashes[2]], hashes[:2]]  # child first, then the parent
+    # Child first, then the parent, merged into one BlockRemoved.
+    assert [e.block_hashes for e in cache.take_events()] == [[hashes[2], *hashes[:2]]]
     assert cache.allocator.available_size() == 64
 
 
@@ -225,7 +226,7 @@ def test_insert_without_value_evicts_to_make_room():
     cache.insert([5, 6])
     events = cache.take_events()
     assert removed_hashes(events) == page_hashes([1, 2], 1)
-    assert [e.token_ids for e in stored(events)] == [[5], [6]]
+    assert [tokens for _, _, tokens in stored_pages(events)] == [[5], [6]]
     assert cache.match_prefix([3, 4]).prefix_len == 2
 
 
@@ -272,15 +273,32 @@ def test_events_off_never_hashes(monkeypatch):
         make_cache().insert([1])
 
 
-def test_namespace_seeds_the_hash_chain():
-    plain = make_cache(page_size=2)
-    salted = make_cache(page_size=2, namespace="tenant-a")
-    for cache in (plain, salted):
-        cache.insert([1, 2, 3, 4])
-    salted_events = salted.take_events()
-    assert stored_hashes(salted_events) == page_hashes([1, 2, 3, 4], 2, namespace="tenant-a")
+def test_namespaces_never_share_kv_and_publish_namespaced_hashes():
+    cache = make_cache(page_size=2)
+    cache.insert([1, 2, 3, 4])
+    plain_events = cache.take_events()
+    salted = RadixKey([1, 2, 3, 4], cache_salt="tenant-a")
+    assert cache.match_prefix(salted).prefix_len == 0
+    assert cache.insert(salted) == 0
+    salted_events = cache.take_events()
+    assert stored_hashes(salted_events) == page_hashes([1, 2, 3, 4], 2, cache_salt="tenant-a")
     assert salted_events[0].parent_block_hash is None
-    assert set(stored_hashes(salted_events)).isdisjoint(stored_hashes(plain.take_events()))
+    assert salted_events[0].cache_salt == "tenant-a"
+    assert set(stored_hashes(salted_events)).isdisjoint(stored_hashes(plain_events))
+    # Same tokens, another namespace: another tree again.
+    assert cache.match_prefix(RadixKey([1, 2, 3, 4], extra_key="tenant-a")).prefix_len == 0
+    assert cache.match_prefix(RadixKey([1, 2, 3, 4], cache_salt="tenant-a")).prefix_len == 4
+    assert cache.match_prefix(RadixKey([1, 2, 3, 4])).prefix_len == 4  # no namespace: default
+    assert cache.total_size() == 8
+    assert cache.evict(8) == 8
+    assert cache.roots() == [cache.root]  # emptied namespaces leave nothing behind
+    assert sorted(removed_hashes(cache.take_events())) == sorted(
+        stored_hashes(plain_events) + stored_hashes(salted_events)
+    )
+    cache.insert(salted)
+    cache.reset()
+    assert cache.match_prefix(salted).prefix_len == 0
+    assert cache.allocator.available_size() == cache.allocator.size
 
 
 def test_disabled_cache_stores_nothing_and_frees_what_it_is_given():
@@ -374,8 +392,8 @@ def test_evict_takes_leaves_in_lru_order_whatever_happened_before(page_size, ops
             expected = lru_order(cache, n)
             cache.take_events()
             assert cache.evict(n) == sum(len(node.key) for node in expected)
-            removed = [e.block_hashes for e in cache.take_events()]
-            assert removed == [[digest_to_int(d) for d in node.digests] for node in expected]
+            removed = removed_hashes(cache.take_events())
+            assert removed == [h for node in expected for h in node.hashes]
         assert len(cache._heap) <= 2 * cache._num_nodes + 65
 
 

@@ -56,9 +56,8 @@ def test_cache_events_go_out_as_one_batch_per_call(assembly_leak_check):
     assert batch.events[0] == AllBlocksCleared()  # the cache's reset() at construction
     assert (
         batch.events[1:]
-        == [  # one event per whole page, chained by parent hash
-            BlockStored([first], None, tokens[:4], PAGE, None, "GPU"),
-            BlockStored([second], first, tokens[4:8], PAGE, None, "GPU"),
+        == [  # the new node's whole pages in one event, as SGLang coalesces them
+            BlockStored([first, second], None, tokens[:8], PAGE, None, "GPU"),
         ]
     )
     publisher.shutdown()

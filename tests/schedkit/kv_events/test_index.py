@@ -14,9 +14,9 @@ from schedkit.kv_events import (
 )
 
 
-def stored(tokens: list[int], page_size: int, namespace: str | None = None, medium="GPU"):
+def stored(tokens: list[int], page_size: int, cache_salt: str | None = None, medium="GPU"):
     """BlockStored events for every page of ``tokens``, chained as a cache emits them."""
-    hashes = page_hashes(tokens, page_size, namespace=namespace)
+    hashes = page_hashes(tokens, page_size, cache_salt=cache_salt)
     events, parent = [], None
     for i, h in enumerate(hashes):
         page = tokens[i * page_size : (i + 1) * page_size]
@@ -93,10 +93,20 @@ def test_rank_defaults_to_the_batch_rank_then_zero_and_can_be_overridden():
 
 def test_namespace_and_medium():
     index = KvIndex()
-    index.apply(at(0, *stored([1, 2], 1, namespace="lora-a", medium="CPU_PINNED")))
+    index.apply(at(0, *stored([1, 2], 1, cache_salt="tenant-a", medium="CPU_PINNED")))
     assert index.match([1, 2], 1) == {0: 0}
-    assert index.match([1, 2], 1, namespace="lora-a") == {0: 2}
-    assert index.owners(page_hashes([1], 1, namespace="lora-a")[0]) == {0: "CPU_PINNED"}
+    assert index.match([1, 2], 1, extra_key="tenant-a") == {0: 0}
+    assert index.match([1, 2], 1, cache_salt="tenant-a") == {0: 2}
+    assert index.owners(page_hashes([1], 1, cache_salt="tenant-a")[0]) == {0: "CPU_PINNED"}
+
+
+def test_coalesced_events_match_like_single_pages():
+    hashes = page_hashes([1, 2, 3, 4, 5, 6], 2)
+    index = KvIndex()
+    index.apply(at(0, BlockStored(hashes, None, [1, 2, 3, 4, 5, 6], 2, None, "GPU")))
+    assert index.match([1, 2, 3, 4, 5, 6], 2) == {0: 3}
+    index.apply(at(0, BlockRemoved(hashes[1:], "GPU")))
+    assert index.match([1, 2, 3, 4, 5, 6], 2) == {0: 1}
 
 
 def test_unknown_event_is_rejected():
