@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from schedkit.components.req_to_cache import fill_ids_prefix
 
 import schedkit
 from schedkit import Req, SamplingParams
-from schedkit.components.req_to_cache import fill_ids_prefix
 from schedkit.kv_events import KvEventSubscriber, KvIndex, page_hashes
 from schedkit.testing import cache_page_hashes
 
