@@ -34,6 +34,13 @@ class KvEventsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     topic: str = ""
     profile: ProfileName = "sglang"
     mode: Literal["bind", "connect"] = "bind"
+    # Listen on a non-loopback address (tcp binds are refused there otherwise).
+    allow_remote: bool = False
+    # An empty batch goes out after this many idle seconds, so that a subscriber notices a
+    # missed tail while nothing happens (0: never).
+    heartbeat_interval: Annotated[float, msgspec.Meta(ge=0)] = 1.0
+    # Replay requests served at once; more are refused (the client times out and retries).
+    max_replay_requests: Annotated[int, msgspec.Meta(ge=1)] = 16
 
 
 _KEYS = KvEventsConfig.__struct_fields__

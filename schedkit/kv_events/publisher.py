@@ -11,16 +11,18 @@ append and no system call; see ``ZmqEventPublisher`` for the latency this buys.
 from __future__ import annotations
 
 import contextlib
-import itertools
+import os
 import threading
+import time
 from collections import deque
 
 import structlog
 import zmq
 
+from schedkit.endpoints import check_endpoint
 from schedkit.kv_events.config import KvEventsConfig, offset_endpoint, register_publisher
 from schedkit.kv_events.replay import END_SEQ, ReplayServer
-from schedkit.kv_events.structs import EventBatch, get_profile
+from schedkit.kv_events.structs import EventBatch, KVEventBatch, get_profile
 
 __all__ = ["END_SEQ", "IDLE_AFTER", "POLL_INTERVAL", "NullEventPublisher", "ZmqEventPublisher"]
 
@@ -68,10 +70,16 @@ class NullEventPublisher:
 class ZmqEventPublisher:
     """Publishes event batches on a ZeroMQ PUB socket, with an optional replay ROUTER.
 
-    ``publish`` never blocks: it takes the next seq and appends to a queue of at most
-    ``max_queue_size`` batches (a full queue drops the batch, the seq stays used). A sender
-    thread owns the PUB socket: it encodes, sends and buffers batches for replay, which a
-    ``ReplayServer`` thread serves.
+    ``publish`` never blocks and may be called from several threads: it takes the next seq
+    and appends to a queue of at most ``max_queue_size`` batches under one lock, so seq order
+    is send order (a full queue drops the batch, the seq stays used: consumers see the gap).
+    A sender thread owns the PUB socket: it encodes, sends and buffers batches for replay,
+    which a ``ReplayServer`` thread serves. After ``heartbeat_interval`` seconds without a
+    batch the sender publishes an empty one (counted in ``heartbeats``, not ``published``), so
+    that a subscriber that missed the last batches notices the gap while nothing happens;
+    every engine's consumer decodes an empty batch as a no-op. ``epoch`` (8 random bytes)
+    names this publisher's lifetime; the replay socket tells it to subscribers that ask.
+    tcp endpoints are bound on loopback only, unless ``allow_remote``.
 
     Latency: while batches keep coming the sender looks at the queue every ``POLL_INTERVAL``
     (1 ms), so a batch is on the socket within about 1 ms of ``publish``, plus however long
@@ -87,11 +95,14 @@ class ZmqEventPublisher:
         "_closed",
         "_context",
         "_encode",
+        "_heartbeat",
+        "_last_send",
         "_linger_ms",
         "_max_queue_size",
         "_next_seq",
         "_own_context",
         "_pub",
+        "_publish_lock",
         "_queue",
         "_replay",
         "_sender",
@@ -105,6 +116,8 @@ class ZmqEventPublisher:
         "dropped",
         "encode_errors",
         "endpoint",
+        "epoch",
+        "heartbeats",
         "published",
     )
 
@@ -123,13 +136,18 @@ class ZmqEventPublisher:
         self.published = 0
         self.dropped = 0
         self.encode_errors = 0
+        self.heartbeats = 0
+        self.epoch = os.urandom(8)
+        self._heartbeat = config.heartbeat_interval
+        self._last_send = time.monotonic()
+        self._publish_lock = threading.Lock()
         self._encode = get_profile(config.profile).encode
         self._topic = config.topic.encode()
         self._max_queue_size = config.max_queue_size
         # Depth before an append that makes the queue reach its wake-up mark.
         self._wake_at = max(1, config.max_queue_size // _WAKE_FRACTION) - 1
         self._queue: deque = deque()
-        self._next_seq = itertools.count().__next__
+        self._next_seq = 0
         # Held while no wakeup is pending: releasing it wakes the sender. Unlike a pipe
         # write, a release does not give up the GIL to the woken thread.
         self._wakeup = threading.Lock()
@@ -151,7 +169,12 @@ class ZmqEventPublisher:
                 router = self._context.socket(zmq.ROUTER)
                 replay_endpoint = self._open(router, config.replay_endpoint, "bind")
                 self._replay = ReplayServer(
-                    router, replay_endpoint, self._topic, config.buffer_steps
+                    router,
+                    replay_endpoint,
+                    self._topic,
+                    config.buffer_steps,
+                    epoch=self.epoch,
+                    max_requests=config.max_replay_requests,
                 )
             log.info(
                 "kv_events.publisher_ready",
@@ -175,6 +198,7 @@ class ZmqEventPublisher:
 
     def _open(self, sock: zmq.Socket, endpoint: str, mode: str) -> str:
         endpoint = offset_endpoint(endpoint, self.dp_rank)
+        check_endpoint(endpoint, bind=mode == "bind", allow_remote=self.config.allow_remote)
         try:
             if mode == "bind":
                 sock.bind(endpoint)
@@ -201,13 +225,15 @@ class ZmqEventPublisher:
     def publish(self, batch: EventBatch) -> bool:
         """Queue ``batch`` under the next seq; False (counted in ``dropped``) if the queue is
         full or the publisher is shut down."""
-        seq = self._next_seq()
         queue = self._queue
-        depth = len(queue)
-        if depth >= self._max_queue_size or self._closed:
-            self.dropped += 1
-            return False
-        queue.append((seq, batch))
+        with self._publish_lock:
+            seq = self._next_seq
+            self._next_seq = seq + 1
+            depth = len(queue)
+            if depth >= self._max_queue_size or self._closed:
+                self.dropped += 1
+                return False
+            queue.append((seq, batch))
         if self._asleep or depth == self._wake_at:
             self._asleep = False
             self._wake()
@@ -284,37 +310,53 @@ class ZmqEventPublisher:
                     # between this check and the acquire still wakes us.
                     self._asleep = True
                     if not queue and not self._stopping:
-                        wakeup.acquire()
+                        wakeup.acquire(timeout=self._heartbeat or -1)
                     self._asleep = False
                     polls_left = _POLLS_BEFORE_SLEEP
+                if self._heartbeat and not queue and not self._stopping:
+                    self._maybe_heartbeat()
             self._drain()
         except Exception:
             log.exception("kv_events.sender_failed", endpoint=self.endpoint)
         finally:
             self._pub.close(linger=self._linger_ms)
 
+    def _maybe_heartbeat(self) -> None:
+        if time.monotonic() - self._last_send < self._heartbeat:
+            return
+        with self._publish_lock:  # no publish() may take a seq between this one and its send
+            if self._queue:
+                return
+            seq = self._next_seq
+            self._next_seq = seq + 1
+            sent = self._send(seq, KVEventBatch(time.time(), [], self.dp_rank))
+        self.heartbeats += sent
+
     def _drain(self) -> None:
-        queue, send, encode = self._queue, self._pub.send_multipart, self._encode
-        topic, dp_rank = self._topic, self.dp_rank
-        buffer = self._replay.add if self._replay is not None else None
+        queue = self._queue
         while queue:
             seq, batch = queue.popleft()
             if seq is None:  # a flush() marker
                 batch.set()
-                continue
-            try:
-                if batch.attn_dp_rank is None:
-                    batch.attn_dp_rank = dp_rank
-                payload = encode(batch)
-            except Exception:
-                self.encode_errors += 1
-                log.exception("kv_events.encode_failed", seq=seq, endpoint=self.endpoint)
-                continue
-            seq_bytes = seq.to_bytes(8, "big")
-            send((topic, seq_bytes, payload))
-            if buffer is not None:
-                buffer(seq, seq_bytes, payload)
-            self.published += 1
+            elif self._send(seq, batch):
+                self.published += 1
+
+    def _send(self, seq: int, batch: EventBatch) -> bool:
+        """Encode, send and buffer one batch; False if it could not be encoded."""
+        try:
+            if batch.attn_dp_rank is None:
+                batch.attn_dp_rank = self.dp_rank
+            payload = self._encode(batch)
+        except Exception:
+            self.encode_errors += 1
+            log.exception("kv_events.encode_failed", seq=seq, endpoint=self.endpoint)
+            return False
+        seq_bytes = seq.to_bytes(8, "big")
+        self._pub.send_multipart((self._topic, seq_bytes, payload))
+        if self._replay is not None:
+            self._replay.add(seq, seq_bytes, payload)
+        self._last_send = time.monotonic()
+        return True
 
 
 register_publisher("null", NullEventPublisher)

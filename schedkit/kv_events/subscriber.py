@@ -14,6 +14,7 @@ import msgspec
 import structlog
 import zmq
 
+from schedkit.kv_events.replay import EPOCH_REQUEST
 from schedkit.kv_events.structs import KVEventBatch, get_profile
 
 __all__ = [
@@ -60,10 +61,14 @@ class HistoryLost:
 
 @attrs.frozen
 class PublisherRestarted:
-    """The seq went back (``new_seq`` after ``last_seq``): a new publisher; start over."""
+    """A new publisher took over after ``last_seq``: its seq went back (``reason`` "seq",
+    ``new_seq`` the seq received), or its replay socket names another epoch (``reason``
+    "epoch", ``new_seq`` the live seq at hand when it was noticed). What was built from the
+    old publisher is void; start over."""
 
     last_seq: int
     new_seq: int
+    reason: str = "seq"
 
 
 Notice = GapDetected | GapFilled | HistoryLost | PublisherRestarted
@@ -75,8 +80,15 @@ class KvEventSubscriber:
 
     A gap in the live stream triggers a replay request (DEALER) from the last applied seq + 1;
     a fresh subscriber whose first seq is above 0 replays from 0. Replies may carry the topic
-    frame (``["", topic, seq, payload]``) or not (``["", seq, payload]``). Notices go to
-    ``on_notice`` (default: appended to ``notices``).
+    frame (``["", topic, seq, payload]``) or not (``["", seq, payload]``). Every profile is
+    decoded. Notices go to ``on_notice`` (default: appended to ``notices``).
+
+    A restarted publisher is noticed when its seq goes back, and, with a schedkit publisher's
+    replay socket, also when its epoch changes: checked on every gap and every
+    ``epoch_check_interval`` seconds, so a new publisher whose seqs run past the old ones (or
+    continue them exactly) is still told apart; the subscriber then replays the new one from
+    seq 0, its ``AllBlocksCleared`` included. Every batch, an empty heartbeat too, shows a
+    missed tail as a gap.
     """
 
     def __init__(
@@ -91,12 +103,16 @@ class KvEventSubscriber:
         hwm: int = 100000,
         replay_timeout: float = 5.0,
         poll_interval: float = 0.05,
+        epoch_check_interval: float = 2.0,
     ) -> None:
         self.endpoint = endpoint
         self.replay_endpoint = replay_endpoint
         self.notices: list[Notice] = []
         self.decode_errors = 0
         self._decode = get_profile(profile).decode
+        self._epoch: bytes | None = None
+        self._epoch_interval = epoch_check_interval
+        self._epoch_checked = time.monotonic()
         self._notice = self.notices.append if on_notice is None else on_notice
         self._replay_timeout = replay_timeout
         self._poll_ms = max(1, int(poll_interval * 1000))
@@ -132,7 +148,15 @@ class KvEventSubscriber:
         """Wait up to ``timeout_ms`` for live batches and return the ones now due, in order
         (replayed batches included). Returns [] once closed."""
         out: list[tuple[int, KVEventBatch]] = []
-        if self._closed or not self._sub.poll(timeout_ms):
+        if self._closed:
+            return out
+        if (
+            self._dealer is not None
+            and self._last is not None
+            and time.monotonic() - self._epoch_checked >= self._epoch_interval
+        ):
+            self._check_epoch(self._last, out)
+        if not self._sub.poll(timeout_ms):
             return out
         sub = self._sub
         for _ in range(_MAX_READ):
@@ -207,6 +231,10 @@ class KvEventSubscriber:
             last = self._last if self._last is not None else live_last
             self._notice(PublisherRestarted(last, seq))
             self._last = None
+            if self._dealer is not None:
+                self._epoch = self._query_epoch()
+        elif self._dealer is not None and (self._epoch is None or seq != live_last + 1):
+            self._check_epoch(seq, out)
         last = self._last
         if last is not None and seq <= last:  # already delivered by a replay
             return
@@ -221,6 +249,20 @@ class KvEventSubscriber:
                 if self._last is not None and seq <= self._last:
                     return
         self._apply(seq, payload, out)
+
+    def _check_epoch(self, seq: int, out: list) -> None:
+        """Ask the replay socket for the publisher's epoch; on a new one, report the restart
+        and replay the new publisher from seq 0."""
+        epoch = self._query_epoch()
+        if epoch is None:
+            return
+        if self._epoch is not None and epoch != self._epoch and self._last is not None:
+            self._notice(PublisherRestarted(self._last, seq, "epoch"))
+            self._last = None
+            self._epoch = epoch
+            self._replay(0, 0, out)
+            return
+        self._epoch = epoch
 
     def _replay(self, expected: int, received: int, out: list) -> None:
         """Ask for ``expected`` onwards and apply the replies; report what stayed missing."""
@@ -246,9 +288,22 @@ class KvEventSubscriber:
         dealer.connect(self.replay_endpoint)
         return dealer
 
+    def _query_epoch(self) -> bytes | None:
+        """The publisher's epoch, or None when its replay socket does not tell (an engine's
+        own publisher) or does not answer."""
+        self._epoch_checked = time.monotonic()
+        end: list[bytes] = []
+        self._exchange(EPOCH_REQUEST, end)
+        return end[0] if end and end[0] else None
+
     def _request_replay(self, start: int) -> list[tuple[int, bytes]]:
+        return self._exchange(start.to_bytes(8, "big"), [])
+
+    def _exchange(self, request: bytes, end: list[bytes]) -> list[tuple[int, bytes]]:
+        """Send one request on the replay socket and collect the replies up to the end
+        marker, whose payload goes into ``end``."""
         dealer = self._dealer
-        dealer.send_multipart((b"", start.to_bytes(8, "big")))
+        dealer.send_multipart((b"", request))
         replies = []
         deadline = time.monotonic() + self._replay_timeout
         while True:
@@ -257,7 +312,7 @@ class KvEventSubscriber:
                 log.warning(
                     "kv_events.replay_timeout",
                     endpoint=self.replay_endpoint,
-                    start=start,
+                    request=request.hex(),
                     received=len(replies),
                 )
                 # A new identity: late replies to this request cannot reach the next one.
@@ -271,6 +326,7 @@ class KvEventSubscriber:
                 continue
             seq = int.from_bytes(frames[-2], "big", signed=True)
             if seq == -1:
+                end.append(frames[-1])
                 return replies
             replies.append((seq, frames[-1]))
 

@@ -59,8 +59,14 @@ class SglangLikeServer:
             if not self.router.poll(20):
                 continue
             identity, _, start = self.router.recv_multipart()
-            self.requests.append(int.from_bytes(start, "big"))
+            # Like the engines' replay servers, any request is read as a start seq; only
+            # replay requests proper (8 bytes) are recorded.
+            if len(start) == 8:
+                self.requests.append(int.from_bytes(start, "big"))
             if not self._answer:
+                continue
+            if len(start) != 8:
+                self.router.send_multipart([identity, b"", END_SEQ, b""])
                 continue
             for seq in sorted(self.stored):
                 if seq >= self.requests[-1]:

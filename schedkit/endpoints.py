@@ -1,0 +1,48 @@
+"""ZeroMQ endpoints as the project accepts them: tcp, ipc or inproc, and bound on loopback
+unless remote listening is asked for."""
+
+from __future__ import annotations
+
+import ipaddress
+
+__all__ = ["check_endpoint"]
+
+
+def check_endpoint(endpoint: str, *, bind: bool, allow_remote: bool = False) -> str:
+    """Validate a ZeroMQ endpoint and return it.
+
+    ``tcp://host:port``, ``ipc://path`` and ``inproc://name`` are accepted. A tcp endpoint that
+    is bound must be on a loopback address (127.0.0.0/8 or ``[::1]``) unless ``allow_remote``;
+    port ``0`` or ``*`` picks a free port.
+    """
+    if not isinstance(endpoint, str):
+        raise ValueError(f"endpoint must be a string like tcp://127.0.0.1:5555, got {endpoint!r}")
+    if endpoint.startswith(("ipc://", "inproc://")):
+        return endpoint
+    if not endpoint.startswith("tcp://"):
+        raise ValueError(
+            f"unsupported endpoint {endpoint!r}; use tcp://127.0.0.1:PORT, ipc://PATH or "
+            "inproc://NAME"
+        )
+    host, sep, port = endpoint[len("tcp://") :].rpartition(":")
+    if not sep or not host:
+        raise ValueError(
+            f"tcp endpoint {endpoint!r} needs host and port, e.g. tcp://127.0.0.1:5555"
+        )
+    if port != "*" and not (port.isdigit() and 0 <= int(port) <= 65535):
+        raise ValueError(f"tcp endpoint {endpoint!r} has a bad port {port!r}: use 0-65535 or *")
+    if bind and not allow_remote and not _is_loopback(host):
+        raise ValueError(
+            f"refusing to bind {endpoint!r}: not a loopback address; bind to 127.0.0.1 or "
+            "[::1], or set allow_remote: true to listen on other interfaces"
+        )
+    return endpoint
+
+
+def _is_loopback(host: str) -> bool:
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
