@@ -164,6 +164,11 @@ class KvEventsPublisher:
         return getattr(self._publisher, "replay_endpoint", None)
 
     @property
+    def accepted(self) -> int:
+        """Batches the publisher took (all of them are sent unless shutdown times out)."""
+        return 0 if self._publisher is None else self._publisher.accepted
+
+    @property
     def published(self) -> int:
         """Batches the publisher has sent."""
         return 0 if self._publisher is None else self._publisher.published

@@ -4,20 +4,24 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
+import socket
 import sys
 import threading
 import time
 from typing import Any
 
+import msgspec
 import structlog
 
 from schedkit.cli.args import add_wiring_args, number
 from schedkit.container import Assembly, build
+from schedkit.kv_events import KvEventsConfig
 from schedkit.sim.driver import StuckError, drive
 from schedkit.sim.workload import CHAT_RATE, SYNTHETIC, WorkloadError, load_jsonl, synthetic
-from schedkit.wiring import load_wiring
+from schedkit.wiring import Wiring, load_wiring
 
 __all__ = ["add_parsers"]
 
@@ -54,6 +58,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)"
     )
+    p.add_argument(
+        "--kv-events-linger",
+        type=number(float, allow_minimum=True),
+        default=0.0,
+        metavar="SECONDS",
+        help="keep the KV-event stream and its replay socket up this long after the run, so "
+        "that a router can catch up (Ctrl-C ends it early)",
+    )
     p.set_defaults(run=cmd_run)
 
     p = sub.add_parser("serve", help="serve requests on the receiver endpoint until stopped")
@@ -89,6 +101,9 @@ def _progress_bar(total: int) -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     wiring = load_wiring(args.file, *args.overlay)
+    busy = _busy_kv_events_overlay(wiring)
+    if busy is not None:
+        wiring = load_wiring(args.file, *args.overlay, busy)
     try:
         if args.workload:
             workload = load_jsonl(args.workload, rate=args.rate, seed=args.seed)
@@ -103,6 +118,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     quiet = args.json or args.no_progress or not sys.stderr.isatty()
     show = None if quiet else _progress_bar(total)
     with build(wiring) as assembly:
+        publisher = None
+        if "kv_events_publisher" in assembly:
+            publisher = assembly["kv_events_publisher"]
+        if publisher is not None and publisher.endpoint is not None:
+            replay = publisher.replay_endpoint
+            print(
+                f"schedkit run: KV events on {publisher.endpoint}"
+                + (f", replay on {replay}" if replay else ""),
+                file=sys.stderr,
+            )
         try:
             summary, _ = drive(assembly, workload, progress=show)
         except StuckError as exc:
@@ -111,11 +136,61 @@ def cmd_run(args: argparse.Namespace) -> int:
         finally:
             if show is not None:
                 print(file=sys.stderr)
+        if args.kv_events_linger and publisher is not None and publisher.endpoint is not None:
+            _linger(publisher, args.kv_events_linger)
     if args.json:
         print(json.dumps(summary.to_dict()))
     else:
         print(summary.table())
     return 0
+
+
+def _busy_kv_events_overlay(wiring: Wiring) -> dict | None:
+    """An overlay moving the KV-event endpoints to free ports when the configured tcp ports
+    are taken (another scheduler runs), or None when they are free."""
+    for name, spec in wiring.components.items():
+        config = spec.args.get("kv_events_config")
+        if not isinstance(config, KvEventsConfig) or config.mode != "bind":
+            continue
+        endpoints = {"endpoint": config.endpoint, "replay_endpoint": config.replay_endpoint}
+        taken = {k: v for k, v in endpoints.items() if v is not None and _tcp_port_taken(v)}
+        if taken:
+            free = msgspec.structs.asdict(config)
+            free.update({k: f"{v.rpartition(':')[0]}:0" for k, v in taken.items()})
+            print(
+                f"schedkit run: {', '.join(taken.values())} in use; KV events move to free ports",
+                file=sys.stderr,
+            )
+            return {"components": {name: {"args": {"kv_events_config": free}}}}
+    return None
+
+
+def _tcp_port_taken(endpoint: str) -> bool:
+    if not endpoint.startswith("tcp://"):
+        return False
+    host, _, port = endpoint[len("tcp://") :].rpartition(":")
+    if not port.isdigit() or int(port) == 0:
+        return False
+    family = socket.AF_INET6 if host.startswith("[") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host.strip("[]"), int(port)))
+        except OSError:
+            return True
+    return False
+
+
+def _linger(publisher: Any, seconds: float) -> None:
+    """Keep the KV-event stream and replay up for ``seconds`` after publishing the rest."""
+    publisher.publish_kv_events()
+    publisher.flush()
+    print(
+        f"schedkit run: KV events stay up for {seconds:g} s ({publisher.accepted} batches)",
+        file=sys.stderr,
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        time.sleep(seconds)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

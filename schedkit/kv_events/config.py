@@ -109,6 +109,7 @@ def offset_endpoint(endpoint: str, dp_rank: int) -> str:
 class EventPublisher(Protocol):
     """What the scheduler needs from a publisher."""
 
+    accepted: int
     published: int
     dropped: int
     encode_errors: int

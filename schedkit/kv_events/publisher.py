@@ -40,6 +40,7 @@ class NullEventPublisher:
     def __init__(self, config: KvEventsConfig | None = None, dp_rank: int = 0) -> None:
         self.config = config
         self.dp_rank = dp_rank
+        self.accepted = 0
         self.published = 0
         self.dropped = 0
         self.encode_errors = 0
@@ -55,6 +56,7 @@ class NullEventPublisher:
         if self._closed:
             self.dropped += 1
             return False
+        self.accepted += 1
         self.published += 1
         return True
 
@@ -69,6 +71,9 @@ class NullEventPublisher:
 
 class ZmqEventPublisher:
     """Publishes event batches on a ZeroMQ PUB socket, with an optional replay ROUTER.
+
+    Counters: ``accepted`` batches taken by ``publish``, ``published`` batches sent,
+    ``dropped`` refused (full queue, after shutdown), ``encode_errors``, ``heartbeats``.
 
     ``publish`` never blocks and may be called from several threads: it takes the next seq
     and appends to a queue of at most ``max_queue_size`` batches under one lock, so seq order
@@ -111,6 +116,7 @@ class ZmqEventPublisher:
         "_topic",
         "_wake_at",
         "_wakeup",
+        "accepted",
         "config",
         "dp_rank",
         "dropped",
@@ -133,6 +139,7 @@ class ZmqEventPublisher:
             raise ValueError(f"dp_rank must be >= 0, got {dp_rank}")
         self.config = config
         self.dp_rank = dp_rank
+        self.accepted = 0
         self.published = 0
         self.dropped = 0
         self.encode_errors = 0
@@ -234,6 +241,7 @@ class ZmqEventPublisher:
                 self.dropped += 1
                 return False
             queue.append((seq, batch))
+            self.accepted += 1
         if self._asleep or depth == self._wake_at:
             self._asleep = False
             self._wake()

@@ -162,6 +162,8 @@ def drive(
                     f"{_MAX_IDLE_STEPS} steps (paused: {scheduler.paused})"
                 )
 
+    if "kv_events_publisher" in assembly:  # what the cache still holds goes out too
+        assembly["kv_events_publisher"].publish_kv_events()
     simulated = runner.now() - start
     wall = time.perf_counter() - wall_start
     done = [r for r in finished if not isinstance(r.finished_reason, FinishAbort)]
@@ -184,7 +186,7 @@ def drive(
         itl_p90=percentile(itl, 90),
         itl_p99=percentile(itl, 99),
         prefix_cache_hit_rate=stats.cache_hit_rate if stats is not None else math.nan,
-        kv_events_published=_counter(assembly, "kv_events_publisher", "published"),
+        kv_events_published=_counter(assembly, "kv_events_publisher", "accepted"),
         kv_events_dropped=_counter(assembly, "kv_events_publisher", "dropped"),
         peak_running_requests=scheduler.peak_running_requests,
         retractions=scheduler.num_retracted,
