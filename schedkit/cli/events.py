@@ -27,8 +27,16 @@ from schedkit.kv_events import (
     Notice,
     PublisherRestarted,
 )
+from schedkit.kv_events.conformance import StreamChecker
 
-__all__ = ["add_parser", "cmd_tail", "format_batch", "format_event", "format_notice"]
+__all__ = [
+    "add_parser",
+    "cmd_check",
+    "cmd_tail",
+    "format_batch",
+    "format_event",
+    "format_notice",
+]
 
 _KINDS = {BlockStored: "stored", BlockRemoved: "removed", AllBlocksCleared: "cleared"}
 
@@ -51,6 +59,28 @@ def add_parser(subparsers: Any) -> None:
         help="exit after S seconds (status 1 if --count batches had not arrived)",
     )
     p.set_defaults(run=cmd_tail)
+
+    p = sub.add_parser(
+        "check",
+        help="subscribe and check that a stream is what a router can rely on; exit 1 if not",
+    )
+    p.add_argument("endpoint", help="the publisher's live endpoint, e.g. tcp://127.0.0.1:5557")
+    p.add_argument("--replay", metavar="ENDPOINT", help="replay endpoint (history from seq 0)")
+    p.add_argument("--topic", default="", help="topic to subscribe to (default: all)")
+    p.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default="sglang",
+        help="the wire format every payload must decode as, with that engine's declarations",
+    )
+    p.add_argument("--count", type=number(int), help="stop after N batches")
+    p.add_argument(
+        "--timeout",
+        type=number(float),
+        default=10.0,
+        help="stop after S seconds (default 10)",
+    )
+    p.set_defaults(run=cmd_check)
 
 
 def format_batch(seq: int, batch: KVEventBatch) -> str:
@@ -178,3 +208,37 @@ def cmd_tail(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Run ``schedkit events check``: 0 when the stream conforms, 1 when it does not."""
+    checker = StreamChecker()
+    try:
+        sub = KvEventSubscriber(
+            args.endpoint,
+            args.replay,
+            args.topic,
+            args.profile,
+            on_notice=checker.notice,
+            strict=True,
+        )
+    except ValueError as exc:
+        print(f"schedkit events check: {exc}", file=sys.stderr)
+        return 2
+    deadline = time.monotonic() + args.timeout
+    try:
+        count = args.count or float("inf")
+        while checker.batches < count and time.monotonic() < deadline:
+            for seq, batch in sub.poll(50):
+                checker.apply(seq, batch)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sub.close()
+    if sub.frame_errors:
+        checker.problem(f"{sub.frame_errors} messages not framed as [topic, 8-byte seq, payload]")
+    if sub.decode_errors:
+        checker.problem(f"{sub.decode_errors} payloads do not decode as {args.profile}")
+    for line in checker.report():
+        print(line)
+    return 0 if checker.conformant else 1

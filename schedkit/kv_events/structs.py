@@ -144,6 +144,18 @@ class _VllmAllBlocksCleared(_VllmEvent, tag="AllBlocksCleared"):
     pass
 
 
+class _ArrayBatch(msgspec.Struct, array_like=True, gc=False):
+    ts: float
+    events: list[Union[_ArrayBlockStored, _ArrayBlockRemoved, _ArrayAllBlocksCleared]]  # noqa: UP007
+    attn_dp_rank: int | None = None
+
+
+class _VllmBatch(msgspec.Struct, array_like=True, gc=False):
+    ts: float
+    events: list[Union[_VllmBlockStored, _VllmBlockRemoved, _VllmAllBlocksCleared]]  # noqa: UP007
+    data_parallel_rank: int | None = None
+
+
 class _RawBatch(msgspec.Struct, array_like=True, gc=False):
     ts: float
     events: list[msgspec.Raw]
@@ -162,9 +174,23 @@ _decode_map_batch = msgspec.msgpack.Decoder(KVEventBatch).decode
 def _to_memory(event: msgspec.Struct) -> Event:
     if isinstance(event, _ArrayBlockStored):
         return BlockStored(*msgspec.structs.astuple(event))
-    if isinstance(event, _ArrayBlockRemoved):
+    if isinstance(event, _VllmBlockStored):
+        fields = msgspec.structs.astuple(event)
+        return BlockStored(*fields[:6], lora_name=event.lora_name)
+    if isinstance(event, _ArrayBlockRemoved | _VllmBlockRemoved):
         return BlockRemoved(event.block_hashes, event.medium)
     return AllBlocksCleared()
+
+
+def _strict_decoder(batch_type: type) -> Callable[[bytes], KVEventBatch]:
+    decode = msgspec.msgpack.Decoder(batch_type).decode
+
+    def strict_decode(payload: bytes) -> KVEventBatch:
+        raw = decode(payload)
+        events = [_to_memory(e) for e in raw.events]
+        return KVEventBatch(raw.ts, events, msgspec.structs.astuple(raw)[2])
+
+    return strict_decode
 
 
 def _decode_event(raw: msgspec.Raw) -> Event:
@@ -217,15 +243,20 @@ def _vllm_event(event: Event) -> msgspec.Struct:
 
 class Profile:
     """One wire format: ``encode(batch) -> bytes``; ``decode(bytes) -> KVEventBatch`` reads
-    this profile and every other one."""
+    this profile and every other one; ``strict_decode`` reads only this one, with the
+    engine's own declarations (a conformance check)."""
 
-    __slots__ = ("convert", "decode", "encode", "name")
+    __slots__ = ("convert", "decode", "encode", "name", "strict_decode")
 
     def __init__(
-        self, name: ProfileName, convert: Callable[[Event], msgspec.Struct] | None = None
+        self,
+        name: ProfileName,
+        convert: Callable[[Event], msgspec.Struct] | None = None,
+        strict_decode: Callable[[bytes], KVEventBatch] | None = None,
     ) -> None:
         self.name = name
         self.convert = convert
+        self.strict_decode = strict_decode or _decode_map_batch
         encode = msgspec.msgpack.Encoder().encode
         if convert is None:
             self.encode = encode
@@ -241,8 +272,8 @@ class Profile:
 
 _profiles = {
     "sglang": Profile("sglang"),
-    "sglang-array": Profile("sglang-array", _array_event),
-    "vllm": Profile("vllm", _vllm_event),
+    "sglang-array": Profile("sglang-array", _array_event, _strict_decoder(_ArrayBatch)),
+    "vllm": Profile("vllm", _vllm_event, _strict_decoder(_VllmBatch)),
 }
 PROFILES: tuple[str, ...] = tuple(_profiles)
 

@@ -81,7 +81,9 @@ class KvEventSubscriber:
     A gap in the live stream triggers a replay request (DEALER) from the last applied seq + 1;
     a fresh subscriber whose first seq is above 0 replays from 0. Replies may carry the topic
     frame (``["", topic, seq, payload]``) or not (``["", seq, payload]``). Every profile is
-    decoded. Notices go to ``on_notice`` (default: appended to ``notices``).
+    decoded (with ``strict``, only ``profile``, as its engine declares it; other payloads
+    count in ``decode_errors``). Notices go to ``on_notice`` (default: appended to
+    ``notices``).
 
     A restarted publisher is noticed when its seq goes back, and, with a schedkit publisher's
     replay socket, also when its epoch changes: checked on every gap and every
@@ -104,12 +106,15 @@ class KvEventSubscriber:
         replay_timeout: float = 5.0,
         poll_interval: float = 0.05,
         epoch_check_interval: float = 2.0,
+        strict: bool = False,
     ) -> None:
         self.endpoint = endpoint
         self.replay_endpoint = replay_endpoint
         self.notices: list[Notice] = []
         self.decode_errors = 0
-        self._decode = get_profile(profile).decode
+        self.frame_errors = 0
+        wire = get_profile(profile)
+        self._decode = wire.strict_decode if strict else wire.decode
         self._epoch: bytes | None = None
         self._epoch_interval = epoch_check_interval
         self._epoch_checked = time.monotonic()
@@ -165,7 +170,8 @@ class KvEventSubscriber:
             except zmq.Again:
                 break
             if len(frames) != 3 or len(frames[1]) != 8:
-                log.warning("kv_events.bad_live_frames", frames=[len(f) for f in frames])
+                self.frame_errors += 1
+                log.warning("kv_events.bad_live_frames", frames=[len(f) for f in frames[:8]])
                 continue
             self._on_live(int.from_bytes(frames[1], "big"), frames[2], out)
         return out
