@@ -232,15 +232,20 @@ class KvEventSubscriber:
     # -- sequencing -----------------------------------------------------------------------
 
     def _on_live(self, seq: int, payload: bytes, out: list) -> None:
-        live_last, self._live_last = self._live_last, seq
+        live_last = self._live_last
         if live_last is not None and seq <= live_last:
-            last = self._last if self._last is not None else live_last
-            self._notice(PublisherRestarted(last, seq))
-            self._last = None
-            if self._dealer is not None:
-                self._epoch = self._query_epoch()
-        elif self._dealer is not None and (self._epoch is None or seq != live_last + 1):
-            self._check_epoch(seq, out)
+            if self._same_epoch():  # a duplicate or a late, reordered batch: seen already
+                if self._last is not None and seq <= self._last:
+                    return
+            else:
+                last = self._last if self._last is not None else live_last
+                self._notice(PublisherRestarted(last, seq))
+                self._last = None
+                self._live_last = seq
+        else:
+            self._live_last = seq
+            if self._dealer is not None and (self._epoch is None or seq != live_last + 1):
+                self._check_epoch(seq, out)
         last = self._last
         if last is not None and seq <= last:  # already delivered by a replay
             return
@@ -255,6 +260,17 @@ class KvEventSubscriber:
                 if self._last is not None and seq <= self._last:
                     return
         self._apply(seq, payload, out)
+
+    def _same_epoch(self) -> bool:
+        """True when the replay socket names the epoch seen so far (known, and unchanged);
+        a seq that goes back is then no restart. Without that knowledge it is one."""
+        if self._dealer is None or self._epoch is None:
+            return False
+        epoch = self._query_epoch()
+        if epoch is None or epoch != self._epoch:
+            self._epoch = epoch
+            return False
+        return True
 
     def _check_epoch(self, seq: int, out: list) -> None:
         """Ask the replay socket for the publisher's epoch; on a new one, report the restart

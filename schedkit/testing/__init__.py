@@ -6,12 +6,14 @@
   fakes for every neighbour (``schedkit.testing.isolation``).
 - Ready doubles: ``FakeClock``, ``RecordingOutputSender``, ``CapturingEventPublisher`` (the
   ``capture`` KV-event publisher) and ``capture_logs()`` (``schedkit.testing.doubles``).
+- ``FaultyPublisher``: a KV-event publisher that drops, duplicates, holds, reorders, bursts
+  and restarts on demand, for testing a router's recovery (``schedkit.testing.faults``).
 - ``cache_page_hashes(cache)``: the page hashes a radix cache holds, to compare with what its
   events say (``schedkit.testing.caches``).
 - ``LeakCheck``: finds assemblies not shut down, threads and ZeroMQ sockets left behind
   (``schedkit.testing.leaks``).
-- The pytest plugin (``schedkit.testing.plugin``): the ``make_assembly`` and
-  ``assembly_leak_check`` fixtures.
+- The pytest plugin (``schedkit.testing.plugin``): the ``make_assembly``,
+  ``faulty_kv_publisher`` and ``assembly_leak_check`` fixtures.
 
 Names load on first use, so that the pytest plugin in this package imports nothing heavy.
 Guide: docs/testing.md.
@@ -31,6 +33,7 @@ _LAZY = {
     "RecordingOutputSender": "schedkit.testing.doubles",
     "capture_logs": "schedkit.testing.doubles",
     "cache_page_hashes": "schedkit.testing.caches",
+    "FaultyPublisher": "schedkit.testing.faults",
     "LeakCheck": "schedkit.testing.leaks",
     "LeakError": "schedkit.testing.leaks",
 }

@@ -139,3 +139,21 @@ def make_assembly(
             errors.append(f"{type(exc).__name__}: {exc}")
     if errors:
         pytest.fail("shutting down assemblies failed:\n" + "\n".join(errors), pytrace=False)
+
+
+@pytest.fixture
+def faulty_kv_publisher(assembly_leak_check: Any) -> Iterator[Callable[..., Any]]:
+    """A factory ``faulty_kv_publisher(config=None)`` of ``FaultyPublisher``s (loopback,
+    free ports by default): KV-event publishers that drop, duplicate, hold, reorder, burst
+    and restart on demand. Every one it made is shut down at teardown."""
+    from schedkit.testing.faults import FaultyPublisher
+
+    made = []
+
+    def make(config: Any = None) -> Any:
+        made.append(FaultyPublisher(config))
+        return made[-1]
+
+    yield make
+    for publisher in made:
+        publisher.shutdown()

@@ -1,0 +1,114 @@
+"""FaultyPublisher's faults, each met by a real KvEventSubscriber over loopback sockets."""
+
+from __future__ import annotations
+
+import time
+
+from schedkit.kv_events import (
+    AllBlocksCleared,
+    GapFilled,
+    HistoryLost,
+    KVEventBatch,
+    KvEventsConfig,
+    KvEventSubscriber,
+    PublisherRestarted,
+)
+
+
+def batch(i: int) -> KVEventBatch:
+    return KVEventBatch(float(i), [])
+
+
+def live(pub, **kwargs) -> KvEventSubscriber:
+    """A subscriber that has received seq 0 live."""
+    sub = KvEventSubscriber(pub.endpoint, pub.replay_endpoint, **kwargs)
+    pub.wait_subscribed()
+    pub.publish(batch(0))
+    assert [s for s, _ in collect(sub, lambda g: g)] == [0]
+    return sub
+
+
+def collect(sub, until, timeout: float = 5.0) -> list[tuple[int, KVEventBatch]]:
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while not until(got):
+        assert time.monotonic() < deadline, f"got {[s for s, _ in got]}"
+        got += sub.poll(20)
+    return got
+
+
+def test_dropped_batches_are_replayed(faulty_kv_publisher):
+    pub = faulty_kv_publisher()
+    with live(pub) as sub:
+        pub.drop(2)
+        for i in range(1, 5):
+            pub.publish(batch(i))
+        got = collect(sub, lambda g: g and g[-1][0] == 4)
+    assert [s for s, _ in got] == [1, 2, 3, 4]
+    assert 1 not in pub.sent and 2 not in pub.sent
+    assert GapFilled(1, 2) in sub.notices
+
+
+def test_history_dropped_from_replay_too_is_reported_lost(faulty_kv_publisher):
+    pub = faulty_kv_publisher()
+    with live(pub) as sub:
+        pub.drop(1, from_replay=True)
+        for i in range(1, 4):
+            pub.publish(batch(i))
+        got = collect(sub, lambda g: g and g[-1][0] == 3)
+    assert [s for s, _ in got] == [2, 3]
+    assert any(isinstance(n, HistoryLost) and n.expected == 1 for n in sub.notices)
+
+
+def test_duplicates_are_delivered_once(faulty_kv_publisher):
+    pub = faulty_kv_publisher()
+    with live(pub) as sub:
+        pub.duplicate(2)
+        for i in range(1, 4):
+            pub.publish(batch(i))
+        got = collect(sub, lambda g: g and g[-1][0] == 3)
+        got += sub.poll(100)
+    assert pub.sent.count(1) == 2 and pub.sent.count(2) == 2
+    assert [s for s, _ in got] == [1, 2, 3]
+
+
+def test_held_and_reordered_batches_arrive_in_order(faulty_kv_publisher):
+    pub = faulty_kv_publisher()
+    with live(pub) as sub:
+        pub.hold(3)
+        for i in range(1, 4):
+            pub.publish(batch(i))
+        assert sub.poll(100) == []  # delayed: nothing yet
+        pub.release(reverse=True)
+        got = collect(sub, lambda g: g and g[-1][0] == 3)
+        got += sub.poll(100)
+    assert pub.sent[-3:] == [3, 2, 1]
+    assert [s for s, _ in got] == [1, 2, 3]
+    assert [b.ts for _, b in got] == [1.0, 2.0, 3.0]
+
+
+def test_a_restart_is_noticed_and_the_new_stream_starts_with_cleared(faulty_kv_publisher):
+    pub = faulty_kv_publisher()
+    with live(pub, epoch_check_interval=0.05) as sub:
+        for i in range(1, 10):
+            pub.publish(batch(i))
+        collect(sub, lambda g: g and g[-1][0] == 9)
+        pub.restart()  # seq 0: AllBlocksCleared
+        for i in range(1, 3):
+            pub.publish(batch(100 + i))
+        got = collect(sub, lambda g: g and g[-1][0] == 2)
+    assert any(isinstance(n, PublisherRestarted) and n.last_seq == 9 for n in sub.notices)
+    assert got[0] == (0, KVEventBatch(0.0, [AllBlocksCleared()], 0))
+    assert [s for s, _ in got] == [0, 1, 2]
+
+
+def test_a_burst_past_the_hwm_is_recovered_through_replay(faulty_kv_publisher):
+    config = KvEventsConfig(
+        endpoint="tcp://127.0.0.1:0", replay_endpoint="tcp://127.0.0.1:0", hwm=10
+    )
+    pub = faulty_kv_publisher(config)
+    with live(pub, hwm=10) as sub:
+        pub.burst(KVEventBatch(float(i), [], 0) for i in range(1, 3001))
+        pub.publish(batch(3001))
+        got = collect(sub, lambda g: g and g[-1][0] == 3001, timeout=10)
+    assert [s for s, _ in got] == list(range(1, 3002))
