@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from schedkit.kv_events.hashing import digest_to_int, namespace_seed, namespaced_hash, page_digests
+from schedkit.kv_events.hashing import chain_pages, namespace_seed, namespaced_hash
 from schedkit.kv_events.structs import MEDIUM_GPU, AllBlocksCleared, BlockRemoved, BlockStored
 
 __all__ = ["EventRecorder"]
@@ -37,11 +37,11 @@ class EventRecorder:
     ) -> tuple[list[bytes], list[int]]:
         """The chained 32-byte digests of every full page of ``token_ids`` and the hashes
         events carry for them (namespaced when ``extra_key`` or ``cache_salt`` is given)."""
-        digests = page_digests(token_ids, self.page_size, parent_digest)
+        digests, hashes = chain_pages(token_ids, self.page_size, parent_digest)
+        if extra_key is None and cache_salt is None:
+            return digests, hashes
         seed = namespace_seed(extra_key, cache_salt)
-        if seed is None:
-            return digests, [digest_to_int(d) for d in digests]
-        return digests, [namespaced_hash(seed, digest_to_int(d)) for d in digests]
+        return digests, [namespaced_hash(seed, h) for h in hashes]
 
     def stored(
         self,
@@ -51,7 +51,7 @@ class EventRecorder:
         cache_salt: str | None = None,
     ) -> None:
         """Queue the pages of one new node (``token_ids`` holds whole pages), linked to the
-        page before them."""
+        page before them. The event shares the node's lists until it is extended."""
         queue = self._queue
         tail = queue[-1] if queue else None
         if (
@@ -60,18 +60,13 @@ class EventRecorder:
             and tail.block_hashes[-1] == parent_hash
             and tail.cache_salt == cache_salt
         ):
-            tail.block_hashes += hashes
-            tail.token_ids += token_ids
+            # New lists: the ones the event had may be a node's own.
+            tail.block_hashes = tail.block_hashes + hashes
+            tail.token_ids = tail.token_ids + token_ids
             return
         queue.append(
             BlockStored(
-                list(hashes),
-                parent_hash,
-                list(token_ids),
-                self.page_size,
-                None,
-                MEDIUM_GPU,
-                cache_salt,
+                hashes, parent_hash, token_ids, self.page_size, None, MEDIUM_GPU, cache_salt
             )
         )
 
@@ -80,9 +75,9 @@ class EventRecorder:
         queue = self._queue
         tail = queue[-1] if queue else None
         if type(tail) is BlockRemoved:
-            tail.block_hashes += hashes
+            tail.block_hashes = tail.block_hashes + hashes
         else:
-            queue.append(BlockRemoved(list(hashes), MEDIUM_GPU))
+            queue.append(BlockRemoved(hashes, MEDIUM_GPU))
 
     def cleared(self) -> None:
         """Queue ``AllBlocksCleared``."""

@@ -461,9 +461,10 @@ class RadixCache:
         """Hang a new leaf holding ``key`` (the unmatched part of ``full_key``) from ``parent``."""
         events = self._events
         digests = hashes = None
-        cache_salt = getattr(full_key, "cache_salt", None)
+        extra_key = cache_salt = None
+        if type(full_key) is RadixKey:
+            extra_key, cache_salt = full_key.extra_key, full_key.cache_salt
         if events is not None:
-            extra_key = getattr(full_key, "extra_key", None)
             parent_digest = parent.digests[-1] if parent.digests else None
             digests, hashes = events.hash_pages(key, parent_digest, extra_key, cache_salt)
         leaf = TreeNode(key, value, parent, digests, self._tick(), hashes)

@@ -16,12 +16,14 @@ plain hashes agree and only what is published differs.
 from __future__ import annotations
 
 import hashlib
+import struct
 import sys
 from array import array
 from collections.abc import Sequence
 
 __all__ = [
     "MAX_TOKEN_ID",
+    "chain_pages",
     "digest_to_int",
     "namespace_seed",
     "namespaced_hash",
@@ -33,6 +35,7 @@ MAX_TOKEN_ID = 2**32 - 1
 _NAMESPACE_DOMAIN = b"sglang-kv-event-namespace-v1"
 
 _sha256 = hashlib.sha256
+_unpack_hash = struct.Struct(">q").unpack_from  # the first 8 bytes, big-endian, signed
 _SWAP = sys.byteorder != "little"
 
 
@@ -70,7 +73,7 @@ def namespaced_hash(seed: bytes, plain_hash: int) -> int:
 
 def digest_to_int(digest: bytes) -> int:
     """The signed 64-bit plain hash that events carry for a page digest."""
-    return int.from_bytes(digest[:8], "big", signed=True)
+    return _unpack_hash(digest)[0]
 
 
 def page_digests(
@@ -83,12 +86,21 @@ def page_digests(
     raw = _token_bytes(token_ids)
     step = 4 * page_size
     end = (len(token_ids) // page_size) * step
-    digests = []
+    digests: list[bytes] = []
+    add, sha256 = digests.append, _sha256
     prev = parent_digest if parent_digest is not None else b""
     for start in range(0, end, step):
-        prev = _sha256(prev + raw[start : start + step]).digest()
-        digests.append(prev)
+        prev = sha256(prev + raw[start : start + step]).digest()
+        add(prev)
     return digests
+
+
+def chain_pages(
+    token_ids: Sequence[int], page_size: int, parent_digest: bytes | None = None
+) -> tuple[list[bytes], list[int]]:
+    """``page_digests`` and the plain hash of each digest (what a cache keeps for a node)."""
+    digests = page_digests(token_ids, page_size, parent_digest)
+    return digests, [_unpack_hash(d)[0] for d in digests]
 
 
 def page_hashes(
