@@ -34,12 +34,14 @@ __all__ = [
     "ControlReply",
     "ControlReq",
     "ControlRequest",
+    "ErrorReply",
     "GenerateReqInput",
     "SamplingParamsInput",
     "check_endpoint",
     "decode_output",
     "decode_reply",
     "decode_request",
+    "decode_server_message",
     "encode",
 ]
 
@@ -101,14 +103,16 @@ class GenerateReqInput(
 
 
 class ControlReq(msgspec.Struct, tag="control", tag_field="kind", forbid_unknown_fields=True):
-    """Pause or continue generation, flush the prefix cache, or ask for the scheduler's load.
+    """Pause or continue generation, flush the prefix cache, ask for the scheduler's load, or
+    abort one of the client's own requests (``rid``).
 
     ``mode`` applies to ``pause``: ``retract`` puts running requests back in the queue,
     ``in_place`` keeps them where they are.
     """
 
-    type: Literal["pause", "continue", "flush", "get_loads"]
+    type: Literal["pause", "continue", "flush", "get_loads", "abort"]
     mode: Literal["retract", "in_place"] = "retract"
+    rid: ShortStr | None = None
 
 
 class ControlReply(msgspec.Struct, tag="control_reply", tag_field="kind"):
@@ -118,6 +122,14 @@ class ControlReply(msgspec.Struct, tag="control_reply", tag_field="kind"):
     ok: bool
     loads: dict[str, Any] | None = None
     message: str | None = None
+
+
+class ErrorReply(msgspec.Struct, tag="error", tag_field="kind"):
+    """A message the server refused: ``message`` says what is wrong and where (for a request,
+    the field, e.g. ``$.input_ids[3]``) and what would be valid; ``rid`` when it was known."""
+
+    message: str
+    rid: str | None = None
 
 
 class BatchTokenIDOutput(msgspec.Struct, tag="token_ids", tag_field="kind"):
@@ -156,6 +168,9 @@ _encoder = msgspec.msgpack.Encoder()
 _request_decoder = msgspec.msgpack.Decoder(GenerateReqInput | ControlReq)
 _output_decoder = msgspec.msgpack.Decoder(BatchTokenIDOutput | BatchEmbeddingOutput)
 _reply_decoder = msgspec.msgpack.Decoder(ControlReply)
+_server_decoder = msgspec.msgpack.Decoder(
+    BatchTokenIDOutput | BatchEmbeddingOutput | ControlReply | ErrorReply
+)
 
 
 def encode(msg: msgspec.Struct) -> bytes:
@@ -179,6 +194,13 @@ def decode_reply(data: bytes) -> ControlReply:
     return _reply_decoder.decode(data)
 
 
+def decode_server_message(
+    data: bytes,
+) -> BatchTokenIDOutput | BatchEmbeddingOutput | ControlReply | ErrorReply:
+    """Anything a ``zmq_server`` sends a client: outputs, control replies, refusals."""
+    return _server_decoder.decode(data)
+
+
 @attrs.define(slots=True, kw_only=True, eq=False)
 class ControlRequest:
     """A control request inside the scheduler process.
@@ -189,8 +211,9 @@ class ControlRequest:
     the client's identity); without one the reply is only kept.
     """
 
-    type: Literal["pause", "continue", "flush", "get_loads"]
+    type: Literal["pause", "continue", "flush", "get_loads", "abort"]
     mode: Literal["retract", "in_place"] = "retract"
+    rid: str | None = None
     send_reply: Callable[[ControlReply], None] | None = None
     replies: list[ControlReply] = attrs.Factory(list)
 

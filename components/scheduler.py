@@ -119,7 +119,7 @@ class Scheduler:
         """One loop iteration; True if a batch ran."""
         for item in self.request_receiver.recv_requests():
             if isinstance(item, Req):
-                self.submit(item)
+                self._submit_guarded(item)
             else:
                 self._handle_control(item)
         if self.paused:
@@ -196,6 +196,15 @@ class Scheduler:
         self.waiting_queue.append(req)
         self._prefill_blocked = False
 
+    def _submit_guarded(self, req: Req) -> None:
+        # One request must never take the loop down: whatever submit raises finishes it.
+        try:
+            self.submit(req)
+        except Exception as exc:
+            log.exception("request failed on arrival", rid=req.rid)
+            if req.finished_reason is None:
+                self._finish_aborted(req, f"internal error: {type(exc).__name__}: {exc}")
+
     def abort_request(self, rid: str) -> None:
         """Finish request ``rid`` with FinishAbort wherever it is and release its KV. A running
         request that already finished (aborted while its result was processed) is left for
@@ -268,6 +277,9 @@ class Scheduler:
                 item.reply(self.flush_cache())
             elif kind == "get_loads" and self.get_loads is not None:
                 item.reply(self.get_loads())
+            elif kind == "abort" and item.rid is not None:
+                self.abort_request(item.rid)
+                item.reply(None)
             else:
                 raise ValueError(f"unsupported control request {kind!r} on this scheduler")
         except ValueError as exc:

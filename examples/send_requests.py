@@ -1,5 +1,5 @@
-"""Drive a running ``schedkit serve``: send generation requests and control messages, print
-what comes back.
+"""Drive a running ``schedkit serve``: send generation requests and control messages on one
+DEALER socket and print what comes back on it (only this client's own outputs).
 
     schedkit serve wiring.yaml -o examples/serve.yaml &
     python examples/send_requests.py -n 8
@@ -20,23 +20,24 @@ from schedkit.components.io_struct import (
     BatchTokenIDOutput,
     ControlReply,
     ControlReq,
+    ErrorReply,
     GenerateReqInput,
     SamplingParamsInput,
-    decode_output,
-    decode_reply,
+    decode_server_message,
     encode,
 )
 
 
 class Client:
-    """A DEALER to the scheduler's request socket and a PULL from its output socket."""
+    """A DEALER connected to the server's ROUTER: requests out, this client's messages in."""
 
-    def __init__(self, requests: str, outputs: str, context: zmq.Context | None = None) -> None:
+    def __init__(self, endpoint: str, context: zmq.Context | None = None) -> None:
         self.context = context or zmq.Context.instance()
         self.dealer = self.context.socket(zmq.DEALER)
-        self.dealer.connect(requests)
-        self.pull = self.context.socket(zmq.PULL)
-        self.pull.connect(outputs)
+        self.dealer.connect(endpoint)
+        self.errors: list[ErrorReply] = []
+        self._replies: list[ControlReply] = []
+        self._outputs: list[BatchTokenIDOutput] = []
 
     def generate(
         self, rid: str, input_ids: list[int], max_new_tokens: int, stream: bool = True
@@ -46,53 +47,66 @@ class Client:
             encode(GenerateReqInput(rid=rid, input_ids=input_ids, sampling_params=params))
         )
 
+    def _receive(self, timeout: float) -> bool:
+        """Read one message into the right list; False if none came within ``timeout``."""
+        if not self.dealer.poll(max(1, int(timeout * 1000))):
+            return False
+        msg = decode_server_message(self.dealer.recv())
+        if isinstance(msg, ControlReply):
+            self._replies.append(msg)
+        elif isinstance(msg, ErrorReply):
+            self.errors.append(msg)
+        elif isinstance(msg, BatchTokenIDOutput):
+            self._outputs.append(msg)
+        return True
+
     def control(self, kind: str, mode: str = "retract", timeout: float = 5.0) -> ControlReply:
         """Send a control message and wait for its reply."""
         self.dealer.send(encode(ControlReq(type=kind, mode=mode)))
-        if not self.dealer.poll(int(timeout * 1000)):
-            raise TimeoutError(f"no reply to {kind!r} within {timeout} s")
-        return decode_reply(self.dealer.recv())
+        deadline = time.monotonic() + timeout
+        while not self._replies:
+            if not self._receive(deadline - time.monotonic()):
+                raise TimeoutError(f"no reply to {kind!r} within {timeout} s")
+        return self._replies.pop(0)
 
     def collect(self, rids: set[str], timeout: float = 30.0) -> dict[str, dict]:
-        """Gather streamed outputs until every rid in ``rids`` finished."""
+        """Gather streamed outputs until every rid in ``rids`` finished or was refused."""
         results = {rid: {"tokens": [], "finish": None, "messages": 0} for rid in rids}
         pending = set(rids)
         deadline = time.monotonic() + timeout
         while pending:
-            left = deadline - time.monotonic()
-            if left <= 0 or not self.pull.poll(int(left * 1000)):
+            while self._outputs:
+                msg = self._outputs.pop(0)
+                for i, rid in enumerate(msg.rids):
+                    entry = results[rid]
+                    entry["tokens"] += msg.output_ids[i]
+                    entry["messages"] += 1
+                    if msg.finished_reasons[i] is not None:
+                        entry["finish"] = msgspec.to_builtins(msg.finished_reasons[i])
+                        entry["cached_tokens"] = msg.cached_tokens[i]
+                        pending.discard(rid)
+            for error in self.errors:
+                if error.rid in pending:
+                    results[error.rid]["error"] = error.message
+                    pending.discard(error.rid)
+            if pending and not self._receive(deadline - time.monotonic()):
                 raise TimeoutError(f"{len(pending)} requests unfinished after {timeout} s")
-            msg = decode_output(self.pull.recv())
-            if not isinstance(msg, BatchTokenIDOutput):
-                continue
-            for i, rid in enumerate(msg.rids):
-                if rid not in results:
-                    continue
-                entry = results[rid]
-                entry["tokens"] += msg.output_ids[i]
-                entry["messages"] += 1
-                if msg.finished_reasons[i] is not None:
-                    entry["finish"] = msgspec.to_builtins(msg.finished_reasons[i])
-                    entry["cached_tokens"] = msg.cached_tokens[i]
-                    pending.discard(rid)
         return results
 
     def close(self) -> None:
         self.dealer.close(linger=0)
-        self.pull.close(linger=0)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", default="tcp://127.0.0.1:30010")
-    parser.add_argument("--outputs", default="tcp://127.0.0.1:30011")
+    parser.add_argument("--endpoint", default="tcp://127.0.0.1:30010")
     parser.add_argument("-n", "--num-requests", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--control", choices=["pause", "continue", "flush", "get_loads"])
     parser.add_argument("--mode", default="retract", choices=["retract", "in_place"])
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    client = Client(args.requests, args.outputs)
+    client = Client(args.endpoint)
     try:
         if args.control:
             print(json.dumps(msgspec.to_builtins(client.control(args.control, args.mode))))

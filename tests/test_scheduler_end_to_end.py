@@ -261,11 +261,10 @@ def test_schedkit_serve_takes_requests_and_control_and_stops_cleanly():
         from send_requests import Client
     finally:
         sys.path.pop(0)
-    requests, outputs = free_endpoint(), free_endpoint()
+    requests = free_endpoint()
     env = {
         **os.environ,
         "SCHEDKIT_REQUEST_ENDPOINT": requests,
-        "SCHEDKIT_OUTPUT_ENDPOINT": outputs,
         "SCHEDKIT_KV_EVENTS_ENDPOINT": free_endpoint(),
         "SCHEDKIT_KV_REPLAY_ENDPOINT": free_endpoint(),
     }
@@ -277,7 +276,7 @@ def test_schedkit_serve_takes_requests_and_control_and_stops_cleanly():
         stderr=subprocess.PIPE,
         text=True,
     )
-    client = Client(requests, outputs)
+    client = Client(requests)
     try:
         ready = json.loads(server.stdout.readline())
         assert ready["ready"]["requests"] == requests

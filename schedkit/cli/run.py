@@ -200,7 +200,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if getattr(assembly["request_receiver"], "bound_endpoint", None) is None:
             print(
                 "schedkit serve: the wiring's request_receiver takes no network requests; "
-                "use a zmq_request_receiver (see examples/serve/serve.yaml)",
+                "use a zmq_server (see examples/serve.yaml)",
                 file=sys.stderr,
             )
             return 2

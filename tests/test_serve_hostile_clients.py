@@ -1,0 +1,165 @@
+"""A scripted hostile session against a real ``schedkit serve``: garbage, out-of-range token
+ids, huge lists, duplicate rids, a client that disconnects mid-stream and a bystander, while
+two well-behaved clients each get exactly their own outputs, every request finishing once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import zmq
+from schedkit.components.io_struct import (
+    BatchTokenIDOutput,
+    ControlReply,
+    ControlReq,
+    ErrorReply,
+    GenerateReqInput,
+    SamplingParamsInput,
+    decode_server_message,
+    encode,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_endpoint() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+class Client:
+    def __init__(self, endpoint: str) -> None:
+        self.sock = zmq.Context.instance().socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(endpoint)
+        self.tokens: dict[str, list[int]] = {}
+        self.finishes: dict[str, int] = {}
+        self.errors: list[ErrorReply] = []
+        self.replies: list[ControlReply] = []
+
+    def generate(self, rid: str, ids: list[int], n: int) -> None:
+        params = SamplingParamsInput(max_new_tokens=n, stream=True)
+        self.sock.send(encode(GenerateReqInput(rid=rid, input_ids=ids, sampling_params=params)))
+
+    def pump(self, timeout_ms: int = 20) -> None:
+        while self.sock.poll(timeout_ms):
+            timeout_ms = 0
+            msg = decode_server_message(self.sock.recv())
+            if isinstance(msg, ErrorReply):
+                self.errors.append(msg)
+            elif isinstance(msg, ControlReply):
+                self.replies.append(msg)
+            elif isinstance(msg, BatchTokenIDOutput):
+                for i, rid in enumerate(msg.rids):
+                    self.tokens.setdefault(rid, []).extend(msg.output_ids[i])
+                    if msg.finished_reasons[i] is not None:
+                        self.finishes[rid] = self.finishes.get(rid, 0) + 1
+
+    def control(self, kind: str) -> ControlReply:
+        self.sock.send(encode(ControlReq(type=kind)))
+        deadline = time.monotonic() + 10
+        while not self.replies:
+            assert time.monotonic() < deadline, f"no reply to {kind}"
+            self.pump()
+        return self.replies.pop(0)
+
+
+def wait_for(clients: list[Client], done, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        for c in clients:
+            c.pump(5)
+
+
+def test_serve_survives_a_hostile_session_and_routes_every_output_to_its_owner():
+    endpoint = free_endpoint()
+    env = {
+        **os.environ,
+        "SCHEDKIT_REQUEST_ENDPOINT": endpoint,
+        "SCHEDKIT_KV_EVENTS_ENDPOINT": free_endpoint(),
+        "SCHEDKIT_KV_REPLAY_ENDPOINT": free_endpoint(),
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "schedkit.cli", "serve", "wiring.yaml", "-o", "examples/serve.yaml"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    alice, bob, hostile, bystander, leaver = (Client(endpoint) for _ in range(5))
+    clients = [alice, bob, hostile, bystander, leaver]
+    try:
+        assert json.loads(server.stdout.readline())["ready"]["requests"] == endpoint
+        # The leaver starts a long generation and disconnects mid-stream.
+        leaver.generate("leaver-1", [9] * 30, 3000)
+        wait_for([leaver], lambda: leaver.tokens.get("leaver-1"))
+        leaver.sock.close()
+        for i in range(4):
+            alice.generate(f"a{i}", [5] * 50 + [i] * 10, 20 + i)
+            bob.generate(f"b{i}", [5] * 50 + [100 + i] * 10, 10 + i)
+        hostile.sock.send(b"\xc1\xc1 not msgpack")
+        hostile.generate("h-big", [1, 2, 2**32], 4)
+        hostile.sock.send_multipart([b"two", b"frames"])
+        huge_stop = SamplingParamsInput(max_new_tokens=4, stop_token_ids=list(range(1_000_000)))
+        for i in range(20):
+            hostile.sock.send(
+                encode(GenerateReqInput(rid=f"h-stop{i}", input_ids=[1], sampling_params=huge_stop))
+            )
+        hostile.generate("h-dup", [3] * 20, 200)
+        hostile.generate("h-dup", [3] * 20, 200)
+        hostile.sock.send(encode(ControlReq(type="abort", rid="a0")))  # not its request
+        wait_for(
+            clients[:3],
+            lambda: (
+                len(alice.finishes) == 4 and len(bob.finishes) == 4 and len(hostile.errors) >= 25
+            ),
+        )
+        wait_for([hostile], lambda: hostile.finishes.get("h-dup"))
+
+        assert alice.finishes == {f"a{i}": 1 for i in range(4)}
+        assert bob.finishes == {f"b{i}": 1 for i in range(4)}
+        assert {rid: len(t) for rid, t in alice.tokens.items()} == {
+            f"a{i}": 20 + i for i in range(4)
+        }
+        assert {rid: len(t) for rid, t in bob.tokens.items()} == {f"b{i}": 10 + i for i in range(4)}
+        bystander.pump(200)
+        assert bystander.tokens == {} and bystander.errors == []
+        messages = [e.message for e in hostile.errors]
+        assert any(
+            "not msgpack" in m or "MessagePack" in m or "valid messages" in m for m in messages
+        )
+        assert any("$.input_ids[2]" in m for m in messages)
+        assert any("expected one message frame" in m for m in messages)
+        assert sum("$.sampling_params.stop_token_ids" in m for m in messages) == 20
+        assert any(m == "rid 'h-dup' is already in flight" for m in messages)
+        assert any("your live requests" in m for m in messages)
+        assert hostile.finishes == {"h-dup": 1}
+        # The leaver's generation was aborted when its outputs found it gone.
+        loads = alice.control("get_loads")
+        assert loads.ok and loads.loads["num_running_reqs"] == 0
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(30) == 0
+    finally:
+        for c in clients:
+            c.sock.close()
+        if server.poll() is None:
+            server.kill()
+        server.wait()
+    stderr = server.stderr.read()
+    assert "Traceback" not in stderr
+    assert "client dropped" in stderr
+
+
+def test_messages_decode_with_plain_msgpack_too():
+    payload = encode(ErrorReply(message="x", rid="r"))
+    assert msgspec.msgpack.decode(payload) == {"kind": "error", "message": "x", "rid": "r"}
