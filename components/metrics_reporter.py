@@ -37,9 +37,9 @@ FORWARD_CT_MOD = 1 << 30
 class SchedulerStats(msgspec.Struct):
     """The scheduler's current stats (what the metrics collector logs and exports).
 
-    ``cache_hit_rate`` is cumulative since start: cached prompt tokens / (cached + computed
-    prompt tokens) over every prefill batch, where a chunked request's earlier chunks count as
-    cached for its later chunks (they are not recomputed).
+    ``cache_hit_rate`` is cumulative since start: prompt tokens served from the prefix cache /
+    (those + computed prompt tokens) over every prefill batch; a chunked request's own earlier
+    chunks are not hits for its later ones (``ScheduleBatch.cache_hit_lens``).
     """
 
     num_running_reqs: int = 0
@@ -125,6 +125,15 @@ class MetricsCollector:
     def log_stats(self, stats: SchedulerStats) -> None:
         """Export ``stats`` and restart the idle-log clock."""
         self.last_log_time = self.now()
+        self.export(stats)
+
+    @property
+    def exports(self) -> bool:
+        """True when a Prometheus endpoint is served."""
+        return bool(self._gauges)
+
+    def export(self, stats: SchedulerStats) -> None:
+        """Set the Prometheus gauges from ``stats`` (nothing without Prometheus)."""
         for name, gauge in self._gauges.items():
             gauge.set(getattr(stats, name))
 
@@ -207,7 +216,7 @@ class MetricsReporter:
         """Input throughput and cache hit rate of a prefill batch; then flush KV events."""
         now = self.now()
         new_tokens = sum(batch.extend_lens)
-        cached_tokens = sum(batch.prefix_lens)
+        cached_tokens = sum(batch.cache_hit_lens)
         gap = now - self.last_prefill_stats_tic
         self.last_prefill_stats_tic = now
         self.last_input_throughput = new_tokens / gap if gap > 0 else 0.0
@@ -262,13 +271,18 @@ class MetricsReporter:
         self.publish_kv_events()
 
     def maybe_log_idle_metrics(self) -> None:
-        """With metrics on and 30 s since the last stats log: zero the throughput, log."""
-        if (
-            not self.enable_metrics
-            or self.now() <= self.collector.last_log_time + IDLE_LOG_INTERVAL
-        ):
+        """With metrics on and 30 s since the last stats log: zero the throughput, log.
+        Exported gauges are refreshed on every idle call, so that they never show requests
+        that have finished."""
+        if not self.enable_metrics:
             return
         stats = self.stats
+        if self.collector.exports:
+            self._fill_stats(len(self.load_inquirer.get_running_batch().reqs))
+            stats.gen_throughput = 0.0
+            self.collector.export(stats)
+        if self.now() <= self.collector.last_log_time + IDLE_LOG_INTERVAL:
+            return
         self._fill_stats(len(self.load_inquirer.get_running_batch().reqs))
         stats.gen_throughput = 0.0
         self.collector.logger.info(

@@ -169,13 +169,16 @@ class ScheduleBatch:
     """The requests of one forward pass.
 
     For ``EXTEND``, ``extend_lens[i]`` tokens of ``reqs[i]`` are computed on top of
-    ``prefix_lens[i]`` already-cached ones; for ``DECODE`` each request gets one token.
+    ``prefix_lens[i]`` tokens that already have KV, of which ``cache_hit_lens[i]`` came from
+    the prefix cache just now (0 for a chunked request's later chunks, whose prefix it computed
+    itself); for ``DECODE`` each request gets one token.
     """
 
     reqs: list[Req]
     forward_mode: ForwardMode
     prefix_lens: list[int] = attrs.Factory(list)
     extend_lens: list[int] = attrs.Factory(list)
+    cache_hit_lens: list[int] = attrs.Factory(list)
 
     def is_empty(self) -> bool:
         return not self.reqs

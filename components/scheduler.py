@@ -307,7 +307,7 @@ class Scheduler:
         rem_chunk = self.chunked_prefill_size or 1 << 62
         batch = ScheduleBatch(reqs=[], forward_mode=ForwardMode.EXTEND)
 
-        def add(req: Req, pre: int, ext: int) -> None:
+        def add(req: Req, pre: int, ext: int, hit: int) -> None:
             nonlocal offset, rem_input, rem_chunk
             req.num_computed_tokens = pre + ext
             req.is_chunked = pre + ext < req.seqlen
@@ -318,6 +318,7 @@ class Scheduler:
             batch.reqs.append(req)
             batch.prefix_lens.append(pre)
             batch.extend_lens.append(ext)
+            batch.cache_hit_lens.append(hit)
             rem_input -= ext
             rem_chunk -= ext
 
@@ -327,7 +328,7 @@ class Scheduler:
             rem_total = allocator.available_size() + tree_cache.evictable_size() - offset
             ext = min(chunked.seqlen - pre, rem_chunk, int(rem_total))
             if ext > 0 and self._alloc_extend(chunked, ext):
-                add(chunked, pre, ext)
+                add(chunked, pre, ext, 0)
             else:
                 self.chunked_req = chunked
         if self.chunked_req is None:
@@ -361,7 +362,7 @@ class Scheduler:
             req.last_node, req.prefix_len = match.last_node, pre
             req.cached_tokens += pre
             req.cached_tokens_device += pre
-            add(req, pre, ext)
+            add(req, pre, ext, pre)
             admitted += 1
         # Requests are admitted in queue order until the first that does not fit.
         del self.waiting_queue[:admitted]

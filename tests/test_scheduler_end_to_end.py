@@ -111,6 +111,26 @@ def test_under_kv_pressure_requests_are_retracted_and_still_finish_once(assemble
     check_finished_once(assembly, reqs)
 
 
+def test_a_lone_long_prompt_has_no_cache_hits_from_its_own_chunks(assemble):
+    assembly = assemble()
+    scheduler = assembly["scheduler"]
+    req = Req(
+        rid="long",
+        origin_input_ids=[random.Random(5).randrange(10, 32000) for _ in range(20_000)],
+        sampling_params=SamplingParams(max_new_tokens=4),
+    )
+    scheduler.submit(req)
+    scheduler.run_until_idle()
+    assert len(req.output_ids) == 4
+    assert assembly["metrics_reporter"].stats.cache_hit_rate == 0.0
+    # The same prompt again is served from the cache: hits now.
+    again = Req(rid="again", origin_input_ids=list(req.origin_input_ids))
+    again.sampling_params.max_new_tokens = 1
+    scheduler.submit(again)
+    scheduler.run_until_idle()
+    assert assembly["metrics_reporter"].stats.cache_hit_rate > 0.45
+
+
 def test_invalid_and_oversized_requests_finish_with_an_error(assemble):
     assembly = assemble({"components": {"allocator": {"args": {"size": 1024}}}})
     scheduler = assembly["scheduler"]

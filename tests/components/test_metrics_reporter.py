@@ -57,6 +57,7 @@ def prefill_batch(prefix_lens, extend_lens):
         forward_mode=ForwardMode.EXTEND,
         prefix_lens=list(prefix_lens),
         extend_lens=list(extend_lens),
+        cache_hit_lens=list(prefix_lens),
     )
 
 
@@ -221,6 +222,37 @@ def test_prometheus_endpoint_serves_gauges_and_counters():
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(url, timeout=2)
     reporter.shutdown()  # idempotent
+
+
+def test_gauges_refresh_on_idle_once_requests_have_finished():
+    state = {"running": 4, "waiting": 3, "used": 60}
+    inquirer = SimpleNamespace(
+        allocator=SimpleNamespace(size=100),
+        num_used_tokens=lambda: state["used"],
+        get_waiting_queue=lambda: [None] * state["waiting"],
+        get_running_batch=lambda: ScheduleBatch(
+            reqs=[None] * state["running"], forward_mode=ForwardMode.DECODE
+        ),
+    )
+    reporter = make_reporter(
+        enable_metrics=True, prometheus_port=0, decode_log_interval=2, load_inquirer=inquirer
+    )
+    url = f"http://127.0.0.1:{reporter.collector.prometheus_port}/metrics"
+
+    def gauges():
+        with urllib.request.urlopen(url, timeout=5) as response:
+            lines = response.read().decode().splitlines()
+        samples = dict(line.rsplit(" ", 1) for line in lines if line and line[0] != "#")
+        return {k: float(samples[f"schedkit_{k}"]) for k in ("num_running_reqs", "token_usage")}
+
+    try:
+        run_decode_steps(reporter, 2, tokens_per_step=8, seconds_per_step=0.25)
+        assert gauges() == {"num_running_reqs": 8.0, "token_usage": 0.6}
+        state.update(running=0, waiting=0, used=0)  # everything finished; the loop idles
+        reporter.maybe_log_idle_metrics()  # well within the 30 s idle-log interval
+        assert gauges() == {"num_running_reqs": 0.0, "token_usage": 0.0}
+    finally:
+        reporter.shutdown()
 
 
 @pytest.mark.parametrize(
