@@ -1,8 +1,8 @@
 """Output senders: where the output streamer's batch messages go.
 
-``InprocOutputCollector`` keeps every message in memory (tests, simulations, benchmarks) after a
-real msgpack round trip; ``ZmqOutputSender`` pushes the encoded messages to a detokenizer over a
-ZeroMQ PUSH socket.
+``InprocOutputCollector`` keeps every message in memory (tests) after a real msgpack round
+trip; ``OutputTally`` encodes and counts (runs, benchmarks: flat memory); ``ZmqOutputSender``
+pushes the encoded messages to a detokenizer over a ZeroMQ PUSH socket.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from schedkit.components.schedule_batch import FinishReason
 
 from schedkit.component import component
 
-__all__ = ["InprocOutputCollector", "ZmqOutputSender"]
+__all__ = ["InprocOutputCollector", "OutputTally", "ZmqOutputSender"]
 
 OutputMessage = BatchTokenIDOutput | BatchEmbeddingOutput
 
@@ -71,6 +71,48 @@ class InprocOutputCollector:
 
     def close(self) -> None:
         """Refuse further sends; what was collected stays readable."""
+        self.closed = True
+
+
+@component("output_tally")
+class OutputTally:
+    """An output sender for runs and benchmarks: each message is encoded as the wire would
+    carry it, then only counted, so memory stays flat however many requests pass through.
+
+    ``messages``, ``output_tokens``, ``finished`` and ``bytes_encoded`` count what was sent;
+    a rid sent anything after its final send lands in ``double_finishes``. With ``encode``
+    False nothing is encoded (the scheduler's cost alone).
+    """
+
+    encode: bool = True
+    messages: int = attrs.field(init=False, default=0)
+    output_tokens: int = attrs.field(init=False, default=0)
+    finished: int = attrs.field(init=False, default=0)
+    bytes_encoded: int = attrs.field(init=False, default=0)
+    double_finishes: list[str] = attrs.field(init=False, factory=list)
+    closed: bool = attrs.field(init=False, default=False)
+    _done: set[str] = attrs.field(init=False, factory=set)
+
+    def send(self, msg: OutputMessage) -> None:
+        """Encode and count one batch message."""
+        if self.closed:
+            raise RuntimeError("send on a closed OutputTally")
+        if self.encode:
+            self.bytes_encoded += len(encode(msg))
+        self.messages += 1
+        done = self._done
+        token_ids = msg.output_ids if isinstance(msg, BatchTokenIDOutput) else None
+        for i, rid in enumerate(msg.rids):
+            if rid in done:
+                self.double_finishes.append(rid)
+            if token_ids is not None:
+                self.output_tokens += len(token_ids[i])
+            if msg.finished_reasons[i] is not None:
+                done.add(rid)
+                self.finished += 1
+
+    def close(self) -> None:
+        """Refuse further sends; the counts stay readable."""
         self.closed = True
 
 

@@ -41,6 +41,8 @@ def kv_overlay(
         "profile": profile,
     }
     components.setdefault("kv_events_publisher", {"args": {"kv_events_config": config}})
+    # Keep every output message, to check each request's stream.
+    components.setdefault("output_sender", {"type": "inproc_output_collector"})
     return {"components": components}
 
 

@@ -6,17 +6,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import signal
 import socket
 import sys
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TextIO
 
 import msgspec
 import structlog
 
 from schedkit.cli.args import add_wiring_args, number
+from schedkit.components.schedule_batch import Req
 from schedkit.container import Assembly, build
 from schedkit.kv_events import KvEventsConfig
 from schedkit.sim.driver import StuckError, drive
@@ -59,6 +62,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)"
     )
     p.add_argument(
+        "--output",
+        metavar="FILE.jsonl",
+        help="write one JSON record per finished request (rid, tokens, ttft, latency, finish)",
+    )
+    p.add_argument(
         "--kv-events-linger",
         type=number(float, allow_minimum=True),
         default=0.0,
@@ -80,6 +88,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def _progress_bar(total: int) -> Any:
+    started = time.monotonic()
     last = [0.0]
 
     def show(done: int, simulated: float) -> None:
@@ -88,15 +97,37 @@ def _progress_bar(total: int) -> Any:
             return
         last[0] = now
         filled = int(30 * min(done, total) / total)
+        eta = (now - started) / done * (total - done) if done else math.inf
         print(
             f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} requests  "
-            f"{simulated:8.2f} s simulated",
+            f"{simulated:8.2f} s simulated  ETA {eta:5.0f} s",
             end="",
             file=sys.stderr,
             flush=True,
         )
 
     return show
+
+
+def _record(out: TextIO) -> Callable[[Req], None]:
+    """Write one JSON line per finished request to ``out``."""
+    encode = msgspec.json.Encoder().encode
+
+    def write(req: Req) -> None:
+        first = req.first_token_time
+        record = {
+            "rid": req.rid,
+            "arrival": req.arrival_time,
+            "prompt_tokens": len(req.origin_input_ids),
+            "output_tokens": len(req.output_ids),
+            "cached_tokens": req.cached_tokens,
+            "ttft": None if first is None else first - req.arrival_time,
+            "latency": None if req.finish_time is None else req.finish_time - req.arrival_time,
+            "finish": msgspec.to_builtins(req.finished_reason),
+        }
+        out.write(encode(record).decode() + "\n")
+
+    return write
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -114,7 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for error in exc.errors:
             print(f"  {error}", file=sys.stderr)
         return 2
-    total = len(workload.initial()) if args.workload else args.num_requests
+    total = len(workload.arrivals) if args.workload else args.num_requests
     quiet = args.json or args.no_progress or not sys.stderr.isatty()
     show = None if quiet else _progress_bar(total)
     with build(wiring) as assembly:
@@ -128,21 +159,30 @@ def cmd_run(args: argparse.Namespace) -> int:
                 + (f", replay on {replay}" if replay else ""),
                 file=sys.stderr,
             )
-        try:
-            summary, _ = drive(assembly, workload, progress=show)
-        except StuckError as exc:
-            print(f"\nschedkit run: {exc}", file=sys.stderr)
-            return 1
-        finally:
-            if show is not None:
-                print(file=sys.stderr)
+        with contextlib.ExitStack() as stack:
+            out = None
+            if args.output:
+                out = stack.enter_context(open(args.output, "w", encoding="utf-8"))
+            try:
+                summary = drive(
+                    assembly,
+                    workload,
+                    progress=show,
+                    on_finish=None if out is None else _record(out),
+                )
+            except StuckError as exc:
+                print(f"\nschedkit run: {exc}", file=sys.stderr)
+                return 1
+            finally:
+                if show is not None:
+                    print(file=sys.stderr)
         if args.kv_events_linger and publisher is not None and publisher.endpoint is not None:
             _linger(publisher, args.kv_events_linger)
     if args.json:
         print(json.dumps(summary.to_dict()))
     else:
         print(summary.table())
-    return 0
+    return 130 if summary.interrupted else 0
 
 
 def _busy_kv_events_overlay(wiring: Wiring) -> dict | None:

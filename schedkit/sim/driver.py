@@ -10,8 +10,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import resource
+import sys
 import time
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -30,7 +33,7 @@ class StuckError(RuntimeError):
     """The scheduler stopped making progress with requests still in flight."""
 
 
-def percentile(values: list[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0-100) of ``values`` by linear interpolation; NaN if empty."""
     if not values:
         return math.nan
@@ -65,6 +68,8 @@ class RunSummary:
     retractions: int
     wall_seconds: float
     simulated_seconds: float
+    peak_rss_mb: float
+    interrupted: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -102,7 +107,10 @@ class RunSummary:
             ("peak running requests", f"{self.peak_running_requests}"),
             ("retractions", f"{self.retractions}"),
             ("simulated | wall seconds", f"{self.simulated_seconds:.2f} | {self.wall_seconds:.2f}"),
+            ("peak memory (RSS, MiB)", f"{self.peak_rss_mb:.0f}"),
         ]
+        if self.interrupted:
+            rows.insert(0, ("interrupted", "yes: figures cover the requests finished so far"))
         width = max(len(name) for name, _ in rows)
         return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
 
@@ -113,78 +121,121 @@ def _counter(assembly: Assembly, component: str, attribute: str) -> int:
     return int(getattr(assembly[component], attribute, 0) or 0)
 
 
+def peak_rss_mb() -> float:
+    """The process's peak resident memory so far, in MiB."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1024 if sys.platform != "darwin" else peak / 2**20
+
+
+@attrs.define
+class _Tally:
+    """What the summary needs of the finished requests, a few numbers each."""
+
+    done: int = 0
+    failed: int = 0
+    output_tokens: int = 0
+    ttft: array = attrs.Factory(lambda: array("d"))
+    itl: array = attrs.Factory(lambda: array("d"))
+
+    def add(self, req: Req) -> None:
+        if isinstance(req.finished_reason, FinishAbort):
+            self.failed += 1
+            return
+        self.done += 1
+        self.output_tokens += len(req.output_ids)
+        if req.first_token_time is not None:
+            self.ttft.append(req.first_token_time - req.arrival_time)
+        self.itl.extend(req.itl)
+
+
 def drive(
     assembly: Assembly,
     workload: Workload,
     progress: Callable[[int, float], None] | None = None,
-) -> tuple[RunSummary, list[Req]]:
-    """Run ``workload`` to completion on ``assembly``; return the summary and the requests.
+    on_finish: Callable[[Req], None] | None = None,
+) -> RunSummary:
+    """Run ``workload`` to completion (or until Ctrl-C: ``interrupted`` in the summary) on
+    ``assembly`` and summarise it.
 
-    ``progress(finished, simulated_seconds)`` is called after steps that finish requests.
+    Arrivals are pulled from the workload as the clock reaches them, and a finished request
+    leaves only a few numbers behind (``on_finish(req)`` sees it first), so memory does not
+    grow with the number of requests. ``progress(finished, simulated_seconds)`` is called
+    after steps that finish requests.
     """
     scheduler = assembly["scheduler"]
     runner = assembly["model_runner"]
     order = itertools.count()
-    pending = [(a.time, next(order), a.req) for a in workload.initial()]
-    heapq.heapify(pending)
+    arrivals = iter(workload.initial())
+    upcoming = next(arrivals, None)
+    follow_ups: list[tuple[float, int, Req]] = []
     inflight: dict[str, Req] = {}
-    finished: list[Req] = []
+    tally = _Tally()
     start, wall_start = runner.now(), time.perf_counter()
     seen_finished, idle_steps = scheduler.finished_count, 0
+    interrupted = False
 
-    while pending or inflight:
-        elapsed = runner.now() - start
-        while pending and pending[0][0] <= elapsed:
-            arrival, _, req = heapq.heappop(pending)
-            req.arrival_time = start + arrival
-            inflight[req.rid] = req
-            scheduler.submit(req)
-        ran = scheduler.step()
-        if scheduler.finished_count != seen_finished:
-            seen_finished = scheduler.finished_count
-            for req in [r for r in inflight.values() if r.finished_output]:
-                del inflight[req.rid]
-                finished.append(req)
-                follow = workload.follow_up(req, runner.now() - start)
-                if follow is not None:
-                    heapq.heappush(pending, (follow.time, next(order), follow.req))
-            if progress is not None:
-                progress(len(finished), runner.now() - start)
-        if ran:
-            idle_steps = 0
-        elif pending:
-            runner.wait_until(start + pending[0][0])
-        else:
-            idle_steps += 1
-            if idle_steps > _MAX_IDLE_STEPS:
-                raise StuckError(
-                    f"{len(inflight)} requests in flight but the scheduler ran nothing for "
-                    f"{_MAX_IDLE_STEPS} steps (paused: {scheduler.paused})"
-                )
+    def submit(at: float, req: Req) -> None:
+        req.arrival_time = start + at
+        inflight[req.rid] = req
+        scheduler.submit(req)
+
+    try:
+        while upcoming is not None or follow_ups or inflight:
+            elapsed = runner.now() - start
+            while upcoming is not None and upcoming.time <= elapsed:
+                submit(upcoming.time, upcoming.req)
+                upcoming = next(arrivals, None)
+            while follow_ups and follow_ups[0][0] <= elapsed:
+                at, _, req = heapq.heappop(follow_ups)
+                submit(at, req)
+            ran = scheduler.step()
+            if scheduler.finished_count != seen_finished:
+                seen_finished = scheduler.finished_count
+                for req in [r for r in inflight.values() if r.finished_output]:
+                    del inflight[req.rid]
+                    tally.add(req)
+                    if on_finish is not None:
+                        on_finish(req)
+                    follow = workload.follow_up(req, runner.now() - start)
+                    if follow is not None:
+                        heapq.heappush(follow_ups, (follow.time, next(order), follow.req))
+                if progress is not None:
+                    progress(tally.done + tally.failed, runner.now() - start)
+            if ran:
+                idle_steps = 0
+            elif upcoming is not None or follow_ups:
+                due = [upcoming.time] if upcoming is not None else []
+                due += [follow_ups[0][0]] if follow_ups else []
+                runner.wait_until(start + min(due))
+            else:
+                idle_steps += 1
+                if idle_steps > _MAX_IDLE_STEPS:
+                    raise StuckError(
+                        f"{len(inflight)} requests in flight but the scheduler ran nothing for "
+                        f"{_MAX_IDLE_STEPS} steps (paused: {scheduler.paused})"
+                    )
+    except KeyboardInterrupt:
+        interrupted = True
 
     if "kv_events_publisher" in assembly:  # what the cache still holds goes out too
         assembly["kv_events_publisher"].publish_kv_events()
     simulated = runner.now() - start
     wall = time.perf_counter() - wall_start
-    done = [r for r in finished if not isinstance(r.finished_reason, FinishAbort)]
-    output_tokens = sum(len(r.output_ids) for r in done)
-    ttft = [r.first_token_time - r.arrival_time for r in done if r.first_token_time is not None]
-    itl = [x for r in done for x in r.itl]
     stats = assembly["metrics_reporter"].stats if "metrics_reporter" in assembly else None
-    summary = RunSummary(
-        requests_done=len(done),
-        requests_failed=len(finished) - len(done),
-        output_tokens=output_tokens,
-        request_throughput=len(done) / simulated if simulated > 0 else math.nan,
-        output_throughput=output_tokens / simulated if simulated > 0 else math.nan,
-        request_throughput_wall=len(done) / wall,
-        output_throughput_wall=output_tokens / wall,
-        ttft_p50=percentile(ttft, 50),
-        ttft_p90=percentile(ttft, 90),
-        ttft_p99=percentile(ttft, 99),
-        itl_p50=percentile(itl, 50),
-        itl_p90=percentile(itl, 90),
-        itl_p99=percentile(itl, 99),
+    return RunSummary(
+        requests_done=tally.done,
+        requests_failed=tally.failed,
+        output_tokens=tally.output_tokens,
+        request_throughput=tally.done / simulated if simulated > 0 else math.nan,
+        output_throughput=tally.output_tokens / simulated if simulated > 0 else math.nan,
+        request_throughput_wall=tally.done / wall,
+        output_throughput_wall=tally.output_tokens / wall,
+        ttft_p50=percentile(tally.ttft, 50),
+        ttft_p90=percentile(tally.ttft, 90),
+        ttft_p99=percentile(tally.ttft, 99),
+        itl_p50=percentile(tally.itl, 50),
+        itl_p90=percentile(tally.itl, 90),
+        itl_p99=percentile(tally.itl, 99),
         prefix_cache_hit_rate=stats.cache_hit_rate if stats is not None else math.nan,
         kv_events_published=_counter(assembly, "kv_events_publisher", "accepted"),
         kv_events_dropped=_counter(assembly, "kv_events_publisher", "dropped"),
@@ -192,5 +243,6 @@ def drive(
         retractions=scheduler.num_retracted,
         wall_seconds=wall,
         simulated_seconds=simulated,
+        peak_rss_mb=peak_rss_mb(),
+        interrupted=interrupted,
     )
-    return summary, finished

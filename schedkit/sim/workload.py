@@ -17,7 +17,9 @@ lines without it arrive as a Poisson process at ``--rate``, or all at once witho
 
 from __future__ import annotations
 
+import itertools
 import random
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -31,6 +33,7 @@ __all__ = [
     "SYNTHETIC",
     "Arrival",
     "ChatWorkload",
+    "GeneratedWorkload",
     "StaticWorkload",
     "Workload",
     "WorkloadError",
@@ -59,21 +62,21 @@ class Arrival:
 
 
 class Workload(Protocol):
-    """What the run driver needs from a workload."""
+    """What the run driver needs from a workload: the first arrivals in time order (pulled
+    one by one as the clock reaches them, so a generator keeps memory flat), and follow-ups."""
 
-    def initial(self) -> list[Arrival]: ...
+    def initial(self) -> Iterable[Arrival]: ...
 
     def follow_up(self, req: Req, now: float) -> Arrival | None: ...
 
 
-def _arrival_times(n: int, rate: float | None, rng: random.Random) -> list[float]:
-    if not rate or rate == float("inf"):
-        return [0.0] * n
-    t, times = 0.0, []
-    for _ in range(n):
-        t += rng.expovariate(rate)
-        times.append(t)
-    return times
+def _arrival_times(rate: float | None, rng: random.Random) -> Iterator[float]:
+    """Poisson arrival times at ``rate`` per second (all at 0 without a rate or with inf)."""
+    t = 0.0
+    while True:
+        if rate and rate != float("inf"):
+            t += rng.expovariate(rate)
+        yield t
 
 
 def _tokens(rng: random.Random, n: int) -> list[int]:
@@ -88,6 +91,19 @@ class StaticWorkload:
 
     def initial(self) -> list[Arrival]:
         return self.arrivals
+
+    def follow_up(self, req: Req, now: float) -> Arrival | None:
+        return None
+
+
+@attrs.define
+class GeneratedWorkload:
+    """Arrivals made by a generator function as they are pulled; no follow-ups."""
+
+    make: Callable[[], Iterator[Arrival]]
+
+    def initial(self) -> Iterator[Arrival]:
+        return self.make()
 
     def follow_up(self, req: Req, now: float) -> Arrival | None:
         return None
@@ -125,32 +141,30 @@ class ChatWorkload:
         self._issued += 1
         return Arrival(time, Req(rid=rid, origin_input_ids=prompt, sampling_params=params))
 
-    def initial(self) -> list[Arrival]:
+    def initial(self) -> Iterator[Arrival]:
+        """The conversations' first turns, generated as they are pulled."""
         rng = self._rng
         systems = [
             _tokens(rng, rng.randint(*self.system_prompt_len))
             for _ in range(self.num_system_prompts)
         ]
-        turns = []
+        times = _arrival_times(self.rate, rng)
         left = self.num_requests
-        while left > 0:
+        for i in itertools.count():
+            if left <= 0:
+                return
             n = min(left, rng.randint(1, self.max_turns))
-            turns.append(n)
             left -= n
-        arrivals = []
-        for i, (n, t) in enumerate(
-            zip(turns, _arrival_times(len(turns), self.rate, rng), strict=True)
-        ):
             prompt = rng.choice(systems) + _tokens(rng, rng.randint(*self.user_len))
             self._remaining_turns[f"c{i}"] = n - 1
-            arrivals.append(self._request(f"c{i}-t0", prompt, t))
-        return arrivals
+            yield self._request(f"c{i}-t0", prompt, next(times))
 
     def follow_up(self, req: Req, now: float) -> Arrival | None:
         conversation, _, turn = req.rid.rpartition("-t")
-        if self._remaining_turns.get(conversation, 0) <= 0 or req.output_ids == []:
+        left = self._remaining_turns.pop(conversation, 0)
+        if left <= 0 or req.output_ids == []:
             return None
-        self._remaining_turns[conversation] -= 1
+        self._remaining_turns[conversation] = left - 1
         prompt = (
             req.origin_input_ids
             + req.output_ids
@@ -168,19 +182,20 @@ def shared_prefix_workload(
     rate: float | None = None,
     seed: int = 0,
     stream: bool = False,
-) -> StaticWorkload:
+) -> GeneratedWorkload:
     """Prompts in ``groups`` that share a ``prefix_len``-token prefix (the benchmark's W1)."""
-    rng = random.Random(seed)
-    prefixes = [_tokens(rng, prefix_len) for _ in range(groups)]
-    times = _arrival_times(num_requests, rate, rng)
-    arrivals = []
-    for i in range(num_requests):
-        prompt = prefixes[i % groups] + _tokens(rng, prompt_len - prefix_len)
-        params = SamplingParams(max_new_tokens=output_len, stream=stream)
-        arrivals.append(
-            Arrival(times[i], Req(rid=f"w{i}", origin_input_ids=prompt, sampling_params=params))
-        )
-    return StaticWorkload(arrivals)
+
+    def arrivals() -> Iterator[Arrival]:
+        rng = random.Random(seed)
+        prefixes = [_tokens(rng, prefix_len) for _ in range(groups)]
+        times = _arrival_times(rate, rng)
+        for i in range(num_requests):
+            prompt = prefixes[i % groups] + _tokens(rng, prompt_len - prefix_len)
+            params = SamplingParams(max_new_tokens=output_len, stream=stream)
+            req = Req(rid=f"w{i}", origin_input_ids=prompt, sampling_params=params)
+            yield Arrival(next(times), req)
+
+    return GeneratedWorkload(arrivals)
 
 
 # A conversation start rate at which the default scheduler queues requests and its prefix
@@ -265,7 +280,7 @@ def load_jsonl(path: str | Path, rate: float | None = None, seed: int = 0) -> St
         raise WorkloadError(errors)
     if not lines:
         raise WorkloadError([f"{path}: no requests in the file"])
-    times = iter(_arrival_times(sum(ln.arrival is None for _, ln in lines), rate, rng))
+    times = _arrival_times(rate, rng)
     prefixes: dict[str, list[int]] = {}
     arrivals = []
     for number, line in lines:

@@ -1,7 +1,12 @@
 import pytest
 import zmq
-from schedkit.components.io_struct import BatchEmbeddingOutput, BatchTokenIDOutput, decode_output
-from schedkit.components.output_sender import InprocOutputCollector, ZmqOutputSender
+from schedkit.components.io_struct import (
+    BatchEmbeddingOutput,
+    BatchTokenIDOutput,
+    decode_output,
+    encode,
+)
+from schedkit.components.output_sender import InprocOutputCollector, OutputTally, ZmqOutputSender
 from schedkit.components.schedule_batch import FinishLength, FinishMatchedToken
 
 from schedkit.component import component_name
@@ -23,6 +28,26 @@ def token_msg(*entries):
 def test_registered_names():
     assert component_name(InprocOutputCollector) == "inproc_output_collector"
     assert component_name(ZmqOutputSender) == "zmq_output_sender"
+
+
+def test_tally_counts_and_keeps_no_messages():
+    tally = OutputTally()
+    first = token_msg(("a", [1, 2], None), ("b", [7], None))
+    tally.send(first)
+    tally.send(token_msg(("a", [3], FinishLength(3)), ("b", [8, 9], FinishMatchedToken(9))))
+    tally.send(token_msg(("a", [4], None)))  # after its final send: an error
+    assert (tally.messages, tally.output_tokens, tally.finished) == (3, 7, 2)
+    assert tally.double_finishes == ["a"]
+    assert tally.bytes_encoded > len(encode(first))
+
+
+def test_tally_without_encoding_counts_no_bytes():
+    tally = OutputTally(encode=False)
+    tally.send(token_msg(("a", [1], FinishLength(1))))
+    assert (tally.bytes_encoded, tally.finished) == (0, 1)
+    tally.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        tally.send(token_msg(("b", [1], None)))
 
 
 def test_collector_concatenates_tokens_and_records_finishes():

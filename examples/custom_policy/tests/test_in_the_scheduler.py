@@ -10,7 +10,10 @@ HERE = Path(__file__).resolve().parents[1]
 WIRING = HERE.parents[1] / "wiring.yaml"
 CAPTURE = {
     "plugins": ["schedkit.testing.doubles"],
-    "components": {"kv_events_publisher": {"args": {"kv_events_config": {"publisher": "capture"}}}},
+    "components": {
+        "kv_events_publisher": {"args": {"kv_events_config": {"publisher": "capture"}}},
+        "output_sender": {"type": "recording_output_sender"},
+    },
 }
 ONE_AT_A_TIME = {"components": {"scheduler": {"args": {"max_running_requests": 1}}}}
 

@@ -11,7 +11,7 @@ from schedkit.sim.workload import (
 
 def test_chat_workload_shares_system_prompts_and_follows_up_with_the_conversation():
     workload = ChatWorkload(num_requests=120, rate=2.0, seed=1)
-    first = workload.initial()
+    first = list(workload.initial())
     assert all(a.req.rid.endswith("-t0") for a in first)
     times = [a.time for a in first]
     assert times == sorted(times) and times[0] > 0  # Poisson arrivals
@@ -47,7 +47,7 @@ def test_same_seed_same_workload():
 
 
 def test_shared_prefix_workload_groups():
-    arrivals = shared_prefix_workload(num_requests=40, groups=4).initial()
+    arrivals = list(shared_prefix_workload(num_requests=40, groups=4).initial())
     assert len(arrivals) == 40 and all(a.time == 0.0 for a in arrivals)
     assert arrivals[0].req.origin_input_ids[:384] == arrivals[4].req.origin_input_ids[:384]
     assert arrivals[0].req.origin_input_ids[384:] != arrivals[4].req.origin_input_ids[384:]

@@ -45,7 +45,7 @@ def test_forgets_shutdown(make_assembly):
     )
     out = result.stdout.str()
     assert "kv_events_publisher (KvEventsPublisher)" in out
-    assert "output_sender (InprocOutputCollector)" in out
+    assert "output_sender (OutputTally)" in out
     # The fixture's own assembly is not a leak. (The short summary, which pytest prints in
     # full when CI is set, repeats the message: count the report above it.)
     report = out.split("short test summary info")[0]
@@ -68,7 +68,7 @@ def test_builds(make_assembly):
     scheduler.submit(Req(rid="a", origin_input_ids=[1, 2, 3],
                          sampling_params=SamplingParams(max_new_tokens=2)))
     scheduler.run_until_idle()
-    assert len(assembly["output_sender"].outputs["a"]) == 2
+    assert assembly["output_sender"].output_tokens == 2
     built.append(assembly)
 
 def test_was_shut_down():

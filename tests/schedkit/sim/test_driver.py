@@ -1,0 +1,137 @@
+"""The run driver: arrivals pulled as the clock reaches them, finished requests let go,
+per-request records, a partial summary on Ctrl-C."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import weakref
+from pathlib import Path
+
+import pytest
+from schedkit.components.schedule_batch import Req, SamplingParams
+
+import schedkit
+from schedkit.sim.driver import drive
+from schedkit.sim.workload import Arrival, GeneratedWorkload
+
+ROOT = Path(__file__).resolve().parents[3]
+QUIET = {
+    "components": {
+        "kv_events_publisher": {"args": {"kv_events_config": None}},
+    }
+}
+
+
+@pytest.fixture
+def assembly():
+    built = schedkit.build(schedkit.load_wiring(ROOT / "wiring.yaml", QUIET))
+    yield built
+    built.shutdown()
+
+
+def req(i: int) -> Req:
+    return Req(
+        rid=f"r{i}",
+        origin_input_ids=[10 + i] * 64,
+        sampling_params=SamplingParams(max_new_tokens=8),
+    )
+
+
+def test_arrivals_are_pulled_only_when_the_clock_reaches_them(assembly):
+    clock = assembly["model_runner"]
+    pulled_at: list[float] = []
+
+    def arrivals():
+        for i in range(10):
+            pulled_at.append(clock.now())
+            yield Arrival(float(i), req(i))
+
+    start = clock.now()
+    summary = drive(assembly, GeneratedWorkload(arrivals))
+    assert summary.requests_done == 10
+    # Arrival i is made only once arrival i - 1 was due (i - 1 seconds in).
+    for i in range(1, 10):
+        assert pulled_at[i] - start >= i - 1
+
+
+def test_finished_requests_are_let_go(assembly):
+    refs = []
+
+    def arrivals():
+        for i in range(50):
+            r = req(i)
+            refs.append(weakref.ref(r))
+            yield Arrival(0.0, r)
+
+    records = []
+    summary = drive(
+        assembly, GeneratedWorkload(arrivals), on_finish=lambda r: records.append(r.rid)
+    )
+    gc.collect()
+    assert summary.requests_done == 50 and summary.output_tokens == 400
+    assert sorted(records) == sorted(f"r{i}" for i in range(50))
+    assert [r for r in refs if r() is not None] == []
+    assert summary.peak_rss_mb > 0 and not summary.interrupted
+
+
+def run(*args: str, **kwargs) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "SCHEDKIT_KV_EVENTS_ENDPOINT": "tcp://127.0.0.1:0",
+        "SCHEDKIT_KV_REPLAY_ENDPOINT": "tcp://127.0.0.1:0",
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "schedkit.cli", "run", "wiring.yaml", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
+
+
+def test_output_writes_one_record_per_request(tmp_path):
+    out = tmp_path / "records.jsonl"
+    proc = run("--num-requests", "30", "--json", "--output", str(out))
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    summary = json.loads(stdout)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 30 == summary["requests_done"]
+    assert len({r["rid"] for r in records}) == 30
+    assert sum(r["output_tokens"] for r in records) == summary["output_tokens"]
+    assert all(r["ttft"] > 0 and r["latency"] >= r["ttft"] for r in records)
+    assert all(r["finish"]["type"] in ("length", "stop") for r in records)
+
+
+def test_ctrl_c_prints_the_summary_so_far():
+    proc = run("--num-requests", "100000", "--json")
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    summary = json.loads(stdout)
+    assert summary["interrupted"] is True
+    assert 0 < summary["requests_done"] < 100000
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize(("option", "value"), [("--rate", "nan"), ("--grace", "-1")])
+def test_nonsense_numbers_are_refused(option, value):
+    command = "serve" if option == "--grace" else "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "schedkit.cli", command, "wiring.yaml", option, value],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert f"argument {option}: expected" in result.stderr
