@@ -13,7 +13,7 @@ from itertools import chain
 
 import attrs
 
-from schedkit.component import component
+from schedkit.component import at_least, component
 
 __all__ = ["OutOfKVSlotsError", "TokenToKVPoolAllocator"]
 
@@ -37,8 +37,8 @@ class TokenToKVPoolAllocator:
     that say what was wrong with a rejected ``free`` run only when it is rejected.
     """
 
-    size: int
-    page_size: int = 1
+    size: int = attrs.field(validator=at_least(0))
+    page_size: int = attrs.field(default=1, validator=at_least(1))
     _free_pages: list[int] = attrs.field(init=False, repr=False, factory=list)
     _held_pages: set[int] = attrs.field(init=False, repr=False, factory=set)
     # The slots of each page as one tuple per page (page_size > 1): building slot lists from
@@ -46,9 +46,7 @@ class TokenToKVPoolAllocator:
     _page_slots: list[tuple[int, ...]] = attrs.field(init=False, repr=False, factory=list)
 
     def __attrs_post_init__(self) -> None:
-        if not isinstance(self.page_size, int) or self.page_size < 1:
-            raise ValueError(f"page_size must be an integer >= 1, got {self.page_size!r}")
-        if not isinstance(self.size, int) or self.size < 0 or self.size % self.page_size:
+        if self.size % self.page_size:
             raise ValueError(
                 f"size must be a non-negative multiple of page_size={self.page_size}, "
                 f"got {self.size!r}"

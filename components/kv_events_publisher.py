@@ -20,7 +20,7 @@ import structlog
 import zmq
 from schedkit.components.parallel_state import ParallelState
 
-from schedkit.component import component
+from schedkit.component import at_least, component
 from schedkit.kv_events import EventPublisher, KVEventBatch, KvEventsConfig, create_publisher
 from schedkit.kv_events.config import parse_kv_events_config
 
@@ -80,9 +80,9 @@ class KvEventsPublisher:
     parallel_state: ParallelState = attrs.field(factory=ParallelState)
     tree_cache: EventSource
     metrics_endpoint: str | None = None
-    max_running_requests: int
-    max_total_num_tokens: int
-    page_size: int = 1
+    max_running_requests: int = attrs.field(validator=at_least(1))
+    max_total_num_tokens: int = attrs.field(validator=at_least(0))
+    page_size: int = attrs.field(default=1, validator=at_least(1))
     get_stats: Callable[[], Any]
     now: Callable[[], float] = time.time
 
@@ -97,14 +97,6 @@ class KvEventsPublisher:
     _shut_down: bool = attrs.field(init=False, default=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        for name in ("page_size", "max_running_requests"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if not isinstance(self.max_total_num_tokens, int) or self.max_total_num_tokens < 0:
-            raise ValueError(
-                f"max_total_num_tokens must be an integer >= 0, got {self.max_total_num_tokens!r}"
-            )
         take_events = getattr(self.tree_cache, "take_events", None)
         if not callable(take_events):
             raise ValueError(

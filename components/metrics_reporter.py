@@ -26,7 +26,7 @@ import msgspec
 import structlog
 from schedkit.components.schedule_batch import ScheduleBatch
 
-from schedkit.component import component
+from schedkit.component import at_least, component
 
 __all__ = ["IDLE_LOG_INTERVAL", "MetricsCollector", "MetricsReporter", "SchedulerStats"]
 
@@ -167,7 +167,7 @@ class MetricsReporter:
     emit_kv_metrics: Callable[[], None] = _noop
     publish_kv_events: Callable[[], None] = _noop
     now: Callable[[], float] = time.monotonic
-    decode_log_interval: int = 40
+    decode_log_interval: int = attrs.field(default=40, validator=at_least(1))
     enable_metrics: bool = False
     prometheus_port: int | None = None
     log_format: Literal["console", "json"] = "console"
@@ -184,10 +184,6 @@ class MetricsReporter:
     collector: MetricsCollector = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
-        if not isinstance(self.decode_log_interval, int) or self.decode_log_interval < 1:
-            raise ValueError(
-                f"decode_log_interval must be an integer >= 1, got {self.decode_log_interval!r}"
-            )
         if self.log_format not in ("console", "json"):
             raise ValueError(f"log_format must be 'console' or 'json', got {self.log_format!r}")
         if self.prometheus_port is not None:

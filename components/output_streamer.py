@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 from schedkit.components.io_struct import BatchEmbeddingOutput, BatchTokenIDOutput
 from schedkit.components.parallel_state import ParallelState
 from schedkit.components.schedule_batch import Req
 
-from schedkit.component import component
+from schedkit.component import at_least, component
 
 __all__ = ["OutputStreamer"]
 
@@ -37,17 +38,11 @@ class OutputStreamer:
     sender: Any
     tree_cache: Any
     parallel_state: ParallelState
-    stream_interval: int = 1
-    force_stream_interval: int = 50
+    stream_interval: int = attrs.field(default=1, validator=at_least(1))
+    force_stream_interval: int = attrs.field(default=50, validator=at_least(1))
     is_generation: bool = True
     enable_hicache_storage: Callable[[], bool] = _false
     get_load: Callable[[], dict] | None = None
-
-    def __attrs_post_init__(self) -> None:
-        for name in ("stream_interval", "force_stream_interval"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
     def stream_output(
         self,

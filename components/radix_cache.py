@@ -22,7 +22,7 @@ import attrs
 from schedkit.components._event_recorder import EventRecorder
 from schedkit.components.allocator import OutOfKVSlotsError, TokenToKVPoolAllocator
 
-from schedkit.component import component
+from schedkit.component import at_least, component
 
 __all__ = ["MatchResult", "RadixCache", "RadixKey", "TreeNode"]
 
@@ -163,12 +163,6 @@ def make_pool(
     return allocator
 
 
-def check_page_size(page_size: object) -> None:
-    """Raise ValueError unless ``page_size`` is an integer >= 1."""
-    if not isinstance(page_size, int) or page_size < 1:
-        raise ValueError(f"page_size must be an integer >= 1, got {page_size!r}")
-
-
 @component("radix_cache")
 class RadixCache:
     """Prefix cache over a radix tree with LRU eviction of unlocked leaves.
@@ -181,7 +175,7 @@ class RadixCache:
     With ``disable`` nothing is cached: matches are empty and inserted slots are freed.
     """
 
-    page_size: int = 1
+    page_size: int = attrs.field(default=1, validator=at_least(1))
     enable_kv_cache_events: bool = False
     allocator: TokenToKVPoolAllocator | None = None
     capacity: int | None = None
@@ -205,7 +199,6 @@ class RadixCache:
     _child_key: Callable[[list[int], int], object] = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        check_page_size(self.page_size)
         self.allocator = make_pool(self.allocator, self.capacity, self.page_size)
         if self.enable_kv_cache_events:
             self._events = EventRecorder(self.page_size)

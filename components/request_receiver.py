@@ -26,7 +26,7 @@ from schedkit.components.io_struct import (
 )
 from schedkit.components.schedule_batch import Req
 
-from schedkit.component import component
+from schedkit.component import at_least, component
 
 __all__ = ["ControlRequest", "InprocRequestReceiver", "ZmqRequestReceiver"]
 
@@ -85,7 +85,7 @@ class ZmqRequestReceiver:
 
     endpoint: str = "tcp://127.0.0.1:0"
     allow_remote: bool = False
-    max_recv_per_call: int = 4096
+    max_recv_per_call: int = attrs.field(default=4096, validator=at_least(1))
     linger_ms: int = 0
     bound_endpoint: str = attrs.field(init=False, default="")
     malformed_count: int = attrs.field(init=False, default=0)
@@ -93,8 +93,6 @@ class ZmqRequestReceiver:
 
     def __attrs_post_init__(self) -> None:
         check_endpoint(self.endpoint, bind=True, allow_remote=self.allow_remote)
-        if self.max_recv_per_call < 1:
-            raise ValueError(f"max_recv_per_call must be >= 1, got {self.max_recv_per_call}")
         socket = zmq.Context.instance().socket(zmq.ROUTER)
         try:
             socket.bind(self.endpoint)

@@ -28,7 +28,7 @@ from schedkit.components.req_to_cache import cache_finished_req, fill_ids_prefix
 from schedkit.components.schedule_batch import FinishAbort, ForwardMode, Req, ScheduleBatch
 from schedkit.components.schedule_policy import SchedulePolicy
 
-from schedkit.component import component
+from schedkit.component import at_least, component
 
 __all__ = ["CLIP_MAX_NEW_TOKENS", "RETRACT_DECODE_STEPS", "Scheduler"]
 
@@ -64,12 +64,12 @@ class Scheduler:
     maybe_log_idle_metrics: Callable[[], None] = _noop
     on_pause: Callable[[], None] = _noop
     get_loads: Callable[[], dict] | None = None
-    max_running_requests: int = 256
-    max_prefill_tokens: int = 16384
+    max_running_requests: int = attrs.field(default=256, validator=at_least(1))
+    max_prefill_tokens: int = attrs.field(default=16384, validator=at_least(1))
     chunked_prefill_size: int | None = 8192
     init_new_token_ratio: float = 0.7
     min_new_token_ratio: float = 0.098
-    new_token_ratio_decay_steps: int = 600
+    new_token_ratio_decay_steps: int = attrs.field(default=600, validator=at_least(1))
     sleep_on_idle_seconds: float = 0.001
 
     waiting_queue: list[Req] = attrs.field(init=False, factory=list)
@@ -88,9 +88,6 @@ class Scheduler:
     _prefill_blocked: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
-        for name in ("max_running_requests", "max_prefill_tokens", "new_token_ratio_decay_steps"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
         self._page_size = self.allocator.page_size
         if self.tree_cache.page_size != self._page_size:
             raise ValueError(

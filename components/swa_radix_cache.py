@@ -27,13 +27,12 @@ from schedkit.components.allocator import OutOfKVSlotsError, TokenToKVPoolAlloca
 from schedkit.components.radix_cache import (
     MatchResult,
     TreeNode,
-    check_page_size,
     child_key_fn,
     make_pool,
     match_len,
 )
 
-from schedkit.component import component
+from schedkit.component import at_least, component
 
 __all__ = ["SWARadixCache", "SWATreeNode"]
 
@@ -79,8 +78,8 @@ class SWARadixCache:
     ``swa_allocator`` or ``swa_capacity`` the sliding-window pool is as large as the full one.
     """
 
-    sliding_window_size: int
-    page_size: int = 1
+    sliding_window_size: int = attrs.field(validator=at_least(1))
+    page_size: int = attrs.field(default=1, validator=at_least(1))
     enable_kv_cache_events: bool = False
     allocator: TokenToKVPoolAllocator | None = None
     swa_allocator: TokenToKVPoolAllocator | None = None
@@ -99,10 +98,6 @@ class SWARadixCache:
     _child_key: Callable[[list[int], int], object] = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        check_page_size(self.page_size)
-        window = self.sliding_window_size
-        if not isinstance(window, int) or window < 1:
-            raise ValueError(f"sliding_window_size must be an integer >= 1, got {window!r}")
         self.allocator = make_pool(self.allocator, self.capacity, self.page_size)
         if self.swa_allocator is None and self.swa_capacity is None:
             self.swa_capacity = self.allocator.size

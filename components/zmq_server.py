@@ -37,7 +37,7 @@ from schedkit.components.io_struct import (
 )
 from schedkit.components.schedule_batch import Req
 
-from schedkit.component import component
+from schedkit.component import at_least, component
 
 __all__ = ["ZmqServer"]
 
@@ -45,11 +45,6 @@ log = structlog.get_logger(__name__)
 
 OutputMessage = BatchTokenIDOutput | BatchEmbeddingOutput
 MAX_MESSAGE_BYTES = 32 << 20
-
-
-def _at_least_one(instance: object, attribute: attrs.Attribute, value: int) -> None:
-    if not isinstance(value, int) or value < 1:
-        raise ValueError(f"{attribute.name} must be an integer >= 1, got {value!r}")
 
 
 @component("zmq_server")
@@ -60,8 +55,8 @@ class ZmqServer:
 
     endpoint: str = "tcp://127.0.0.1:0"
     allow_remote: bool = False
-    max_recv_per_call: int = attrs.field(default=4096, validator=_at_least_one)
-    max_queued_per_client: int = attrs.field(default=1000, validator=_at_least_one)
+    max_recv_per_call: int = attrs.field(default=4096, validator=at_least(1))
+    max_queued_per_client: int = attrs.field(default=1000, validator=at_least(1))
     linger_ms: int = 0
     bound_endpoint: str = attrs.field(init=False, default="")
     malformed_count: int = attrs.field(init=False, default=0)

@@ -17,8 +17,10 @@ import attrs
 __all__ = [
     "ENTRY_POINT_GROUP",
     "ComponentRegistrationError",
+    "at_least",
     "component",
     "component_name",
+    "entry_point_modules",
     "is_component",
     "load_entry_points",
     "registered",
@@ -31,6 +33,7 @@ C = TypeVar("C", bound=type)
 _REGISTRY: dict[str, type] = {}
 _MARK = "__schedkit_component__"
 _entry_points_loaded = False
+_entry_point_modules: set[str] = set()
 
 
 class ComponentRegistrationError(Exception):
@@ -89,6 +92,17 @@ def component(name_or_cls: Any = None, /, *, frozen: bool = False) -> Any:
     return decorate
 
 
+def at_least(minimum: int) -> Callable[[Any, attrs.Attribute, Any], None]:
+    """A field validator: the value must be an integer >= ``minimum``. Validation of a wiring
+    runs it on literal arguments, so ``schedkit validate`` reports a bad value before build."""
+
+    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{attribute.alias} must be an integer >= {minimum}, got {value!r}")
+
+    return check
+
+
 def is_component(obj: object) -> bool:
     """True when ``obj`` is a class declared with ``@component``."""
     return isinstance(obj, type) and _MARK in obj.__dict__
@@ -112,11 +126,18 @@ def load_entry_points(refresh: bool = False) -> list[str]:
     _entry_points_loaded = True
     errors = []
     for ep in entry_points(group=ENTRY_POINT_GROUP):
+        _entry_point_modules.add(ep.module)
         try:
             ep.load()
         except Exception as exc:
             errors.append(f"entry point {ep.name} = {ep.value!r} failed to load: {exc}")
     return errors
+
+
+def entry_point_modules() -> frozenset[str]:
+    """The modules advertised under the ``schedkit.components`` entry-point group."""
+    load_entry_points()
+    return frozenset(_entry_point_modules)
 
 
 def registered() -> dict[str, type]:

@@ -11,13 +11,14 @@ import difflib
 import importlib
 import types
 import typing
+from collections.abc import Collection
 from typing import Any, Union
 
 import attrs
 import msgspec
 from dependency_injector import containers
 
-from schedkit.component import is_component, load_entry_points, registered
+from schedkit.component import entry_point_modules, is_component, load_entry_points, registered
 from schedkit.wiring import INVALID, ComponentSpec, EnvStr, Ref, Wiring
 
 __all__ = [
@@ -29,7 +30,12 @@ __all__ = [
     "validate",
 ]
 
-_RESERVED = frozenset(n for n in dir(containers.DynamicContainer) if not n.startswith("_"))
+# Attribute names of a dependency-injector container (its class and an instance of it).
+_RESERVED = frozenset(
+    n
+    for n in {*dir(containers.DynamicContainer), *dir(containers.DynamicContainer())}
+    if not n.startswith("_")
+)
 
 
 def iter_refs(value: Any) -> typing.Iterator[Ref]:
@@ -98,8 +104,18 @@ def topological_order(edges: dict[str, list[str]]) -> list[str]:
     return order
 
 
-def resolve_type(type_name: str) -> tuple[type | None, str | None]:
-    """The component class a ``type`` names, or ``(None, problem)``."""
+def _importable(module_name: str, plugins: Collection[str]) -> bool:
+    """Whether a ``module:Class`` type may import ``module_name``: it is (inside) a plugin
+    listed in the wiring or a module advertised under the components entry point."""
+    allowed = {*plugins, *entry_point_modules()}
+    parts = module_name.split(".")
+    return any(".".join(parts[:i]) in allowed for i in range(1, len(parts) + 1))
+
+
+def resolve_type(type_name: str, plugins: Collection[str] = ()) -> tuple[type | None, str | None]:
+    """The component class a ``type`` names, or ``(None, problem)``. A ``module:Class`` type
+    imports nothing but a module listed in ``plugins`` (or in a package listed there) or one
+    advertised under the ``schedkit.components`` entry point."""
     components = registered()
     if ":" not in type_name:
         if type_name in components:
@@ -112,6 +128,11 @@ def resolve_type(type_name: str) -> tuple[type | None, str | None]:
         )
         return None, f"unknown component type {type_name!r}; {hint} (or 'package.module:Class')"
     module_name, _, attr = type_name.partition(":")
+    if not _importable(module_name, plugins):
+        return None, (
+            f"module {module_name!r} is not a plugin of this wiring; list it under 'plugins:' "
+            "to allow importing it (or install it under the 'schedkit.components' entry point)"
+        )
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
@@ -260,6 +281,16 @@ class _Checker:
             return
         spec.args[key] = str(converted) if isinstance(converted, EnvStr) else converted
 
+    def check_values(self, spec: ComponentSpec, field: attrs.Attribute, key: str) -> None:
+        """Run the field's own validators (ranges, choices) on a literal argument."""
+        value = spec.args.get(key)
+        if field.validator is None or value is INVALID or list(iter_refs(value)):
+            return
+        try:
+            field.validator(None, field, value)
+        except (ValueError, TypeError) as exc:
+            self.add(spec, key, f".args.{key}", str(exc))
+
     def check_component(self, spec: ComponentSpec) -> None:
         cls = spec.cls
         fields = [f for f in attrs.fields(cls) if f.init]
@@ -282,6 +313,7 @@ class _Checker:
                 )
                 continue
             self.check_arg(spec, key, value, hints.get(field.name, Any))
+            self.check_values(spec, field, key)
         for alias, field in by_alias.items():
             if field.default is attrs.NOTHING and alias not in spec.args:
                 self.add(
@@ -313,7 +345,7 @@ def validate(wiring: Wiring) -> list[str]:
                 spec, None, "", "this name is reserved by the container; rename the component"
             )
         if spec.type is not None:
-            spec.cls, problem = resolve_type(spec.type)
+            spec.cls, problem = resolve_type(spec.type, [p for p, _, _ in wiring.plugins])
             if problem:
                 checker.add(spec, "type", ".type", problem)
     for spec in wiring.components.values():

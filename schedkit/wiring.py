@@ -50,6 +50,14 @@ _TARGET = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 _ENV = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _TOP_KEYS = ("plugins", "components")
 _ENTRY_KEYS = ("type", "args")
+# Bounds on what reading one wiring may cost: a file of a few hundred bytes whose aliases
+# expand to billions of values, or nesting that exhausts the stack, is refused.
+MAX_VALUES = 100_000
+MAX_DEPTH = 50
+_PLAIN_TAGS = frozenset(
+    f"tag:yaml.org,2002:{t}"
+    for t in ("str", "int", "float", "bool", "null", "seq", "map", "timestamp")
+)
 
 
 class WiringError(Exception):
@@ -155,6 +163,14 @@ class Wiring:
     validated: bool = False
 
 
+class _TooLarge(Exception):
+    """Reading stopped: the document expands past ``MAX_VALUES`` values or ``MAX_DEPTH``."""
+
+    def __init__(self, line: int, problem: str) -> None:
+        self.line = line
+        self.problem = problem
+
+
 class _Errors(list):
     def add(self, file: str, line: int | None, path: str, message: str) -> None:
         where = file if line is None or file == "<mapping>" else f"{file}:{line}"
@@ -169,8 +185,57 @@ class _FileReader:
         self.errors = errors
         self.overlay = overlay  # merged over earlier sources: a null argument removes the key
         self.constructor = yaml.constructor.SafeConstructor()
+        self.values_read = 0
 
-    def value(self, node: yaml.Node, path: str) -> Any:
+    def count(self, node: yaml.Node, depth: int) -> None:
+        """Count one value read; stop reading a document that is too large or too deep."""
+        self.values_read += 1
+        if self.values_read > MAX_VALUES:
+            raise _TooLarge(
+                node.start_mark.line + 1,
+                f"the document expands to more than {MAX_VALUES} values (aliases?); "
+                "write it out plainly",
+            )
+        if depth > MAX_DEPTH:
+            raise _TooLarge(
+                node.start_mark.line + 1, f"values nest more than {MAX_DEPTH} levels deep"
+            )
+
+    def key(self, node: yaml.Node, path: str) -> str | None:
+        """A mapping key: a plain scalar, as text; None (reported) for anything else."""
+        if isinstance(node, yaml.ScalarNode) and node.tag in _PLAIN_TAGS:
+            return str(node.value)
+        if isinstance(node, yaml.MappingNode | yaml.SequenceNode):
+            got = "a mapping" if isinstance(node, yaml.MappingNode) else "a list"
+        else:
+            got = f"a value tagged {node.tag}"
+        self.errors.add(
+            self.file, node.start_mark.line + 1, path, f"a key must be a plain name, got {got}"
+        )
+        return None
+
+    def items(self, node: yaml.MappingNode, path: str) -> list[tuple[str, int, yaml.Node]]:
+        """The ``(key, line, value node)`` entries of a mapping; bad or repeated keys are
+        reported and left out."""
+        seen: dict[str, int] = {}
+        entries = []
+        for key_node, value_node in node.value:
+            key = self.key(key_node, path)
+            if key is None:
+                continue
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                where = f"{path}.{key}" if path else key
+                self.errors.add(
+                    self.file, line, where, f"duplicate key (first given at line {seen[key]})"
+                )
+                continue
+            seen[key] = line
+            entries.append((key, line, value_node))
+        return entries
+
+    def value(self, node: yaml.Node, path: str, depth: int = 0) -> Any:
+        self.count(node, depth)
         line = node.start_mark.line + 1
         if node.tag in ("!ref", "!late", "!call"):
             if not isinstance(node, yaml.ScalarNode):
@@ -181,17 +246,19 @@ class _FileReader:
             except ValueError as exc:
                 self.errors.add(self.file, line, path, str(exc))
                 return INVALID
-        if node.tag.startswith("!"):
+        if node.tag not in _PLAIN_TAGS:
             self.errors.add(
                 self.file, line, path, f"unknown tag {node.tag}; valid tags: !ref, !late, !call"
             )
             return INVALID
         if isinstance(node, yaml.SequenceNode):
-            return [self.value(item, f"{path}[{i}]") for i, item in enumerate(node.value)]
+            return [
+                self.value(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(node.value)
+            ]
         if isinstance(node, yaml.MappingNode):
             return {
-                str(self.constructor.construct_object(k)): self.value(v, f"{path}.{k.value}")
-                for k, v in node.value
+                key: self.value(v, f"{path}.{key}", depth + 1)
+                for key, _, v in self.items(node, path)
             }
         try:
             value = self.constructor.construct_object(node)
@@ -231,12 +298,22 @@ def _read_file(path: Path, errors: _Errors, overlay: bool) -> tuple[yaml.Node | 
     file = str(path)
     reader = _FileReader(file, errors, overlay)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
         errors.add(file, None, "", f"cannot read wiring file: {exc.strerror}")
         return None, reader
     try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        errors.add(
+            file, line, "", f"not UTF-8 text (byte {raw[exc.start]:#04x}); save the file as UTF-8"
+        )
+        return None, reader
+    try:
         return yaml.compose(text, Loader=yaml.SafeLoader), reader
+    except RecursionError:
+        errors.add(file, None, "", f"values nest more than {MAX_DEPTH} levels deep")
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = " ".join(p for p in (exc.context, exc.problem) if p)
@@ -247,6 +324,15 @@ def _read_file(path: Path, errors: _Errors, overlay: bool) -> tuple[yaml.Node | 
 
 
 def _merge_file(wiring: Wiring, root: yaml.Node | None, reader: _FileReader) -> None:
+    try:
+        _merge_document(wiring, root, reader)
+    except _TooLarge as exc:
+        reader.errors.add(reader.file, exc.line, "", exc.problem)
+    except RecursionError:
+        reader.errors.add(reader.file, None, "", f"values nest more than {MAX_DEPTH} levels deep")
+
+
+def _merge_document(wiring: Wiring, root: yaml.Node | None, reader: _FileReader) -> None:
     file, errors = reader.file, reader.errors
     if root is None:
         return
@@ -258,8 +344,7 @@ def _merge_file(wiring: Wiring, root: yaml.Node | None, reader: _FileReader) -> 
             "a wiring file is a mapping with the keys 'plugins' and 'components'",
         )
         return
-    for key_node, value_node in root.value:
-        key, line = key_node.value, key_node.start_mark.line + 1
+    for key, line, value_node in reader.items(root, ""):
         if key == "plugins":
             plugins = reader.value(value_node, "plugins")
             if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
@@ -272,25 +357,25 @@ def _merge_file(wiring: Wiring, root: yaml.Node | None, reader: _FileReader) -> 
                     file, line, "components", "expected a mapping of component name -> {type, args}"
                 )
                 continue
-            for name_node, entry_node in value_node.value:
-                _merge_entry(wiring, name_node, entry_node, reader)
+            for name, name_line, entry_node in reader.items(value_node, "components"):
+                _merge_entry(wiring, name, name_line, entry_node, reader)
         else:
             valid = ", ".join(_TOP_KEYS)
             errors.add(file, line, key, f"unknown top-level key; valid keys: {valid}")
 
 
 def _merge_entry(
-    wiring: Wiring, name_node: yaml.Node, entry_node: yaml.Node, reader: _FileReader
+    wiring: Wiring, name: str, line: int, entry_node: yaml.Node, reader: _FileReader
 ) -> None:
     file, errors = reader.file, reader.errors
-    name, line = str(name_node.value), name_node.start_mark.line + 1
     path = f"components.{name}"
-    if not _NAME.match(name):
+    if not _NAME.match(name) or name.startswith("_"):
         errors.add(
             file,
             line,
             path,
-            "a component name is a Python identifier (letters, digits, underscores)",
+            "a component name is a Python identifier (letters, digits, underscores) that does "
+            "not start with an underscore",
         )
         return
     if isinstance(entry_node, yaml.ScalarNode) and entry_node.tag == "tag:yaml.org,2002:null":
@@ -304,8 +389,7 @@ def _merge_entry(
     if spec is None:
         spec = ComponentSpec(name, None, {}, file, line, (file, line), {})
         wiring.components[name] = spec
-    for key_node, value_node in entry_node.value:
-        key, key_line = key_node.value, key_node.start_mark.line + 1
+    for key, key_line, value_node in reader.items(entry_node, path):
         if key == "type":
             value = reader.value(value_node, f"{path}.type")
             if not isinstance(value, str) or not value:
@@ -325,15 +409,14 @@ def _merge_entry(
                     file, key_line, f"{path}.args", "expected a mapping of argument name -> value"
                 )
                 continue
-            for arg_node, arg_value_node in value_node.value:
-                arg = str(arg_node.value)
+            for arg, arg_line, arg_value_node in reader.items(value_node, f"{path}.args"):
                 value = reader.value(arg_value_node, f"{path}.args.{arg}")
                 if removes_nulls and arg_value_node.tag == "tag:yaml.org,2002:null":
                     spec.args.pop(arg, None)  # an overlay's null removes the argument
                     spec.arg_locs.pop(arg, None)
                     continue
                 spec.args[arg] = value
-                spec.arg_locs[arg] = (file, arg_node.start_mark.line + 1)
+                spec.arg_locs[arg] = (file, arg_line)
         else:
             errors.add(
                 file,

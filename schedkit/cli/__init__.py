@@ -77,21 +77,29 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return 0
 
 
+_UNWRITABLE = object()
+
+
 def _plain(value: Any) -> Any:
+    """``value`` as YAML-writable data, or ``_UNWRITABLE`` (a function, an object)."""
     if isinstance(value, Ref):
         return value
     if isinstance(value, list):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
+    if callable(value):
+        return _UNWRITABLE
     try:
         return msgspec.to_builtins(value)
     except TypeError:
-        return repr(value)
+        return _UNWRITABLE
 
 
 def resolved_config(wiring: Wiring) -> dict[str, Any]:
-    """Every component with every constructor field, defaults filled in, as plain data."""
+    """Every component with every constructor field, defaults filled in, as plain data that
+    loads as a wiring again. A default that is no plain value (a function, an object) is left
+    out: left out, it is the default again."""
     components = {}
     for name, spec in wiring.components.items():
         args = {}
@@ -99,12 +107,15 @@ def resolved_config(wiring: Wiring) -> dict[str, Any]:
             if not field.init:
                 continue
             if field.alias in spec.args:
-                args[field.alias] = _plain(spec.args[field.alias])
+                value = _plain(spec.args[field.alias])
             elif isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
-                if not field.default.takes_self:
-                    args[field.alias] = _plain(field.default.factory())
+                if field.default.takes_self:
+                    continue
+                value = _plain(field.default.factory())
             else:
-                args[field.alias] = _plain(field.default)
+                value = _plain(field.default)
+            if value is not _UNWRITABLE:
+                args[field.alias] = value
         components[name] = {"type": spec.type, "args": args}
     return {"components": components}
 

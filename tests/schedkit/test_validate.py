@@ -55,7 +55,7 @@ EXPECTED = [
         "components.plain.type: tests.schedkit.sample_components:NotAComponent is not a "
         "component; only classes declared with @schedkit.component",
     ),
-    (24, "components.shell.type: os:system is not a component"),
+    (24, "components.shell.type: module 'os' is not a plugin of this wiring"),
     (25, "components.a: eager !ref cycle a -> b -> a; make one edge of it !late"),
 ]
 
@@ -103,6 +103,7 @@ components:
 def test_type_can_name_a_component_class_by_module_path(write, built):
     path = write(
         "w.yaml",
+        "plugins: [tests.schedkit.sample_components]\n"
         "components:\n  c:\n    type: tests.schedkit.sample_components:Counter\n"
         "    args: {start: 4}\n",
     )
