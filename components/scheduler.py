@@ -29,6 +29,7 @@ from schedkit.components.schedule_batch import FinishAbort, ForwardMode, Req, Sc
 from schedkit.components.schedule_policy import SchedulePolicy
 
 from schedkit.component import at_least, component
+from schedkit.kv_events.hashing import MAX_TOKEN_ID
 
 __all__ = ["CLIP_MAX_NEW_TOKENS", "RETRACT_DECODE_STEPS", "Scheduler"]
 
@@ -176,8 +177,11 @@ class Scheduler:
         """Queue a request, or finish it at once with FinishAbort if it is invalid or can
         never fit in the KV pool."""
         error = req.sampling_params.validation_error()
-        if error is None and not req.origin_input_ids:
+        ids = req.origin_input_ids
+        if error is None and not ids:
             error = "input_ids is empty; a request needs at least one prompt token"
+        if error is None and (min(ids) < 0 or max(ids) > MAX_TOKEN_ID):
+            error = f"input_ids must be token ids in [0, {MAX_TOKEN_ID}]"
         if error is None:
             prompt, new = len(req.origin_input_ids), req.sampling_params.max_new_tokens
             if -(-(prompt + new) // self._page_size) * self._page_size > self.allocator.size:

@@ -141,12 +141,14 @@ def test_invalid_and_oversized_requests_finish_with_an_error(assemble):
     good = Req(
         rid="good", origin_input_ids=[5] * 40, sampling_params=SamplingParams(max_new_tokens=8)
     )
-    for req in (bad, huge, good):
+    out_of_range = Req(rid="ids", origin_input_ids=[1, 2**32])
+    for req in (bad, huge, out_of_range, good):
         scheduler.submit(req)
     scheduler.run_until_idle()
     finished = assembly["output_sender"].finished
     assert "max_new_tokens must be an integer >= 1" in finished["bad"].message
     assert "can never fit" in finished["huge"].message
+    assert "token ids in [0, 4294967295]" in finished["ids"].message
     assert len(good.output_ids) == 8
 
 
