@@ -71,7 +71,7 @@ class LPMPolicy:
     requests the queue is left in FCFS order, as SGLang does above 128.
     """
 
-    tree_cache: Any
+    tree_cache: Any = None
     max_queue_for_prefix_match: int = 128
     in_batch_check_threshold: int = IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD
     in_batch_deprioritize_threshold: int = IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD
@@ -95,8 +95,10 @@ class LPMPolicy:
 
     def calc_priority(self, waiting_queue: list[Req]) -> None:
         """Sort by cached prefix length, longest first, requests that share an uncached
-        prefix with an earlier one last (FCFS above the queue threshold)."""
-        if len(waiting_queue) > self.max_queue_for_prefix_match:
+        prefix with an earlier one last. FCFS above the queue threshold, and over a disabled
+        or absent cache, where SGLang falls back to FCFS."""
+        cache = self.tree_cache
+        if cache is None or cache.disable or len(waiting_queue) > self.max_queue_for_prefix_match:
             return
         match_prefix = self.tree_cache.match_prefix
         check, head_len = self.in_batch_check_threshold, self.in_batch_deprioritize_threshold

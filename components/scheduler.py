@@ -9,9 +9,11 @@ KV memory: a request holds one KV slot per token that has KV (``req.kv_indices``
 prefix first, locked in the prefix cache through ``req.last_node``). Prefill admission keeps
 room for the running requests' future tokens, estimated as ``new_token_ratio`` times their
 remaining tokens; the ratio decays while decoding goes well. When a decode step finds too few
-free slots even after evicting from the cache, running requests are retracted (fewest output
-tokens first, as in SGLang): their KV goes into the cache, they return to the front of the
-waiting queue keeping their output, and the ratio rises so that fewer requests are admitted.
+free slots even after evicting from the cache, running requests are retracted as in SGLang
+(fewest output tokens first, finished ones never): the KV they computed is freed, their cached
+prefix unlocked, they join the back of the waiting queue keeping their output, and the ratio
+rises so that fewer requests are admitted. A last request that still cannot get a slot is
+aborted ("out of memory").
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any, Literal
 import attrs
 import structlog
 from schedkit.components.io_struct import ControlReply
-from schedkit.components.req_to_cache import cache_finished_req, fill_ids_prefix
+from schedkit.components.req_to_cache import fill_ids_prefix
 from schedkit.components.schedule_batch import FinishAbort, ForwardMode, Req, ScheduleBatch
 from schedkit.components.schedule_policy import SchedulePolicy
 
@@ -249,7 +251,7 @@ class Scheduler:
             self.running_batch.reqs = []
             for req in retracted:
                 self._retract(req)
-            self.waiting_queue[:0] = retracted
+            self.waiting_queue.extend(retracted)
         self.on_pause()
 
     def continue_generation(self) -> None:
@@ -462,10 +464,16 @@ class Scheduler:
         return True
 
     def _retract_decode(self) -> None:
-        """Retract running requests until the rest have room for a few decode steps."""
+        """Retract running requests until the rest have room for a few decode steps, as
+        SGLang's ``retract_decode``: the fewest output tokens (then the longest prompt) go
+        first, finished requests are never retracted, retracted ones free their own KV and
+        join the back of the waiting queue; if even the last request cannot get one more
+        slot, it is aborted."""
         batch = self.running_batch
         keep = sorted(
-            batch.reqs, key=lambda r: (len(r.output_ids), -len(r.origin_input_ids)), reverse=True
+            (r for r in batch.reqs if r.finished_reason is None),
+            key=lambda r: (len(r.output_ids), -len(r.origin_input_ids)),
+            reverse=True,
         )
         retracted: list[Req] = []
         # Slots the kept requests need for a few steps, and for the next one.
@@ -483,21 +491,36 @@ class Scheduler:
             retracted.append(self.chunked_req)
             self._retract(self.chunked_req)
             self.chunked_req = None
-        if not self._ensure_free(need):
-            raise RuntimeError(
-                f"the KV pool ({self.allocator.size} slots) cannot hold one more token of the "
-                "last running request; requests longer than the pool should have been refused"
-            )
         gone = set(retracted)
+        if keep and not self._ensure_free(need):
+            last = keep.pop()
+            log.error("out of KV memory for the last running request; aborting it", rid=last.rid)
+            gone.add(last)
+            batch.reqs = [r for r in batch.reqs if r not in gone]
+            self._release_kv(last)
+            self._finish_aborted(last, "out of memory: the KV pool cannot hold its next token")
         batch.reqs = [r for r in batch.reqs if r not in gone]
-        self.waiting_queue[:0] = retracted[::-1]  # the furthest along first
+        self.waiting_queue.extend(retracted)
+        if not keep:
+            return
         decoded = sum(len(r.output_ids) for r in keep)
         total = sum(r.sampling_params.max_new_tokens for r in keep)
         self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(keep)) / total)
         log.info("retracted requests", count=len(retracted), new_token_ratio=self.new_token_ratio)
 
+    def _release_kv(self, req: Req) -> None:
+        """Free the KV slots the request computed itself and unlock its cached prefix (the
+        cache keeps that); nothing of it is inserted into the cache."""
+        own = req.kv_indices[req.prefix_len :]
+        if own:
+            self.allocator.free(own)
+        if req.last_node is not None:
+            self.tree_cache.dec_lock_ref(req.last_node)
+        req.kv_indices = []
+        req.last_node = None
+
     def _retract(self, req: Req) -> None:
-        cache_finished_req(self.tree_cache, req)
+        self._release_kv(req)
         req.reset_for_retract()
         self.num_retracted += 1
         self._prefill_blocked = False

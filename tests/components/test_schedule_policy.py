@@ -177,3 +177,17 @@ def test_lpm_matches_sglangs_pass_with_a_temporary_radix_tree(cached, prompts, c
     policy.calc_priority(waiting)
     assert [r.rid for r in waiting] == expected
     assert {r.rid: r.prefix_len for r in waiting} == prefix
+
+
+@pytest.mark.parametrize("disabled", ["absent", "disabled"])
+def test_lpm_over_no_cache_is_fcfs(disabled):
+    cache = None
+    if disabled == "disabled":
+        cache = RadixCache(allocator=TokenToKVPoolAllocator(size=256), disable=True)
+    q = [
+        Req(rid="a1", origin_input_ids=prompt(1, tail=0)),
+        Req(rid="a2", origin_input_ids=prompt(1, tail=20)),  # would be deprioritized
+        Req(rid="b1", origin_input_ids=prompt(2, tail=10)),
+    ]
+    LPMPolicy(tree_cache=cache).calc_priority(q)
+    assert [r.rid for r in q] == ["a1", "a2", "b1"]

@@ -575,3 +575,95 @@ def test_decode_keeps_kv_in_whole_pages_and_a_retraction_step_does_not_decay_the
                 assert page == list(range(page[0], page[0] + len(page)))
     assert set_by_retraction, "no retraction happened: the pool was large enough"
     assert_all_done(env, reqs)
+
+
+# SGLang's retraction semantics (scheduler.update_running_batch / ScheduleBatch.retract_decode).
+
+
+def pressured(page_size=1):
+    env = build(
+        pool=64,
+        page_size=page_size,
+        max_running_requests=8,
+        init_new_token_ratio=0.0,
+        min_new_token_ratio=0.0,
+        chunked_prefill_size=16,
+    )
+    waiting = make_req("waiting", tokens(4, 5000), max_new_tokens=2)
+    reqs = [make_req(f"r{i}", tokens(8, 100 * i), max_new_tokens=24) for i in range(6)]
+    for req in reqs:
+        env.s.submit(req)
+    return env, reqs, waiting
+
+
+def step_until_retraction(env, before=None):
+    for _ in range(500):
+        if before is not None:
+            before()
+        if env.s.num_retracted:
+            return
+        assert env.s.step()
+    raise AssertionError("no retraction happened")
+
+
+def test_retracted_kv_is_freed_not_cached():
+    env, reqs, _ = pressured()
+    cached_before = []
+    step_until_retraction(env, before=lambda: cached_before.append(env.cache.total_size()))
+    retracted = [r for r in env.s.waiting_queue if r.is_retracted]
+    assert retracted
+    for req in retracted:
+        # Its generated tokens never entered the cache: a match stops at the prompt.
+        key = req.origin_input_ids + req.output_ids
+        assert env.cache.match_prefix(key).prefix_len <= len(req.origin_input_ids)
+    assert env.cache.total_size() <= cached_before[-1]
+    env.s.run_until_idle()
+    assert_all_done(env, reqs)
+
+
+def running_four(env):
+    for _ in range(500):
+        if len(env.s.running_batch.reqs) >= 4:
+            return
+        env.s.step()
+    raise AssertionError("four requests never ran at once")
+
+
+def test_retracted_requests_join_the_back_of_the_queue():
+    env, reqs, waiting = pressured()
+    running_four(env)
+    env.s.waiting_queue.append(waiting)
+    before = list(env.s.waiting_queue)
+    hog = env.allocator.alloc(env.allocator.available_size())  # the pool is full
+    env.cache.evict(env.pool)
+    env.s._retract_decode()
+    queue = env.s.waiting_queue
+    assert queue[: len(before)] == before and len(queue) > len(before)
+    assert all(r.is_retracted for r in queue[len(before) :])
+    env.allocator.free(hog)
+    env.s.run_until_idle()
+    assert_all_done(env, [*reqs, waiting])
+
+
+def test_finished_requests_in_the_running_batch_are_not_retracted():
+    env, _, _ = pressured()
+    running_four(env)
+    victim = min(env.s.running_batch.reqs, key=lambda r: len(r.output_ids))
+    victim.finished_reason = FinishLength(len(victim.output_ids))  # finished, not yet removed
+    env.s._retract_decode()
+    assert victim not in env.s.waiting_queue and not victim.is_retracted
+
+
+def test_out_of_memory_with_one_request_left_aborts_it():
+    env = build(pool=32, init_new_token_ratio=0.0, min_new_token_ratio=0.0)
+    req = make_req("only", tokens(8, 1), max_new_tokens=24)  # fits the pool on submit
+    env.s.submit(req)
+    assert env.s.step()  # prefill
+    # Something else takes the pool's free slots: the request cannot get its next slot.
+    env.allocator.alloc(env.allocator.available_size())
+    env.cache.evict(env.pool)
+    env.s.step()
+    assert isinstance(req.finished_reason, FinishAbort)
+    assert "out of memory" in req.finished_reason.message
+    assert env.streamer.finishes["only"] == 1
+    assert env.s.running_batch.reqs == []
