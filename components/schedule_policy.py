@@ -40,6 +40,27 @@ class SchedulePolicy(Protocol):
         """Sort ``waiting_queue`` in place, first to be admitted first."""
 
 
+@component("priority")
+class PriorityPolicy:
+    """Priority scheduling, as SGLang's ``--enable-priority-scheduling``: higher
+    ``Req.priority`` first (lower first with ``low_values_first``, SGLang's
+    ``--schedule-low-priority-values-first``), first come first served among equals; a request
+    without a priority counts as ``default_priority``. Running requests are not preempted."""
+
+    low_values_first: bool = False
+    default_priority: int = 0
+
+    def calc_priority(self, waiting_queue: list[Req]) -> None:
+        """Sort by priority; the sort is stable, so arrival order breaks ties."""
+        sign = 1 if self.low_values_first else -1
+        default = self.default_priority
+
+        def key(req: Req) -> int:
+            return sign * (default if req.priority is None else req.priority)
+
+        waiting_queue.sort(key=key)
+
+
 @component("fcfs")
 class FCFSPolicy:
     """First come, first served: the queue stays as it is."""

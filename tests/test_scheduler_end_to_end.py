@@ -133,6 +133,26 @@ def test_a_lone_long_prompt_has_no_cache_hits_from_its_own_chunks(assemble):
     assert assembly["metrics_reporter"].stats.cache_hit_rate > 0.45
 
 
+def test_priority_policy_from_the_wiring_admits_by_priority(assemble):
+    assembly = assemble(
+        {
+            "components": {
+                "policy": {"type": "priority", "args": {"tree_cache": None}},
+                "scheduler": {"args": {"max_running_requests": 1}},
+            }
+        }
+    )
+    scheduler = assembly["scheduler"]
+    order = []
+    for rid, priority in [("p0", 0), ("p9", 9), ("pnone", None), ("p5", 5)]:
+        req = Req(rid=rid, origin_input_ids=[3, 4, 5], priority=priority)
+        req.sampling_params.max_new_tokens = 2
+        scheduler.submit(req)
+    while scheduler.step():
+        order += [r.rid for r in scheduler.running_batch.reqs if r.rid not in order]
+    assert order == ["p9", "p5", "p0", "pnone"]
+
+
 def test_invalid_and_oversized_requests_finish_with_an_error(assemble):
     assembly = assemble({"components": {"allocator": {"args": {"size": 1024}}}})
     scheduler = assembly["scheduler"]

@@ -4,7 +4,7 @@ from hypothesis import strategies as st
 from schedkit.components.allocator import TokenToKVPoolAllocator
 from schedkit.components.radix_cache import RadixCache
 from schedkit.components.schedule_batch import Req
-from schedkit.components.schedule_policy import FCFSPolicy, LPMPolicy
+from schedkit.components.schedule_policy import FCFSPolicy, LPMPolicy, PriorityPolicy
 
 from schedkit.component import component_name
 
@@ -191,3 +191,18 @@ def test_lpm_over_no_cache_is_fcfs(disabled):
     ]
     LPMPolicy(tree_cache=cache).calc_priority(q)
     assert [r.rid for r in q] == ["a1", "a2", "b1"]
+
+
+def test_priority_policy_orders_by_priority_then_arrival():
+    q = [
+        Req(rid="low", origin_input_ids=[1], priority=-1),
+        Req(rid="none1", origin_input_ids=[1]),
+        Req(rid="high1", origin_input_ids=[1], priority=5),
+        Req(rid="none2", origin_input_ids=[1]),
+        Req(rid="high2", origin_input_ids=[1], priority=5),
+    ]
+    PriorityPolicy().calc_priority(q)
+    assert [r.rid for r in q] == ["high1", "high2", "none1", "none2", "low"]
+    PriorityPolicy(low_values_first=True).calc_priority(q)
+    assert [r.rid for r in q] == ["low", "none1", "none2", "high1", "high2"]
+    assert component_name(PriorityPolicy) == "priority"
