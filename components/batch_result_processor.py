@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from schedkit.components.protocols import KVAllocator, PrefixCache
 from schedkit.components.req_to_cache import cache_finished_req, cache_unfinished_req
 from schedkit.components.schedule_batch import (
     FinishAbort,
@@ -46,9 +47,9 @@ class BatchResultProcessor:
     ``tree_cache`` (which frees into the allocator).
     """
 
-    tree_cache: Any
+    tree_cache: PrefixCache
     output_streamer: Any
-    allocator: Any = None
+    allocator: KVAllocator | None = None
     eos_token_id: int | None = None
     report_prefill_stats: Callable[[ScheduleBatch], None] = _noop
     report_decode_stats: Callable[[ScheduleBatch], None] = _noop

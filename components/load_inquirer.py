@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from schedkit.components.parallel_state import ParallelState
+from schedkit.components.protocols import KVAllocator, PrefixCache
 from schedkit.components.schedule_batch import Req, ScheduleBatch
 
 from schedkit.component import component
@@ -28,8 +29,8 @@ class LoadInquirer:
     count as free) and ``token_usage = num_used_tokens / allocator.size``.
     """
 
-    allocator: Any
-    tree_cache: Any
+    allocator: KVAllocator
+    tree_cache: PrefixCache
     parallel_state: ParallelState
     get_running_batch: Callable[[], ScheduleBatch]
     get_waiting_queue: Callable[[], list[Req]]

@@ -9,11 +9,11 @@ Each send carries only the tokens produced since the request's previous send.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import attrs
 from schedkit.components.io_struct import BatchEmbeddingOutput, BatchTokenIDOutput
 from schedkit.components.parallel_state import ParallelState
+from schedkit.components.protocols import OutputSender, PrefixCache
 from schedkit.components.schedule_batch import Req
 
 from schedkit.component import at_least, component
@@ -35,8 +35,8 @@ class OutputStreamer:
     carry a finished request.
     """
 
-    sender: Any
-    tree_cache: Any
+    sender: OutputSender
+    tree_cache: PrefixCache | None
     parallel_state: ParallelState
     stream_interval: int = attrs.field(default=1, validator=at_least(1))
     force_stream_interval: int = attrs.field(default=50, validator=at_least(1))

@@ -11,8 +11,9 @@ compute (in-batch prefix caching).
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import Protocol
 
+from schedkit.components.protocols import PrefixCache
 from schedkit.components.req_to_cache import fill_ids_prefix
 from schedkit.components.schedule_batch import Req
 
@@ -92,7 +93,7 @@ class LPMPolicy:
     requests the queue is left in FCFS order, as SGLang does above 128.
     """
 
-    tree_cache: Any = None
+    tree_cache: PrefixCache | None = None
     max_queue_for_prefix_match: int = 128
     in_batch_check_threshold: int = IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD
     in_batch_deprioritize_threshold: int = IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD

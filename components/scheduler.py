@@ -26,6 +26,7 @@ from typing import Any, Literal
 import attrs
 import structlog
 from schedkit.components.io_struct import ControlReply
+from schedkit.components.protocols import KVAllocator, ModelRunner, PrefixCache, RequestReceiver
 from schedkit.components.req_to_cache import fill_ids_prefix
 from schedkit.components.schedule_batch import FinishAbort, ForwardMode, Req, ScheduleBatch
 from schedkit.components.schedule_policy import SchedulePolicy
@@ -56,11 +57,11 @@ class Scheduler:
     are bound late to the KV-events publisher, metrics reporter and load inquirer.
     """
 
-    request_receiver: Any
-    allocator: Any
-    tree_cache: Any
+    request_receiver: RequestReceiver
+    allocator: KVAllocator
+    tree_cache: PrefixCache
     policy: SchedulePolicy
-    model_runner: Any
+    model_runner: ModelRunner
     batch_result_processor: Any
     now: Callable[[], float] = time.monotonic
     publish_kv_events: Callable[[], None] = _noop

@@ -171,6 +171,25 @@ def _required_class(tp: Any) -> type | None:
     return None
 
 
+def _required_protocol(tp: Any) -> type | None:
+    """The ``typing.Protocol`` a field's type names (``P`` or ``P | None``), if any."""
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        members = [a for a in typing.get_args(tp) if a is not type(None)]
+        tp = members[0] if len(members) == 1 else None
+    return tp if getattr(tp, "_is_protocol", False) else None
+
+
+def protocol_members(protocol: type) -> list[str]:
+    """The attributes and methods a class must have to satisfy ``protocol``."""
+    names: set[str] = set()
+    for base in protocol.__mro__:
+        if base in (object, typing.Protocol, typing.Generic):
+            continue
+        names.update(getattr(base, "__annotations__", {}))
+        names.update(n for n, v in vars(base).items() if callable(v) or isinstance(v, property))
+    return sorted(n for n in names if not n.startswith("_"))
+
+
 def _type_name(tp: Any) -> str:
     if tp is type(None):
         return "None"
@@ -239,6 +258,19 @@ class _Checker:
                         f"expects {_type_name(tp)}, but {value} is a "
                         f"{target_cls.__name__}; reference a {required.__name__} component",
                     )
+                protocol = _required_protocol(tp)
+                if target_cls is not None and protocol is not None and not value.attrs:
+                    missing = [
+                        m for m in protocol_members(protocol) if not _has_attribute(target_cls, m)
+                    ]
+                    if missing:
+                        self.add(
+                            spec,
+                            key,
+                            path,
+                            f"expects a {protocol.__name__}, but {value} is a "
+                            f"{target_cls.__name__}, which lacks {', '.join(missing)}",
+                        )
             elif not _is_callable_type(tp):
                 self.add(
                     spec,

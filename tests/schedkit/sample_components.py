@@ -12,8 +12,8 @@ from schedkit import component
 EVENTS: list[str] = []
 
 
-class HasValue(Protocol):
-    value: int
+class Named(Protocol):
+    name: str
 
 
 @component("sample_counter")
@@ -40,7 +40,7 @@ class Reader:
     get_value: Callable[[], int]
     bump: Callable[..., int] | None = None
     counter: Counter | None = None
-    peer: HasValue | None = None
+    peer: Named | None = None
     anything: Any = None
     name: str = "reader"
 

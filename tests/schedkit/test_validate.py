@@ -1,7 +1,11 @@
+from pathlib import Path
+
 import pytest
 
 from schedkit import WiringError, load_wiring
 from tests.schedkit.sample_components import EVENTS
+
+ROOT = Path(__file__).resolve().parents[2]
 
 MISTAKES = """\
 plugins: [tests.schedkit.sample_components]
@@ -90,7 +94,7 @@ components:
     fixed = cycle.replace("peer: !ref a}", "peer: !late a}")
     with pytest.raises(WiringError) as info:  # peer is not callable-typed: late is refused there
         load_wiring(write("fixed.yaml", fixed))
-    assert "!late a gives a callable, but the field is HasValue | None" in str(info.value)
+    assert "!late a gives a callable, but the field is Named | None" in str(info.value)
 
     fixed = cycle.replace("peer: !ref a}", "bump: !call a.get_value}")
     assembly = built(load_wiring(write("fixed.yaml", fixed)))
@@ -124,16 +128,50 @@ def test_eager_reference_of_the_wrong_class_is_refused(write):
     )
 
 
-def test_fields_typed_any_or_protocol_take_any_component(write, built):
+def test_any_takes_any_component_and_a_protocol_one_with_its_members(write, built):
+    path = write(
+        "w.yaml",
+        "plugins: [tests.schedkit.sample_components]\ncomponents:\n"
+        "  p:\n    type: sample_pair\n"
+        "  o:\n    type: sample_reader\n    args: {get_value: !late p.items}\n"
+        "  r:\n    type: sample_reader\n"
+        "    args: {get_value: !late p.items, anything: !ref p, peer: !ref o}\n",
+    )
+    assembly = built(load_wiring(path))
+    assert assembly["r"].anything is assembly["p"] and assembly["r"].peer is assembly["o"]
+
+
+def test_a_component_lacking_a_protocols_members_is_refused(write):
     path = write(
         "w.yaml",
         "plugins: [tests.schedkit.sample_components]\ncomponents:\n"
         "  p:\n    type: sample_pair\n"
         "  r:\n    type: sample_reader\n"
-        "    args: {get_value: !late p.items, anything: !ref p, peer: !ref p}\n",
+        "    args: {get_value: !late p.items, peer: !ref p}\n",
     )
-    assembly = built(load_wiring(path))
-    assert assembly["r"].anything is assembly["p"] is assembly["r"].peer
+    with pytest.raises(WiringError) as info:
+        load_wiring(path)
+    assert info.value.errors == [
+        f"{path}:7: components.r.args.peer: expects a Named, but !ref p is a Pair, which lacks name"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("field", "target", "missing"),
+    [
+        ("scheduler.tree_cache", "output_streamer", "PrefixCache, but !ref output_streamer"),
+        ("scheduler.model_runner", "allocator", "which lacks forward, now"),
+        ("output_streamer.sender", "tree_cache", "OutputSender, but !ref tree_cache is a"),
+        ("scheduler.request_receiver", "parallel_state", "which lacks recv_requests"),
+    ],
+)
+def test_the_default_wiring_refuses_incompatible_components(write, field, target, missing):
+    name, arg = field.split(".")
+    overlay = write("o.yaml", f"components:\n  {name}:\n    args:\n      {arg}: !ref {target}\n")
+    with pytest.raises(WiringError) as info:
+        load_wiring(ROOT / "wiring.yaml", overlay)
+    (error,) = [e for e in info.value.errors if f"components.{name}.args.{arg}" in e]
+    assert error.startswith(f"{overlay}:4: ") and missing in error
 
 
 def test_plain_values_are_converted_to_the_field_type(write):
