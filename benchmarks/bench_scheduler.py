@@ -13,10 +13,11 @@ W1: 2,000 requests, all at once, 512-token prompts in 20 groups sharing a 384-to
     the number of decode steps), with KV events and streaming off, then on. Off: no KV-events
     config (the cache records nothing), requests not streaming and an output sender that drops
     what it is given. On: a ZeroMQ PUB publisher (with its replay socket) on free loopback
-    ports, every request streaming every token to the in-process collector, which encodes and
-    decodes each message. Reference: a lean Python scheduler (nano-vllm) does ~0.7 us per token
-    on a 2-core machine; the calibration line (CPU time of ``sum(range(10**6))``) shows how fast
-    this machine runs pure Python.
+    ports and every request streaming every token, to the default wiring's ``output_tally``
+    (each message encoded as on the wire, then counted), and for comparison to the recording
+    collector (encoded, decoded and kept, as tests use it). Target: on <= 2x off. The
+    calibration line (CPU time of ``sum(range(10**6))``) shows how fast this machine runs pure
+    Python. No other scheduler is measured here.
 
 Usage: ``python benchmarks/bench_scheduler.py [--quick]``; exits 0 whether targets are met or not.
 """
@@ -40,6 +41,7 @@ from schedkit.components.batch_result_processor import BatchResultProcessor
 from schedkit.components.kv_events_publisher import KvEventsPublisher
 from schedkit.components.load_inquirer import LoadInquirer
 from schedkit.components.metrics_reporter import MetricsReporter
+from schedkit.components.output_sender import InprocOutputCollector
 from schedkit.components.output_streamer import OutputStreamer
 from schedkit.components.parallel_state import ParallelState
 from schedkit.components.radix_cache import RadixCache
@@ -54,7 +56,7 @@ from schedkit.sim.workload import shared_prefix_workload
 ROOT = Path(__file__).resolve().parents[1]
 WIRING = ROOT / "wiring.yaml"
 TARGET_RATIO = 1.03
-REFERENCE_US_PER_TOKEN = 0.7  # nano-vllm's scheduler on a 2-core machine
+TARGET_ON_OFF = 2.0
 # What the calibration loop takes on a current desktop CPU, for the normalised estimate.
 DESKTOP_CALIBRATION_MS = 12.5
 
@@ -92,10 +94,13 @@ def overlay(events: bool) -> dict:
     return {"components": components}
 
 
-def yaml_assembly(events: bool, stream: bool) -> schedkit.Assembly:
-    """The default wiring with ``overlay(events)``; a dropping sender unless streaming."""
+def yaml_assembly(events: bool, stream: bool, sender: Any = None) -> schedkit.Assembly:
+    """The default wiring with ``overlay(events)``; a dropping sender unless streaming (then
+    the wiring's own, or ``sender``)."""
     wiring = schedkit.load_wiring(WIRING, overlay(events))
-    overrides = {} if stream else {"output_sender": DroppingSender()}
+    if not stream:
+        sender = DroppingSender()
+    overrides = {} if sender is None else {"output_sender": sender}
     return schedkit.build(wiring, overrides=overrides)
 
 
@@ -235,32 +240,37 @@ def bench_assembly(size: dict) -> None:
 def bench_cpu(size: dict, calibration: float) -> None:
     """(b): CPU per generated token and per decode step, events and streaming off / on."""
     normalise = DESKTOP_CALIBRATION_MS / calibration
-    for label, on in (("off", False), ("on", True)):
+    configs = (
+        ("off", False, None),
+        ("on (output_tally)", True, None),
+        ("on (recording collector)", True, InprocOutputCollector),
+    )
+    per_token: dict[str, float] = {}
+    for label, on, sender in configs:
         process, thread, counts = [], [], {}
         for _ in range(size["runs"]):
-            with yaml_assembly(events=on, stream=on) as assembly:
-                if on:
-                    endpoint = assembly["kv_events_publisher"].endpoint
+            fresh = None if sender is None else sender()
+            with yaml_assembly(events=on, stream=on, sender=fresh) as assembly:
                 cpu, thread_cpu, counts = run_w1(assembly, size, on, time.process_time)
             process.append(cpu)
             thread.append(thread_cpu)
         tokens, steps = counts["tokens"], counts["decode_steps"]
-        per_token = statistics.median(process) / tokens * 1e6
+        per_token[label] = statistics.median(process) / tokens * 1e6
         best_token = min(process) / tokens * 1e6
         per_step = statistics.median(process) / steps * 1e6
         thread_token = statistics.median(thread) / tokens * 1e6
-        where = f" (KV events on {endpoint})" if on else ""
-        print(f"(b) events+streaming {label}{where}: {tokens} tokens, {steps} decode steps")
         print(
-            f"(b) events+streaming {label}: {per_token:.3f} us/token (min {best_token:.3f}), "
-            f"{per_step:.1f} us/decode step; scheduler thread alone {thread_token:.3f} us/token"
+            f"(b) events+streaming {label}: {per_token[label]:.3f} us/token "
+            f"(min {best_token:.3f}, ~{per_token[label] * normalise:.3f} on a desktop), "
+            f"{per_step:.1f} us/decode step; scheduler thread alone {thread_token:.3f} us/token "
+            f"({tokens} tokens, {steps} decode steps)"
         )
-        estimate = per_token * normalise
-        verdict = "met" if estimate <= REFERENCE_US_PER_TOKEN else "NOT met"
+    for label in ("on (output_tally)", "on (recording collector)"):
+        ratio = per_token[label] / per_token["off"]
+        verdict = "met" if ratio <= TARGET_ON_OFF else "NOT met"
         print(
-            f"(b) events+streaming {label}: normalised to a {DESKTOP_CALIBRATION_MS} ms "
-            f"calibration: {estimate:.3f} us/token vs nano-vllm ~{REFERENCE_US_PER_TOKEN} "
-            f"us/token: {verdict}"
+            f"ratio b {label} / off = {ratio:.2f}"
+            + (f"  target <= {TARGET_ON_OFF}: {verdict}" if "tally" in label else "")
         )
 
 
