@@ -17,10 +17,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from heapq import heapify, heappop, heappush
+from typing import Any
 
 import attrs
 from schedkit.components._event_recorder import EventRecorder
 from schedkit.components.allocator import OutOfKVSlotsError, TokenToKVPoolAllocator
+from schedkit.components.eviction_policy import EVICTION_POLICIES, EvictionPolicy
 
 from schedkit.component import at_least, component
 
@@ -30,16 +32,23 @@ __all__ = ["MatchResult", "RadixCache", "RadixKey", "TreeNode"]
 class RadixKey(list):
     """Token ids in a namespace: requests whose keys differ in ``extra_key`` or ``cache_salt``
     never share cached KV, and their published page hashes are namespaced (see
-    ``schedkit.kv_events.hashing``). A plain list is the key of the default namespace."""
+    ``schedkit.kv_events.hashing``). A plain list is the key of the default namespace.
+    ``priority`` (the request's) raises the nodes' priority for the ``priority`` eviction
+    policy."""
 
-    __slots__ = ("cache_salt", "extra_key")
+    __slots__ = ("cache_salt", "extra_key", "priority")
 
     def __init__(
-        self, token_ids: Sequence[int], extra_key: str | None = None, cache_salt: str | None = None
+        self,
+        token_ids: Sequence[int],
+        extra_key: str | None = None,
+        cache_salt: str | None = None,
+        priority: int | None = None,
     ) -> None:
         super().__init__(token_ids)
         self.extra_key = extra_key
         self.cache_salt = cache_salt
+        self.priority = priority
 
     @property
     def namespace(self) -> tuple[str | None, str | None] | None:
@@ -55,17 +64,21 @@ class TreeNode:
     ``digests`` holds the pages' 32-byte hash-chain digests and ``hashes`` the hashes events
     carry for them (both None when events are off); the last digest is what a child's first
     page chains from. ``value`` is None once the node has left the tree (evicted, or dropped
-    by ``reset``). A root (one per namespace) has no parent.
+    by ``reset``). A root (one per namespace) has no parent. ``created``, ``hit_count`` and
+    ``priority`` feed the eviction policies (``schedkit.components.eviction_policy``).
     """
 
     __slots__ = (
         "children",
+        "created",
         "digests",
         "hashes",
+        "hit_count",
         "key",
         "last_access_time",
         "lock_ref",
         "parent",
+        "priority",
         "value",
     )
 
@@ -83,6 +96,9 @@ class TreeNode:
         self.parent = parent
         self.digests = digests
         self.hashes = hashes
+        self.created = last_access_time
+        self.hit_count = 0
+        self.priority = 0
         self.last_access_time = last_access_time
         self.children: dict = {}
         self.lock_ref = 0
@@ -180,18 +196,22 @@ class RadixCache:
     allocator: TokenToKVPoolAllocator | None = None
     capacity: int | None = None
     disable: bool = False
+    eviction_policy: EvictionPolicy = attrs.field(
+        default="lru", validator=attrs.validators.in_(EVICTION_POLICIES)
+    )
 
     root: TreeNode | None = attrs.field(init=False, repr=False, default=None)
     # The roots of the namespaced trees, by (extra_key, cache_salt).
     _namespace_roots: dict = attrs.field(init=False, repr=False, factory=dict)
     _evictable_size: int = attrs.field(init=False, repr=False, default=0)
     _protected_size: int = attrs.field(init=False, repr=False, default=0)
-    # Eviction candidates, lazily maintained: (last_access_time, seq, node) pushed whenever a
-    # node becomes an unlocked leaf. An entry is stale when its node has since been locked,
-    # got children or left the tree (dropped when popped) or was used again (pushed again
-    # with its new time when popped). Every unlocked leaf has an entry no newer than its
-    # last use, so popping yields leaves in least-recently-used order.
-    _heap: list[tuple[int, int, TreeNode]] = attrs.field(init=False, repr=False, factory=list)
+    # Eviction candidates, lazily maintained: (policy key, seq, node) pushed whenever a node
+    # becomes an unlocked leaf. An entry is stale when its node has since been locked, got
+    # children or left the tree (dropped when popped) or its key changed, by use (pushed
+    # again with its new key when popped). Keys only grow, so every unlocked leaf has an
+    # entry no larger than its key, and popping yields leaves in the policy's order.
+    _heap: list[tuple[Any, int, TreeNode]] = attrs.field(init=False, repr=False, factory=list)
+    _evict_key: Callable[[TreeNode], Any] = attrs.field(init=False, repr=False)
     _num_nodes: int = attrs.field(init=False, repr=False, default=0)
     _seq: Callable[[], int] = attrs.field(init=False, repr=False)
     _events: EventRecorder | None = attrs.field(init=False, repr=False, default=None)
@@ -205,6 +225,7 @@ class RadixCache:
         self._tick = itertools.count().__next__
         self._seq = itertools.count().__next__
         self._child_key = child_key_fn(self.page_size)
+        self._evict_key = EVICTION_POLICIES[self.eviction_policy]
         self.reset()
 
     def match_prefix(self, key: Sequence[int]) -> MatchResult:
@@ -237,6 +258,7 @@ class RadixCache:
                 m = match_len(node_key, key, pos, page_size)
                 child = self._split(child, m)
             child.last_access_time = tick()
+            child.hit_count += 1
             indices += child.value
             node = child
             pos += m
@@ -251,8 +273,9 @@ class RadixCache:
         """
         root = self.root
         if type(key) is not list:
-            if type(key) is RadixKey and key.namespace is not None:
-                root = self._namespace_root(key.namespace)
+            if type(key) is RadixKey:
+                if key.namespace is not None:
+                    root = self._namespace_root(key.namespace)
             else:
                 key = list(key)
         if value is not None:
@@ -269,6 +292,7 @@ class RadixCache:
         page_size, tick, child_key = self.page_size, self._tick, self._child_key
         end = len(key) - len(key) % page_size
         to_free = value[end:] if value is not None else []
+        priority = key.priority if type(key) is RadixKey and key.priority is not None else None
         node, pos = root, 0
         while pos < end:
             child = node.children.get(child_key(key, pos))
@@ -279,6 +303,8 @@ class RadixCache:
                 m = match_len(child.key, key, pos, page_size)
                 child = self._split(child, m)
             child.last_access_time = tick()
+            if priority is not None and priority > child.priority:
+                child.priority = priority
             if value is not None:
                 given = value[pos : pos + m]
                 if given != child.value:
@@ -343,10 +369,10 @@ class RadixCache:
         heap = self._heap
         evicted = 0
         while evicted < num_tokens and heap:
-            used, _, leaf = heappop(heap)
+            queued, _, leaf = heappop(heap)
             if leaf.value is None or leaf.lock_ref or leaf.children:
                 continue  # stale: evicted, locked or no longer a leaf
-            if used != leaf.last_access_time:
+            if queued != self._evict_key(leaf):
                 self._push(leaf)  # used since it was queued
                 continue
             evicted += len(leaf.key)
@@ -436,6 +462,8 @@ class RadixCache:
             None if hashes is None else hashes[:cut],
         )
         upper.lock_ref = child.lock_ref
+        upper.created, upper.hit_count = child.created, child.hit_count
+        upper.priority = child.priority
         upper.children[self._child_key(child.key, m)] = child
         child.parent.children[self._child_key(child.key, 0)] = upper
         child.key = child.key[m:]
@@ -461,6 +489,8 @@ class RadixCache:
             parent_digest = parent.digests[-1] if parent.digests else None
             digests, hashes = events.hash_pages(key, parent_digest, extra_key, cache_salt)
         leaf = TreeNode(key, value, parent, digests, self._tick(), hashes)
+        if type(full_key) is RadixKey and full_key.priority is not None:
+            leaf.priority = full_key.priority
         if parent.parent is None and parent is not self.root:
             # Making room for this leaf may have emptied (and dropped) its namespace's root.
             self._namespace_roots[parent.key.namespace] = parent
@@ -493,12 +523,12 @@ class RadixCache:
         if len(heap) > 2 * self._num_nodes + 64:
             # Mostly stale entries: rebuild from the tree (amortised over the pushes since).
             heap[:] = [
-                (n.last_access_time, self._seq(), n)
+                (self._evict_key(n), self._seq(), n)
                 for n in self._nodes()
                 if not n.children and not n.lock_ref
             ]
             heapify(heap)
-        heappush(heap, (node.last_access_time, self._seq(), node))
+        heappush(heap, (self._evict_key(node), self._seq(), node))
 
     def _nodes(self) -> list[TreeNode]:
         """Every node of every namespace's tree but the roots."""

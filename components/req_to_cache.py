@@ -25,9 +25,9 @@ def fill_ids_prefix(req: Req, n: int) -> list[int]:
     if n < 0:
         n = max(0, n + len(origin) + len(req.output_ids))
     key = origin[:n] if n <= len(origin) else origin + req.output_ids[: n - len(origin)]
-    if req.extra_key is None and req.cache_salt is None:
+    if req.extra_key is None and req.cache_salt is None and req.priority is None:
         return key
-    return RadixKey(key, req.extra_key, req.cache_salt)
+    return RadixKey(key, req.extra_key, req.cache_salt, req.priority)
 
 
 def cache_finished_req(tree_cache: Any, req: Req) -> None:
