@@ -26,22 +26,19 @@ from typing import Any, Literal
 import attrs
 import structlog
 from schedkit.components.io_struct import ControlReply
+from schedkit.components.kv_slots import KVSlots
+from schedkit.components.new_token_ratio import RETRACT_DECODE_STEPS, NewTokenRatio
+from schedkit.components.prefill_adder import PrefillAdder, remaining_new_tokens
 from schedkit.components.protocols import KVAllocator, ModelRunner, PrefixCache, RequestReceiver
-from schedkit.components.req_to_cache import fill_ids_prefix
 from schedkit.components.schedule_batch import FinishAbort, ForwardMode, Req, ScheduleBatch
 from schedkit.components.schedule_policy import SchedulePolicy
 
 from schedkit.component import at_least, component
 from schedkit.kv_events.hashing import MAX_TOKEN_ID
 
-__all__ = ["CLIP_MAX_NEW_TOKENS", "RETRACT_DECODE_STEPS", "Scheduler"]
+__all__ = ["Scheduler"]
 
 log = structlog.get_logger(__name__)
-
-# Admission counts at most this many future tokens per request (SGLang's value).
-CLIP_MAX_NEW_TOKENS = 4096
-# After a retraction, the remaining requests must have room for this many decode steps.
-RETRACT_DECODE_STEPS = 20
 
 
 def _noop() -> None:
@@ -82,12 +79,12 @@ class Scheduler:
     )
     chunked_req: Req | None = attrs.field(init=False, default=None)
     paused: bool = attrs.field(init=False, default=False)
-    new_token_ratio: float = attrs.field(init=False, default=0.0)
     peak_running_requests: int = attrs.field(init=False, default=0)
     num_retracted: int = attrs.field(init=False, default=0)
     finished_count: int = attrs.field(init=False, default=0)
     _page_size: int = attrs.field(init=False, default=1)
-    _ratio_decay: float = attrs.field(init=False, default=0.0)
+    _kv: KVSlots = attrs.field(init=False, repr=False)
+    _ratio: NewTokenRatio = attrs.field(init=False, repr=False)
     # Set when admission failed for lack of KV room; cleared when a request leaves or arrives.
     _prefill_blocked: bool = attrs.field(init=False, default=False)
 
@@ -104,15 +101,15 @@ class Scheduler:
                 "chunked_prefill_size must be None (no chunking) or an integer >= page_size "
                 f"({self._page_size}), got {size!r}"
             )
-        if not 0.0 <= self.min_new_token_ratio <= self.init_new_token_ratio <= 1.0:
-            raise ValueError(
-                "need 0 <= min_new_token_ratio <= init_new_token_ratio <= 1, got "
-                f"{self.min_new_token_ratio} and {self.init_new_token_ratio}"
-            )
-        self.new_token_ratio = self.init_new_token_ratio
-        self._ratio_decay = (
-            self.init_new_token_ratio - self.min_new_token_ratio
-        ) / self.new_token_ratio_decay_steps
+        self._ratio = NewTokenRatio(
+            self.init_new_token_ratio, self.min_new_token_ratio, self.new_token_ratio_decay_steps
+        )
+        self._kv = KVSlots(self.allocator, self.tree_cache, self._page_size)
+
+    @property
+    def new_token_ratio(self) -> float:
+        """The share of running requests' remaining output that admission reserves room for."""
+        return self._ratio.value
 
     # ---- the loop ----------------------------------------------------------------------
 
@@ -153,7 +150,7 @@ class Scheduler:
         """Idle housekeeping: idle metrics, KV events, reset the new-token ratio."""
         self.maybe_log_idle_metrics()
         self.publish_kv_events()
-        self.new_token_ratio = self.init_new_token_ratio
+        self._ratio.reset()
 
     def _after_batch(self, batch: ScheduleBatch) -> None:
         """Move prefilled requests into the running batch; drop finished ones."""
@@ -265,7 +262,7 @@ class Scheduler:
             return False
         self.tree_cache.reset()
         self.allocator.clear()
-        self.new_token_ratio = self.init_new_token_ratio
+        self._ratio.reset()
         return True
 
     def _handle_control(self, item: Any) -> None:
@@ -297,84 +294,38 @@ class Scheduler:
         return self.get_new_batch_prefill() or self.update_running_batch()
 
     def get_new_batch_prefill(self) -> ScheduleBatch | None:
-        """Continue the chunked request and admit waiting requests within the budgets."""
+        """Continue the chunked request, then admit waiting requests in policy order until
+        the first that does not fit (``PrefillAdder``)."""
         running, chunked = self.running_batch.reqs, self.chunked_req
         if self._prefill_blocked or (
             chunked is None
             and (not self.waiting_queue or len(running) >= self.max_running_requests)
         ):
             return None
-        allocator, tree_cache = self.allocator, self.tree_cache
-        # Slots held back for the future tokens of the requests already running.
-        offset = self.new_token_ratio * sum(map(_remaining_new, running))
-        rem_input = self.max_prefill_tokens
-        rem_chunk = self.chunked_prefill_size or 1 << 62
-        batch = ScheduleBatch(reqs=[], forward_mode=ForwardMode.EXTEND)
-
-        def add(req: Req, pre: int, ext: int, hit: int) -> None:
-            nonlocal offset, rem_input, rem_chunk
-            req.num_computed_tokens = pre + ext
-            req.is_chunked = pre + ext < req.seqlen
-            if req.is_chunked:
-                self.chunked_req = req
-            else:
-                offset += _remaining_new(req)
-            batch.reqs.append(req)
-            batch.prefix_lens.append(pre)
-            batch.extend_lens.append(ext)
-            batch.cache_hit_lens.append(hit)
-            rem_input -= ext
-            rem_chunk -= ext
-
-        if chunked is not None:
-            self.chunked_req = None
-            pre = len(chunked.kv_indices)
-            rem_total = allocator.available_size() + tree_cache.evictable_size() - offset
-            ext = min(chunked.seqlen - pre, rem_chunk, int(rem_total))
-            if ext > 0 and self._alloc_extend(chunked, ext):
-                add(chunked, pre, ext, 0)
-            else:
-                self.chunked_req = chunked
-        if self.chunked_req is None:
+        adder = PrefillAdder(
+            self._kv,
+            running,
+            self._ratio.value,
+            self.max_prefill_tokens,
+            self.chunked_prefill_size,
+            self.max_running_requests,
+        )
+        if chunked is not None and not adder.add_chunked_req(chunked):
+            adder.new_chunked_req = chunked  # its next chunk waits for room
+        if adder.new_chunked_req is None:
             self.policy.calc_priority(self.waiting_queue)
-        admitted = 0
-        for req in self.waiting_queue:
-            if self.chunked_req is not None or rem_input <= 0 or rem_chunk <= 0:
-                break
-            if len(running) + len(batch.reqs) >= self.max_running_requests:
-                break
-            seqlen = req.seqlen
-            match = tree_cache.match_prefix(fill_ids_prefix(req, -1))
-            pre = len(match.device_indices)
-            ext = seqlen - pre
-            if ext > rem_input and batch.reqs:
-                break
-            tree_cache.inc_lock_ref(match.last_node)
-            rem_total = allocator.available_size() + tree_cache.evictable_size() - offset
-            if ext > rem_chunk:
-                ext = rem_chunk - rem_chunk % self._page_size
-            req.kv_indices = match.device_indices
-            if (
-                seqlen - pre + _remaining_new(req) > rem_total
-                or ext <= 0
-                or not self._alloc_extend(req, ext)
-            ):
-                req.kv_indices = []
-                tree_cache.dec_lock_ref(match.last_node)
-                break
-            # A retracted request counts its re-used prefix again, as in SGLang.
-            req.last_node, req.prefix_len = match.last_node, pre
-            req.cached_tokens += pre
-            req.cached_tokens_device += pre
-            add(req, pre, ext, pre)
-            admitted += 1
-        # Requests are admitted in queue order until the first that does not fit.
-        del self.waiting_queue[:admitted]
-        if not batch.reqs:
+            admitted = 0
+            while admitted < len(self.waiting_queue) and adder.budget_left():
+                if not adder.add_one_req(self.waiting_queue[admitted]):
+                    break
+                admitted += 1
+            del self.waiting_queue[:admitted]
+        self.chunked_req = adder.new_chunked_req
+        if not adder.batch.reqs:
             # Nothing fits until a running request leaves (decoding goes on meanwhile).
             self._prefill_blocked = bool(running)
             return None
-        return batch
+        return adder.batch
 
     def update_running_batch(self) -> ScheduleBatch | None:
         """Give every running request one KV slot for its next token (retracting requests if
@@ -384,8 +335,8 @@ class Scheduler:
             return None
         if self._page_size > 1:
             return self._update_running_batch_paged(batch)
-        if self._ensure_free(len(batch.reqs)):
-            self._decay_new_token_ratio()
+        if self._kv.ensure_free(len(batch.reqs)):
+            self._ratio.decay()
         else:
             self._retract_decode()
         reqs = batch.reqs
@@ -411,9 +362,9 @@ class Scheduler:
             else:
                 needs_page.append(kv)
         need = len(needs_page) * page_size
-        if not need or self._ensure_free(need):
+        if not need or self._kv.ensure_free(need):
             if not after_retract:
-                self._decay_new_token_ratio()
+                self._ratio.decay()
         else:
             # Undo this step's slots, retract, and start over with the requests left.
             filled = set(map(id, needs_page))
@@ -427,42 +378,6 @@ class Scheduler:
             for kv, slot in zip(needs_page, self.allocator.alloc(need)[::page_size], strict=True):
                 kv.append(slot)
         return batch
-
-    def _decay_new_token_ratio(self) -> None:
-        self.new_token_ratio = max(
-            self.new_token_ratio - self._ratio_decay, self.min_new_token_ratio
-        )
-
-    # ---- KV memory ---------------------------------------------------------------------
-
-    def _ensure_free(self, n: int) -> bool:
-        """Make ``n`` slots free, evicting from the cache if needed; True if they are free."""
-        shortfall = n - self.allocator.available_size()
-        if shortfall > 0:
-            self.tree_cache.evict(shortfall)
-            return self.allocator.available_size() >= n
-        return True
-
-    def _decode_need(self, reqs: list[Req]) -> int:
-        """Slots a decode step over ``reqs`` takes from the pool (whole pages)."""
-        page_size = self._page_size
-        if page_size == 1:
-            return len(reqs)
-        return page_size * [len(r.kv_indices) % page_size for r in reqs].count(0)
-
-    def _alloc_extend(self, req: Req, n: int) -> bool:
-        """Append ``n`` KV slots to ``req.kv_indices``, filling its last page first."""
-        kv, page_size = req.kv_indices, self._page_size
-        in_page = min(n, -len(kv) % page_size)
-        rest = n - in_page
-        pages = -(-rest // page_size)
-        if not self._ensure_free(pages * page_size):
-            return False
-        slots = self.allocator.alloc(pages * page_size)
-        if in_page:
-            kv.extend(range(kv[-1] + 1, kv[-1] + 1 + in_page))
-        kv.extend(slots[:rest])
-        return True
 
     def _retract_decode(self) -> None:
         """Retract running requests until the rest have room for a few decode steps, as
@@ -478,27 +393,28 @@ class Scheduler:
         )
         retracted: list[Req] = []
         # Slots the kept requests need for a few steps, and for the next one.
-        room = sum(min(RETRACT_DECODE_STEPS, _remaining_new(r)) for r in keep)
-        need = self._decode_need(keep)
+        kv = self._kv
+        room = sum(min(RETRACT_DECODE_STEPS, remaining_new_tokens(r)) for r in keep)
+        need = kv.decode_need(keep)
         while len(keep) > 1:
-            if retracted and self._ensure_free(max(room, need)):
+            if retracted and kv.ensure_free(max(room, need)):
                 break
             req = keep.pop()
-            room -= min(RETRACT_DECODE_STEPS, _remaining_new(req))
-            need -= self._decode_need([req])
+            room -= min(RETRACT_DECODE_STEPS, remaining_new_tokens(req))
+            need -= kv.decode_need([req])
             retracted.append(req)
             self._retract(req)
-        if not self._ensure_free(need) and self.chunked_req is not None:
+        if not kv.ensure_free(need) and self.chunked_req is not None:
             retracted.append(self.chunked_req)
             self._retract(self.chunked_req)
             self.chunked_req = None
         gone = set(retracted)
-        if keep and not self._ensure_free(need):
+        if keep and not kv.ensure_free(need):
             last = keep.pop()
             log.error("out of KV memory for the last running request; aborting it", rid=last.rid)
             gone.add(last)
             batch.reqs = [r for r in batch.reqs if r not in gone]
-            self._release_kv(last)
+            kv.release(last)
             self._finish_aborted(last, "out of memory: the KV pool cannot hold its next token")
         batch.reqs = [r for r in batch.reqs if r not in gone]
         self.waiting_queue.extend(retracted)
@@ -506,26 +422,11 @@ class Scheduler:
             return
         decoded = sum(len(r.output_ids) for r in keep)
         total = sum(r.sampling_params.max_new_tokens for r in keep)
-        self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(keep)) / total)
-        log.info("retracted requests", count=len(retracted), new_token_ratio=self.new_token_ratio)
-
-    def _release_kv(self, req: Req) -> None:
-        """Free the KV slots the request computed itself and unlock its cached prefix (the
-        cache keeps that); nothing of it is inserted into the cache."""
-        own = req.kv_indices[req.prefix_len :]
-        if own:
-            self.allocator.free(own)
-        if req.last_node is not None:
-            self.tree_cache.dec_lock_ref(req.last_node)
-        req.kv_indices = []
-        req.last_node = None
+        self._ratio.after_retract(decoded, len(keep), total)
+        log.info("retracted requests", count=len(retracted), new_token_ratio=self._ratio.value)
 
     def _retract(self, req: Req) -> None:
-        self._release_kv(req)
+        self._kv.release(req)
         req.reset_for_retract()
         self.num_retracted += 1
         self._prefill_blocked = False
-
-
-def _remaining_new(req: Req) -> int:
-    return min(req.sampling_params.max_new_tokens - len(req.output_ids), CLIP_MAX_NEW_TOKENS)
