@@ -1,56 +1,95 @@
-"""KV-cache event recording shared by the radix caches.
+"""KV-cache event recording shared by the radix caches, as SGLang 0.5.23 records them.
 
-A cache that publishes events owns one ``EventRecorder``: it hashes the pages of new tree
-nodes and queues ``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared`` until the scheduler
-takes them. A cache with events off has no recorder and does no hashing at all.
+A cache that publishes events owns one ``EventRecorder``. For each new tree node it hashes the
+node's pages (one SHA-256 call per page, the token bytes packed once), keeps the digests and the
+published integer hashes on the node, and queues one ``BlockStored`` for the whole node. Queued
+events are coalesced: a ``BlockStored`` that continues the queue's last one (its parent is the
+tail's last hash, same medium, LoRA, block size, salt and session) extends it, and consecutive
+``BlockRemoved`` merge. A cache with events off has no recorder and does no hashing at all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from struct import Struct
+from typing import Any
 
-from schedkit.kv_events.hashing import page_digests
+from schedkit.kv_events.hashing import namespace_seed, namespaced_hash, token_bytes
 from schedkit.kv_events.structs import MEDIUM_GPU, AllBlocksCleared, BlockRemoved, BlockStored
 
 __all__ = ["EventRecorder"]
 
+_sha256 = hashlib.sha256
+_first_int64 = Struct(">q").unpack_from
+
 
 class EventRecorder:
-    """Hashes pages into a chain seeded by ``namespace`` and queues the cache's KV events."""
+    """Hashes the pages of new nodes and queues the cache's KV events, coalesced."""
 
-    __slots__ = ("_queue", "namespace", "page_size")
+    __slots__ = ("_queue", "_seeds", "page_size")
 
-    def __init__(self, page_size: int, namespace: str | None = None) -> None:
+    def __init__(self, page_size: int) -> None:
         self.page_size = page_size
-        self.namespace = namespace
         self._queue: list = []
+        self._seeds: dict[tuple[str | None, str | None], bytes | None] = {}
 
-    def digests(self, token_ids: Sequence[int], parent_digest: bytes | None) -> list[bytes]:
-        """The 32-byte digest of every full page of ``token_ids``, chained from the parent page."""
-        return page_digests(token_ids, self.page_size, parent_digest, self.namespace)
+    def stored(self, node: Any) -> None:
+        """Hash ``node``'s pages onto it (``digests``, ``hashes``) and queue its BlockStored.
 
-    def stored(
-        self, token_ids: list[int], digests: list[bytes], parent_digest: bytes | None
-    ) -> None:
-        """Queue one ``BlockStored`` per page, in order, each linked to the page before it."""
-        page_size = self.page_size
-        from_bytes = int.from_bytes
-        parent = (
-            None if parent_digest is None else from_bytes(parent_digest[:8], "big", signed=True)
+        ``node.parent`` must already carry its own digests and hashes.
+        """
+        parent = node.parent
+        prev = parent.digests[-1] if parent.digests else b""
+        raw = token_bytes(node.key)
+        step = 4 * self.page_size
+        digests = []
+        hashes = []
+        for start in range(0, len(raw), step):
+            prev = _sha256(prev + raw[start : start + step]).digest()
+            digests.append(prev)
+            hashes.append(_first_int64(prev)[0])
+        namespace = node.namespace
+        salt = None
+        if namespace is not None:
+            seed = self._seeds.get(namespace)
+            if seed is None:
+                seed = self._seeds[namespace] = namespace_seed(*namespace)
+            hashes = [namespaced_hash(seed, h) for h in hashes]
+            salt = namespace[1]
+        node.digests = digests
+        node.hashes = hashes
+        parent_hash = parent.hashes[-1] if parent.hashes else None
+        queue = self._queue
+        if queue:
+            tail = queue[-1]
+            if (
+                type(tail) is BlockStored
+                and parent_hash is not None
+                and tail.block_hashes[-1] == parent_hash
+                and tail.cache_salt == salt
+                and tail.medium == MEDIUM_GPU
+                and tail.lora_id is None
+                and tail.session_id is None
+                and tail.lora_name is None
+            ):
+                tail.block_hashes += hashes
+                tail.token_ids += node.key
+                return
+        queue.append(
+            BlockStored(
+                hashes[:], parent_hash, node.key[:], self.page_size, None, MEDIUM_GPU, salt
+            )
         )
-        append = self._queue.append
-        start = 0
-        for digest in digests:
-            block_hash = from_bytes(digest[:8], "big", signed=True)
-            page = token_ids[start : start + page_size]
-            append(BlockStored([block_hash], parent, page, page_size, None, MEDIUM_GPU))
-            parent = block_hash
-            start += page_size
 
-    def removed(self, digests: list[bytes]) -> None:
-        """Queue one ``BlockRemoved`` carrying the hashes of a removed node's pages."""
-        hashes = [int.from_bytes(d[:8], "big", signed=True) for d in digests]
-        self._queue.append(BlockRemoved(hashes, MEDIUM_GPU))
+    def removed(self, node: Any) -> None:
+        """Queue the withdrawal of ``node``'s pages (merged into a BlockRemoved at the tail)."""
+        queue = self._queue
+        if queue:
+            tail = queue[-1]
+            if type(tail) is BlockRemoved and tail.medium == MEDIUM_GPU:
+                tail.block_hashes += node.hashes
+                return
+        queue.append(BlockRemoved(node.hashes[:], MEDIUM_GPU))
 
     def cleared(self) -> None:
         """Queue ``AllBlocksCleared``."""

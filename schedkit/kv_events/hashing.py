@@ -1,9 +1,15 @@
-"""Page hashes of a token sequence: a SHA-256 chain, one digest per page.
+"""Page hashes of a token sequence: a SHA-256 chain, one digest per page, as SGLang publishes them.
 
 Page i's digest is SHA-256 over the previous page's 32-byte digest (absent for a sequence's first
-page, or the namespace seed when one is given) followed by the page's token ids as 4-byte
-little-endian unsigned integers. Events carry the first 8 digest bytes read big-endian as a
-signed 64-bit integer.
+page) followed by the page's token ids as 4-byte little-endian unsigned integers. Events carry
+the first 8 digest bytes read big-endian as a signed 64-bit integer (the *plain* hash).
+
+A request with a namespace (``extra_key`` and / or ``cache_salt``) publishes namespaced hashes
+instead: ``seed = SHA-256(b"sglang-kv-event-namespace-v1" + field(extra_key) +
+field(cache_salt))`` where an absent field is ``b"\\x00"`` and a present one ``b"\\x01"`` + its
+UTF-8 length as 8-byte little-endian + the UTF-8 bytes; the published hash of a page is the
+signed first 8 bytes of ``SHA-256(seed + plain_hash as 8-byte big-endian signed)``. The plain
+chain itself is never seeded, so namespaced parents are namespaced the same way.
 """
 
 from __future__ import annotations
@@ -13,13 +19,23 @@ import sys
 from array import array
 from collections.abc import Sequence
 
-__all__ = ["digest_to_int", "namespace_seed", "page_digests", "page_hashes"]
+__all__ = [
+    "digest_to_int",
+    "namespace_seed",
+    "namespaced_hash",
+    "page_digests",
+    "page_hashes",
+    "published_page_hashes",
+    "token_bytes",
+]
 
 _sha256 = hashlib.sha256
 _SWAP = sys.byteorder != "little"
+_NAMESPACE_TAG = b"sglang-kv-event-namespace-v1"
 
 
-def _token_bytes(token_ids: Sequence[int]) -> bytes:
+def token_bytes(token_ids: Sequence[int]) -> bytes:
+    """The token ids packed as 4-byte little-endian unsigned integers (what pages hash over)."""
     try:
         packed = array("I", token_ids)
     except OverflowError:
@@ -31,11 +47,24 @@ def _token_bytes(token_ids: Sequence[int]) -> bytes:
     return packed.tobytes()
 
 
-def namespace_seed(namespace: str | None) -> bytes | None:
-    """The digest that stands before the first page of a namespaced (LoRA / salted) sequence."""
-    if namespace is None:
+def namespace_seed(extra_key: str | None = None, cache_salt: str | None = None) -> bytes | None:
+    """The 32-byte seed that namespaces published hashes; None when there is no namespace."""
+    if extra_key is None and cache_salt is None:
         return None
-    return _sha256(namespace.encode()).digest()
+    data = bytearray(_NAMESPACE_TAG)
+    for field in (extra_key, cache_salt):
+        if field is None:
+            data += b"\x00"
+        else:
+            raw = field.encode()
+            data += b"\x01" + len(raw).to_bytes(8, "little") + raw
+    return _sha256(bytes(data)).digest()
+
+
+def namespaced_hash(seed: bytes, plain_hash: int) -> int:
+    """The published hash of a page whose plain hash is ``plain_hash``, under ``seed``."""
+    digest = _sha256(seed + plain_hash.to_bytes(8, "big", signed=True)).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 def digest_to_int(digest: bytes) -> int:
@@ -44,21 +73,15 @@ def digest_to_int(digest: bytes) -> int:
 
 
 def page_digests(
-    token_ids: Sequence[int],
-    page_size: int,
-    parent_digest: bytes | None = None,
-    namespace: str | None = None,
+    token_ids: Sequence[int], page_size: int, parent_digest: bytes | None = None
 ) -> list[bytes]:
     """The 32-byte digests of every full page of ``token_ids``, chained from ``parent_digest``.
 
-    ``namespace`` seeds the chain only when there is no parent (a sequence's first page).
     A trailing partial page is not hashed.
     """
     if page_size < 1:
         raise ValueError(f"page_size must be >= 1, got {page_size}")
-    if parent_digest is None:
-        parent_digest = namespace_seed(namespace)
-    raw = _token_bytes(token_ids)
+    raw = token_bytes(token_ids)
     step = 4 * page_size
     end = (len(token_ids) // page_size) * step
     digests = []
@@ -67,6 +90,18 @@ def page_digests(
         prev = _sha256(prev + raw[start : start + step]).digest()
         digests.append(prev)
     return digests
+
+
+def published_page_hashes(
+    token_ids: Sequence[int],
+    page_size: int,
+    extra_key: str | None = None,
+    cache_salt: str | None = None,
+) -> list[int]:
+    """The hash a cache publishes for every full page of ``token_ids`` (a sequence from its
+    first page) in the namespace ``(extra_key, cache_salt)``: what a router matches against."""
+    plain = [digest_to_int(d) for d in page_digests(token_ids, page_size)]
+    return _in_namespace(plain, namespace_seed(extra_key, cache_salt))
 
 
 def page_hashes(
@@ -78,9 +113,12 @@ def page_hashes(
     """The event hash (signed int64) of every full page of ``token_ids``.
 
     ``parent_hash`` is the 32-byte digest of the page before ``token_ids[0]`` (see
-    ``page_digests``); ``None`` starts a new sequence.
+    ``page_digests``); ``None`` starts a new sequence. ``namespace`` is a cache salt: the
+    hashes are namespaced as ``published_page_hashes(..., cache_salt=namespace)`` does.
     """
-    return [
-        int.from_bytes(d[:8], "big", signed=True)
-        for d in page_digests(token_ids, page_size, parent_hash, namespace)
-    ]
+    plain = [digest_to_int(d) for d in page_digests(token_ids, page_size, parent_hash)]
+    return _in_namespace(plain, namespace_seed(None, namespace))
+
+
+def _in_namespace(plain: list[int], seed: bytes | None) -> list[int]:
+    return plain if seed is None else [namespaced_hash(seed, h) for h in plain]

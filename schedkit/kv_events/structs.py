@@ -40,6 +40,9 @@ class BlockStored(KVCacheEvent):
     block_size: int
     lora_id: int | None
     medium: str | None = None
+    cache_salt: str | None = None
+    session_id: str | None = None
+    lora_name: str | None = None
 
 
 class BlockRemoved(KVCacheEvent):
@@ -111,10 +114,10 @@ _FROM_VLLM: dict[type, type] = {v: k for k, v in _TO_VLLM.items()}
 
 
 def _convert(event: msgspec.Struct, classes: dict[type, type]) -> msgspec.Struct:
-    # Both families declare the shared fields in the same order; vLLM's BlockStored adds
-    # lora_name last, which ours does not carry.
+    # Fields are carried over by name; those the other family lacks are dropped.
     cls = classes[type(event)]
-    return cls(*msgspec.structs.astuple(event)[: len(cls.__struct_fields__)])
+    fields = type(event).__struct_fields__
+    return cls(**{f: getattr(event, f) for f in cls.__struct_fields__ if f in fields})
 
 
 class Profile:

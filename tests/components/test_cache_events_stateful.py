@@ -11,33 +11,38 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from schedkit.components.allocator import OutOfKVSlotsError
 from schedkit.components.radix_cache import RadixCache
+from schedkit.components.radix_tree import EVICTION_POLICIES, RadixKey
 from schedkit.components.swa_radix_cache import SWARadixCache
 
-from schedkit.kv_events.hashing import page_hashes
+from schedkit.kv_events.hashing import published_page_hashes
 from schedkit.kv_events.structs import AllBlocksCleared, BlockRemoved, BlockStored
 
 TOKENS = st.lists(st.integers(0, 2), max_size=10)
+NAMESPACES = st.sampled_from([(None, None), (None, "tenant"), ("lora-a", None), ("lora-a", "t")])
 SETTINGS = settings(max_examples=60, stateful_step_count=30, deadline=None)
 
 
 class EventReplay:
     """A consumer's view of one cache: the set of block hashes it has been told are held."""
 
-    def __init__(self):
+    def __init__(self, cache_salt=None):
         self.held = set()
+        self.cache_salt = cache_salt
 
     def apply(self, events):
         for event in events:
             if isinstance(event, AllBlocksCleared):
                 self.held.clear()
             elif isinstance(event, BlockStored):
-                assert len(event.block_hashes) == 1
-                assert len(event.token_ids) == event.block_size
+                assert len(event.token_ids) == event.block_size * len(event.block_hashes)
                 assert event.medium == "GPU" and event.lora_id is None
+                assert event.cache_salt == self.cache_salt and event.lora_name is None
                 parent = event.parent_block_hash
-                assert parent is None or parent in self.held, "child announced before parent"
-                assert event.block_hashes[0] not in self.held, "page stored twice"
-                self.held.add(event.block_hashes[0])
+                for block_hash in event.block_hashes:
+                    assert parent is None or parent in self.held, "child announced before parent"
+                    assert block_hash not in self.held, "page stored twice"
+                    self.held.add(block_hash)
+                    parent = block_hash
             else:
                 assert isinstance(event, BlockRemoved)
                 for block_hash in event.block_hashes:
@@ -66,12 +71,15 @@ def path_tokens(cache, node):
 class CacheMachine(RuleBasedStateMachine):
     """Rules and invariants common to both caches."""
 
-    def setup(self, cache):
+    def setup(self, cache, namespace):
         self.cache = cache
         self.page_size = cache.page_size
-        self.namespace = cache.namespace
-        self.replay = EventReplay()
+        self.namespace = namespace  # (extra_key, cache_salt) of every key in this run
+        self.replay = EventReplay(namespace[1])
         self.locks = []
+
+    def key(self, tokens):
+        return RadixKey(tokens, *self.namespace)
 
     def reference(self):
         """Page-aligned cached prefix (tuple) -> (full slots, sliding-window slots or None)."""
@@ -103,7 +111,7 @@ class CacheMachine(RuleBasedStateMachine):
         need = len(tokens) - len(tokens) % self.page_size - expected
         room = min(pool.available_size() for pool in self.pools())
         try:
-            cached = self.cache.insert(tokens)
+            cached = self.cache.insert(self.key(tokens))
         except OutOfKVSlotsError:
             assert room < need  # it only fails after trying to make room
         else:
@@ -139,8 +147,11 @@ class CacheMachine(RuleBasedStateMachine):
             for first, child in node.children.items():
                 assert child.parent is node
                 page = child.key[: self.page_size]
-                assert first == (page[0] if self.page_size == 1 else tuple(page))
-            hashes = page_hashes(prefix + node.key, self.page_size, namespace=self.namespace)
+                page_key = page[0] if self.page_size == 1 else tuple(page)
+                if node is self.cache.root and self.namespace != (None, None):
+                    page_key = (self.namespace, page_key)
+                assert first == page_key
+            hashes = published_page_hashes(prefix + node.key, self.page_size, *self.namespace)
             held.update(hashes[len(prefix) // self.page_size :])
         assert self.replay.held == held
 
@@ -168,16 +179,17 @@ class RadixCacheMachine(CacheMachine):
     @initialize(
         page_size=st.sampled_from([1, 2, 3]),
         pages=st.integers(4, 16),
-        namespace=st.sampled_from([None, "tenant"]),
+        namespace=NAMESPACES,
+        policy=st.sampled_from(sorted(EVICTION_POLICIES)),
     )
-    def init(self, page_size, pages, namespace):
+    def init(self, page_size, pages, namespace, policy):
         cache = RadixCache(
             page_size=page_size,
             capacity=pages * page_size,
             enable_kv_cache_events=True,
-            namespace=namespace,
+            eviction_policy=policy,
         )
-        self.setup(cache)
+        self.setup(cache, namespace)
 
     def pools(self):
         return [self.cache.allocator]
@@ -196,6 +208,7 @@ class RadixCacheMachine(CacheMachine):
     def insert_a_finished_request(self, tokens, reuse):
         """Match, lock, compute the rest into fresh slots, insert, unlock: as a scheduler does."""
         cache = self.cache
+        tokens = self.key(tokens)
         match = cache.match_prefix(tokens)
         cache.inc_lock_ref(match.last_node)
         start = match.prefix_len if reuse else 0
@@ -206,21 +219,21 @@ class RadixCacheMachine(CacheMachine):
         if fresh is not None:
             expected = self.cached_prefix_len(tokens)
             value = match.device_indices[:start] + fresh
-            assert cache.insert(tokens, value) == expected
+            assert cache.insert(tokens, value, priority=len(tokens) % 3) == expected
         cache.dec_lock_ref(match.last_node)
 
     @rule(tokens=TOKENS)
     def match(self, tokens):
         table = self.reference()
         expected = self.cached_prefix_len(tokens)
-        result = self.cache.match_prefix(tokens)
+        result = self.cache.match_prefix(self.key(tokens))
         assert result.prefix_len == expected
         assert result.device_indices == table[tuple(tokens[:expected])][0]
         assert path_tokens(self.cache, result.last_node) == tokens[:expected]
 
     @rule(tokens=TOKENS)
     def lock(self, tokens):
-        node = self.cache.match_prefix(tokens).last_node
+        node = self.cache.match_prefix(self.key(tokens)).last_node
         if node is not self.cache.root:
             self.cache.inc_lock_ref(node)
             self.locks.append((node, None))
@@ -243,9 +256,10 @@ class SWARadixCacheMachine(CacheMachine):
         pages=st.integers(4, 32),
         swa_pages=st.integers(2, 32),
         window=st.integers(1, 5),
-        namespace=st.sampled_from([None, "tenant"]),
+        namespace=NAMESPACES,
+        policy=st.sampled_from(sorted(EVICTION_POLICIES)),
     )
-    def init(self, page_size, pages, swa_pages, window, namespace):
+    def init(self, page_size, pages, swa_pages, window, namespace, policy):
         self.window = window
         cache = SWARadixCache(
             page_size=page_size,
@@ -253,9 +267,9 @@ class SWARadixCacheMachine(CacheMachine):
             capacity=pages * page_size,
             swa_capacity=swa_pages * page_size,
             enable_kv_cache_events=True,
-            namespace=namespace,
+            eviction_policy=policy,
         )
-        self.setup(cache)
+        self.setup(cache, namespace)
 
     def pools(self):
         return [self.cache.allocator, self.cache.swa_allocator]
@@ -281,6 +295,7 @@ class SWARadixCacheMachine(CacheMachine):
     def insert_a_finished_request(self, tokens, reuse, dropped_pages):
         """As for the radix cache, but the request may have freed its first sliding-window pages."""
         cache = self.cache
+        tokens = self.key(tokens)
         match = cache.match_prefix(tokens)
         token = cache.inc_lock_ref(match.last_node)
         start = match.prefix_len if reuse else 0
@@ -303,7 +318,7 @@ class SWARadixCacheMachine(CacheMachine):
                 cache.swa_allocator.free(released)
             swa[:dropped] = [None] * dropped
             expected = self.cached_prefix_len(tokens)
-            assert cache.insert(tokens, value, swa) == expected
+            assert cache.insert(tokens, value, swa, priority=len(tokens) % 3) == expected
         elif fresh or fresh_swa:
             (cache.allocator if fresh else cache.swa_allocator).free(fresh or fresh_swa)
         cache.dec_lock_ref(match.last_node, token)
@@ -318,14 +333,14 @@ class SWARadixCacheMachine(CacheMachine):
             live_tail = next((i for i, s in enumerate(reversed(swa)) if s is None), len(swa))
             if None not in swa or live_tail >= self.window:
                 expected = k
-        result = self.cache.match_prefix(tokens)
+        result = self.cache.match_prefix(self.key(tokens))
         assert result.prefix_len == expected
         assert (result.device_indices, result.swa_indices) == table[tuple(tokens[:expected])]
         assert path_tokens(self.cache, result.last_node) == tokens[:expected]
 
     @rule(tokens=TOKENS)
     def lock(self, tokens):
-        node = self.cache.match_prefix(tokens).last_node
+        node = self.cache.match_prefix(self.key(tokens)).last_node
         if node is not self.cache.root:
             self.locks.append((node, self.cache.inc_lock_ref(node)))
 

@@ -3,12 +3,19 @@ import schedkit.components._event_recorder as event_recorder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from schedkit.components.allocator import OutOfKVSlotsError, TokenToKVPoolAllocator
-from schedkit.components.radix_cache import RadixCache, match_len
+from schedkit.components.radix_cache import RadixCache
+from schedkit.components.radix_tree import RadixKey, match_len
 
 from schedkit.component import component_name
-from schedkit.kv_events.hashing import digest_to_int, page_hashes
+from schedkit.kv_events.hashing import digest_to_int, page_hashes, published_page_hashes
 from schedkit.kv_events.structs import AllBlocksCleared, BlockStored
-from tests.components.cache_events import removed_hashes, stored, stored_hashes
+from tests.components.cache_events import (
+    removed_hashes,
+    stored,
+    stored_hashes,
+    stored_links,
+    stored_pages,
+)
 
 
 def make_cache(page_size=1, capacity=None, **kwargs):
@@ -50,8 +57,8 @@ def test_scenario_1_insert_announces_each_new_page(page_size):
     full = 5 - 5 % page_size
     assert [t for e in events for t in e.token_ids] == [1, 2, 3, 4, 5][:full]
     assert stored_hashes(events) == page_hashes([1, 2, 3, 4, 5], page_size)
-    parents = [e.parent_block_hash for e in events]
-    assert parents == [None, *stored_hashes(events)[:-1]]
+    assert len(events) == 1  # one node, one event
+    assert events[0].parent_block_hash is None
 
 
 @pytest.mark.parametrize("page_size", [1, 2])
@@ -122,7 +129,7 @@ def test_insert_reports_the_cached_prefix_and_frees_duplicate_slots():
     assert cache.insert([1, 2, 3, 4], pool.alloc(4)) == 3
     assert pool.available_size() == 12
     assert cache.total_size() == 4
-    assert len(stored(cache.take_events())) == 4
+    assert stored_pages(cache.take_events()) == [[1], [2], [3], [4]]
 
 
 def test_insert_keeps_the_caches_own_slots_from_a_match():
@@ -204,7 +211,7 @@ def test_a_parent_left_without_children_becomes_evictable():
     assert cache.evict(2) == 3
     removed = [e.block_hashes for e in cache.take_events()]
     hashes = page_hashes([1, 2, 3], 1)
-    assert removed == [[hashes[2]], hashes[:2]]  # child first, then the parent
+    assert removed == [[hashes[2], *hashes[:2]]]  # child first, then the parent, merged
     assert cache.allocator.available_size() == 64
 
 
@@ -225,7 +232,7 @@ def test_insert_without_value_evicts_to_make_room():
     cache.insert([5, 6])
     events = cache.take_events()
     assert removed_hashes(events) == page_hashes([1, 2], 1)
-    assert [e.token_ids for e in stored(events)] == [[5], [6]]
+    assert stored_pages(events) == [[5], [6]]
     assert cache.match_prefix([3, 4]).prefix_len == 2
 
 
@@ -261,7 +268,7 @@ def test_events_off_never_hashes(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("hashed with events off")
 
-    monkeypatch.setattr(event_recorder, "page_digests", fail)
+    monkeypatch.setattr(event_recorder, "token_bytes", fail)
     cache = RadixCache(page_size=2, capacity=16)
     cache.insert([1, 2, 3, 4])
     cache.insert([1, 2, 5, 6])
@@ -272,15 +279,33 @@ def test_events_off_never_hashes(monkeypatch):
         make_cache().insert([1])
 
 
-def test_namespace_seeds_the_hash_chain():
-    plain = make_cache(page_size=2)
-    salted = make_cache(page_size=2, namespace="tenant-a")
-    for cache in (plain, salted):
-        cache.insert([1, 2, 3, 4])
-    salted_events = salted.take_events()
-    assert stored_hashes(salted_events) == page_hashes([1, 2, 3, 4], 2, namespace="tenant-a")
-    assert salted_events[0].parent_block_hash is None
-    assert set(stored_hashes(salted_events)).isdisjoint(stored_hashes(plain.take_events()))
+def test_namespaces_isolate_keys_and_namespace_the_published_hashes():
+    cache = make_cache(page_size=2)
+    cache.insert([1, 2, 3, 4])
+    plain = cache.take_events()
+    cache.insert(RadixKey([1, 2, 3, 4], cache_salt="tenant-a"))
+    salted = cache.take_events()
+    cache.insert(RadixKey([1, 2, 3, 4], extra_key="lora-x"))
+    keyed = cache.take_events()
+    assert stored_hashes(plain) == published_page_hashes([1, 2, 3, 4], 2)
+    assert stored_hashes(salted) == published_page_hashes([1, 2, 3, 4], 2, cache_salt="tenant-a")
+    assert stored_hashes(keyed) == published_page_hashes([1, 2, 3, 4], 2, extra_key="lora-x")
+    assert salted[0].parent_block_hash is None and salted[0].cache_salt == "tenant-a"
+    assert keyed[0].cache_salt is None and salted[0].lora_name is None
+    assert len({*stored_hashes(plain), *stored_hashes(salted), *stored_hashes(keyed)}) == 6
+    # Equal tokens in another namespace share nothing; the same namespace shares its prefix.
+    assert cache.match_prefix(RadixKey([1, 2, 3, 4], cache_salt="other")).prefix_len == 0
+    assert cache.match_prefix(RadixKey([1, 2, 9, 9], cache_salt="tenant-a")).prefix_len == 2
+    assert cache.match_prefix([1, 2, 3, 4]).prefix_len == 4
+    cache.insert(RadixKey([1, 2, 5, 6], cache_salt="tenant-a"))
+    branch = cache.take_events()
+    assert stored_links(branch) == [
+        (published_page_hashes([1, 2, 5, 6], 2, cache_salt="tenant-a")[1], stored_hashes(salted)[0])
+    ]
+    assert cache.evict(100) == 14
+    assert sorted(removed_hashes(cache.take_events())) == sorted(
+        stored_hashes(plain + salted + keyed + branch)
+    )
 
 
 def test_disabled_cache_stores_nothing_and_frees_what_it_is_given():
@@ -374,8 +399,8 @@ def test_evict_takes_leaves_in_lru_order_whatever_happened_before(page_size, ops
             expected = lru_order(cache, n)
             cache.take_events()
             assert cache.evict(n) == sum(len(node.key) for node in expected)
-            removed = [e.block_hashes for e in cache.take_events()]
-            assert removed == [[digest_to_int(d) for d in node.digests] for node in expected]
+            removed = removed_hashes(cache.take_events())
+            assert removed == [digest_to_int(d) for node in expected for d in node.digests]
         assert len(cache._heap) <= 2 * cache._num_nodes + 65
 
 

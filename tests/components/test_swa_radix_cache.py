@@ -6,7 +6,12 @@ from schedkit.components.swa_radix_cache import SWARadixCache
 from schedkit.component import component_name
 from schedkit.kv_events.hashing import page_hashes
 from schedkit.kv_events.structs import AllBlocksCleared, BlockRemoved, BlockStored
-from tests.components.cache_events import removed_hashes, stored, stored_hashes
+from tests.components.cache_events import (
+    removed_hashes,
+    stored_hashes,
+    stored_links,
+    stored_pages,
+)
 
 
 def make_cache(window=4, page_size=1, capacity=None, **kwargs):
@@ -34,14 +39,12 @@ def test_scenario_3_tombstones_are_silent_and_full_eviction_removes_everything(p
     cache = make_cache(window=4, page_size=page_size)
     cache.insert([1, 2, 3, 4])
     first = cache.take_events()
-    assert [e.token_ids[0] for e in first] == [1, 2, 3, 4][::page_size]
+    assert [p[0] for p in stored_pages(first)] == [1, 2, 3, 4][::page_size]
     assert all(isinstance(e, BlockStored) for e in first)
 
     cache.insert([1, 2, 3, 4, 5, 6])
     second = cache.take_events()
-    assert [e.token_ids for e in second] == [
-        [5, 6][i : i + page_size] for i in range(0, 2, page_size)
-    ]
+    assert stored_pages(second) == [[5, 6][i : i + page_size] for i in range(0, 2, page_size)]
 
     assert cache.evict(num_tokens=0, swa_num_tokens=1) == (0, 4)
     assert not [e for e in cache.take_events() if isinstance(e, BlockRemoved)]
@@ -61,16 +64,16 @@ def test_scenario_4_a_branch_links_to_the_shared_prefix(page_size):
     cache.take_events()
     assert cache.insert([1, 2, 5, 6]) == 2
     events = cache.take_events()
-    assert len(events) == 2 // page_size
-    assert events[0].token_ids == [5, 6][:page_size]
-    assert events[0].parent_block_hash == page_hashes([1, 2], page_size)[-1]
+    assert len(stored_pages(events)) == 2 // page_size
+    assert stored_pages(events)[0] == [5, 6][:page_size]
+    assert stored_links(events)[0][1] == page_hashes([1, 2], page_size)[-1]
 
 
 def test_events_off_records_nothing_and_never_hashes(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("hashed with events off")
 
-    monkeypatch.setattr(event_recorder, "page_digests", fail)
+    monkeypatch.setattr(event_recorder, "token_bytes", fail)
     cache = SWARadixCache(sliding_window_size=2, capacity=16)
     cache.insert([1, 2, 3, 4])
     cache.insert([1, 2, 5, 6])
@@ -145,7 +148,7 @@ def test_insert_without_value_evicts_in_both_pools():
     cache.insert([3, 4])
     events = cache.take_events()
     assert removed_hashes(events) == page_hashes([1, 2], 1)
-    assert [e.token_ids for e in stored(events)] == [[3], [4]]
+    assert stored_pages(events) == [[3], [4]]
     assert cache.swa_allocator.available_size() == 0
 
 
@@ -157,7 +160,7 @@ def test_tokens_without_sliding_window_slots_are_stored_as_a_tombstone():
     full = cache.allocator.alloc(4)
     swa = cache.swa_allocator.alloc(2)
     assert cache.insert([1, 2, 3, 4], full, [None, None, *swa]) == 0
-    assert [e.token_ids for e in cache.take_events()] == [[1], [2], [3], [4]]
+    assert stored_pages(cache.take_events()) == [[1], [2], [3], [4]]
     assert (cache.total_size(), cache.swa_total_size()) == (4, 2)
     result = cache.match_prefix([1, 2, 3, 4])
     assert result.device_indices == full
@@ -334,7 +337,7 @@ def test_bad_configuration_is_rejected(kwargs, message):
 
 def test_value_and_swa_value_go_together():
     cache = make_cache()
-    with pytest.raises(ValueError, match="both value= and swa_value="):
-        cache.insert([1], [0])
+    with pytest.raises(ValueError, match="swa_value= needs value="):
+        cache.insert([1], None, [0])
     with pytest.raises(ValueError, match="one slot per token"):
         cache.insert([1, 2], [0, 1], [0])
