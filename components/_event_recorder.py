@@ -76,9 +76,7 @@ class EventRecorder:
                 tail.token_ids += node.key
                 return
         queue.append(
-            BlockStored(
-                hashes[:], parent_hash, node.key[:], self.page_size, None, MEDIUM_GPU, salt
-            )
+            BlockStored(hashes[:], parent_hash, node.key[:], self.page_size, None, MEDIUM_GPU, salt)
         )
 
     def removed(self, node: Any) -> None:

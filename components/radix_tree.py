@@ -228,7 +228,9 @@ class RadixTree:
             upper.digests, child.digests = child.digests[:cut], child.digests[cut:]
             upper.hashes, child.hashes = child.hashes[:cut], child.hashes[cut:]
         self._split_extra(upper, child, m)
-        child.ckey = child.key[m] if self.page_size == 1 else tuple(child.key[m : m + self.page_size])
+        child.ckey = (
+            child.key[m] if self.page_size == 1 else tuple(child.key[m : m + self.page_size])
+        )
         upper.children[child.ckey] = child
         child.parent.children[upper.ckey] = upper
         child.key = child.key[m:]

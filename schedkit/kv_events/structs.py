@@ -114,10 +114,34 @@ _FROM_VLLM: dict[type, type] = {v: k for k, v in _TO_VLLM.items()}
 
 
 def _convert(event: msgspec.Struct, classes: dict[type, type]) -> msgspec.Struct:
-    # Fields are carried over by name; those the other family lacks are dropped.
+    # The families share their leading fields in one order; the trailing ones (our cache_salt,
+    # session_id, lora_name; vLLM's lora_name) are not carried over.
     cls = classes[type(event)]
-    fields = type(event).__struct_fields__
-    return cls(**{f: getattr(event, f) for f in cls.__struct_fields__ if f in fields})
+    return cls(*msgspec.structs.astuple(event)[: len(_SHARED.get(cls, cls.__struct_fields__))])
+
+
+# The sglang profile's BlockStored on the wire: the fields before cache_salt.
+class _SglangBlockStored(KVCacheEvent, tag="BlockStored"):
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None = None
+
+
+_SHARED: dict[type, tuple[str, ...]] = {
+    _VllmBlockStored: _SglangBlockStored.__struct_fields__,
+    BlockStored: _SglangBlockStored.__struct_fields__,
+}
+
+
+def _sglang_wire(batch: EventBatch) -> EventBatch:
+    events = [
+        _SglangBlockStored(*msgspec.structs.astuple(e)[:6]) if type(e) is BlockStored else e
+        for e in batch.events
+    ]
+    return EventBatch(batch.ts, events, batch.attn_dp_rank)
 
 
 class Profile:
@@ -128,7 +152,8 @@ class Profile:
     def __init__(self, name: Literal["sglang", "vllm"]) -> None:
         self.name = name
         if name == "sglang":
-            self.encode = msgspec.msgpack.Encoder().encode
+            sglang_encode = msgspec.msgpack.Encoder().encode
+            self.encode = lambda batch: sglang_encode(_sglang_wire(batch))
             self.decode = msgspec.msgpack.Decoder(KVEventBatch).decode
             return
         encoder = msgspec.msgpack.Encoder()

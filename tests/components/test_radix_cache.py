@@ -11,7 +11,6 @@ from schedkit.kv_events.hashing import digest_to_int, page_hashes, published_pag
 from schedkit.kv_events.structs import AllBlocksCleared, BlockStored
 from tests.components.cache_events import (
     removed_hashes,
-    stored,
     stored_hashes,
     stored_links,
     stored_pages,

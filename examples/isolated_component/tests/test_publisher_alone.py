@@ -54,13 +54,8 @@ def test_cache_events_go_out_as_one_batch_per_call(assembly_leak_check):
     assert (batch.ts, batch.attn_dp_rank) == (100.5, 0)
     first, second = page_hashes(tokens[:8], PAGE)
     assert batch.events[0] == AllBlocksCleared()  # the cache's reset() at construction
-    assert (
-        batch.events[1:]
-        == [  # one event per whole page, chained by parent hash
-            BlockStored([first], None, tokens[:4], PAGE, None, "GPU"),
-            BlockStored([second], first, tokens[4:8], PAGE, None, "GPU"),
-        ]
-    )
+    # One event per new tree node, carrying its whole pages in order.
+    assert batch.events[1:] == [BlockStored([first, second], None, tokens[:8], PAGE, None, "GPU")]
     publisher.shutdown()
     assert captured.closed
 

@@ -199,7 +199,10 @@ batches = st.builds(
 @given(batch=batches)
 def test_both_profiles_agree_with_engine_structs(batch):
     sglang = msgspec.msgpack.Decoder(KVEventBatch).decode(encode_batch(batch, "sglang"))
-    assert as_builtins(sglang) == as_builtins(batch)
+    ts, events, rank = as_builtins(batch)
+    # The sglang profile leaves out the fields SGLang's array layout does not have.
+    events = [e[:7] if e[0] == "BlockStored" else e for e in events]
+    assert as_builtins(sglang) == [ts, events, rank]
     assert decode_batch(msgspec.msgpack.encode(sglang), "sglang") == batch
     vllm = msgspec.msgpack.Decoder(VllmBatch).decode(encode_batch(batch, "vllm"))
     assert vllm.ts == batch.ts and vllm.data_parallel_rank == batch.attn_dp_rank
