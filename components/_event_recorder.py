@@ -11,7 +11,9 @@ tail's last hash, same medium, LoRA, block size, salt and session) extends it, a
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from struct import Struct
+from struct import error as struct_error
 from typing import Any
 
 from schedkit.kv_events.hashing import namespace_seed, namespaced_hash, token_bytes
@@ -20,17 +22,21 @@ from schedkit.kv_events.structs import MEDIUM_GPU, AllBlocksCleared, BlockRemove
 __all__ = ["EventRecorder"]
 
 _sha256 = hashlib.sha256
-_first_int64 = Struct(">q").unpack_from
 
 
 class EventRecorder:
     """Hashes the pages of new nodes and queues the cache's KV events, coalesced."""
 
-    __slots__ = ("_queue", "_seeds", "page_size")
+    __slots__ = ("_pack", "_queue", "_seeds", "_step", "_unpack", "page_size")
 
     def __init__(self, page_size: int) -> None:
         self.page_size = page_size
+        self._step = 4 * page_size
         self._queue: list = []
+        # Reads the published hash (first 8 bytes, big-endian signed) of n joined digests.
+        self._unpack: dict[int, Callable[[bytes], tuple]] = {}
+        # Packs n token ids as 4-byte little-endian unsigned integers.
+        self._pack: dict[int, Callable[..., bytes]] = {}
         self._seeds: dict[tuple[str | None, str | None], bytes | None] = {}
 
     def stored(self, node: Any) -> None:
@@ -39,15 +45,31 @@ class EventRecorder:
         ``node.parent`` must already carry its own digests and hashes.
         """
         parent = node.parent
+        key = node.key
         prev = parent.digests[-1] if parent.digests else b""
-        raw = token_bytes(node.key)
-        step = 4 * self.page_size
+        pack = self._pack.get(len(key))
+        if pack is None:
+            if len(self._pack) > 256:
+                self._pack.clear()
+            pack = self._pack[len(key)] = Struct(f"<{len(key)}I").pack
+        try:
+            raw = pack(*key)
+        except struct_error:
+            raw = token_bytes(key)  # raises the clear error for ids outside [0, 2**32)
+        step = self._step
         digests = []
-        hashes = []
+        append = digests.append
+        sha256 = _sha256
         for start in range(0, len(raw), step):
-            prev = _sha256(prev + raw[start : start + step]).digest()
-            digests.append(prev)
-            hashes.append(_first_int64(prev)[0])
+            prev = sha256(prev + raw[start : start + step]).digest()
+            append(prev)
+        n = len(digests)
+        unpack = self._unpack.get(n)
+        if unpack is None:
+            if len(self._unpack) > 256:
+                self._unpack.clear()
+            unpack = self._unpack[n] = Struct(">" + "q24x" * n).unpack
+        hashes = list(unpack(b"".join(digests)))
         namespace = node.namespace
         salt = None
         if namespace is not None:
@@ -62,6 +84,7 @@ class EventRecorder:
         queue = self._queue
         if queue:
             tail = queue[-1]
+            # Node lists are shared with the events, so a tail grows by concatenation.
             if (
                 type(tail) is BlockStored
                 and parent_hash is not None
@@ -72,12 +95,10 @@ class EventRecorder:
                 and tail.session_id is None
                 and tail.lora_name is None
             ):
-                tail.block_hashes += hashes
-                tail.token_ids += node.key
+                tail.block_hashes = tail.block_hashes + hashes
+                tail.token_ids = tail.token_ids + key
                 return
-        queue.append(
-            BlockStored(hashes[:], parent_hash, node.key[:], self.page_size, None, MEDIUM_GPU, salt)
-        )
+        queue.append(BlockStored(hashes, parent_hash, key, self.page_size, None, MEDIUM_GPU, salt))
 
     def removed(self, node: Any) -> None:
         """Queue the withdrawal of ``node``'s pages (merged into a BlockRemoved at the tail)."""
@@ -85,9 +106,9 @@ class EventRecorder:
         if queue:
             tail = queue[-1]
             if type(tail) is BlockRemoved and tail.medium == MEDIUM_GPU:
-                tail.block_hashes += node.hashes
+                tail.block_hashes = tail.block_hashes + node.hashes
                 return
-        queue.append(BlockRemoved(node.hashes[:], MEDIUM_GPU))
+        queue.append(BlockRemoved(node.hashes, MEDIUM_GPU))
 
     def cleared(self) -> None:
         """Queue ``AllBlocksCleared``."""

@@ -332,7 +332,7 @@ class Scheduler:
             ext = seqlen - pre
             if ext > rem_input and batch.reqs:
                 break
-            tree_cache.inc_lock_ref(match.last_node)
+            req.swa_uuid_for_lock = tree_cache.inc_lock_ref(match.last_node)
             rem_total = allocator.available_size() + tree_cache.evictable_size() - offset
             if ext > rem_chunk:
                 ext = rem_chunk - rem_chunk % self._page_size
@@ -343,7 +343,7 @@ class Scheduler:
                 or not self._alloc_extend(req, ext)
             ):
                 req.kv_indices = []
-                tree_cache.dec_lock_ref(match.last_node)
+                tree_cache.dec_lock_ref(match.last_node, req.swa_uuid_for_lock)
                 break
             # A retracted request counts its re-used prefix again, as in SGLang.
             req.last_node, req.prefix_len = match.last_node, pre

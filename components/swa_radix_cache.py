@@ -138,8 +138,9 @@ class SWARadixCache(RadixTree):
 
         With ``value`` and ``swa_value`` (one entry per token) the cache takes both kinds of
         slot. With ``value`` alone (a request's full KV, as the scheduler hands it over) the
-        cache gives the new part sliding-window slots for its last window of pages and stores
-        the rest as a tombstone. With neither it allocates both for the new part, evicting if
+        cache gives the new part sliding-window slots of its own (evicting sliding-window KV
+        if short; if still short, only for the new part's last window of pages, the rest
+        becoming a tombstone). With neither it allocates both for the new part, evicting if
         needed. ``priority`` raises the eviction priority of every node on the path.
         """
         namespace = getattr(key, "namespace", None)
@@ -398,11 +399,15 @@ class SWARadixCache(RadixTree):
         return self.allocator.alloc(n), self.swa_allocator.alloc(n)
 
     def _window_slots(self, node: SWATreeNode, size: int) -> list[int | None]:
-        """Sliding-window slots for a new part of ``size`` tokens given full KV only: live
-        slots for its last window of whole pages, None (tombstone) before them."""
+        """Sliding-window slots for a new part of ``size`` tokens given full KV only: one per
+        token if the pool can supply them (evicting), else live slots for its last window of
+        whole pages and None (tombstone) before them, else none at all."""
         page = self.page_size
+        self._make_room(node, 0, size - self.swa_allocator.available_size())
+        slots = self.swa_allocator.alloc(size)
+        if slots is not None:
+            return slots
         live = min(size, -(-self.sliding_window_size // page) * page)
-        self._make_room(node, 0, live - self.swa_allocator.available_size())
         slots = self.swa_allocator.alloc(live)
         if slots is None:
             return [None] * size

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from schedkit.kv_events.hashing import digest_to_int
-
 __all__ = ["cache_page_hashes"]
 
 
 def cache_page_hashes(cache: Any) -> set[int]:
-    """Every page hash a radix cache (with events on) holds, read from its tree: what a
-    consumer replaying the cache's events must end up with."""
+    """Every published page hash a radix cache (with events on) holds, read from its tree
+    (namespaced hashes for namespaced keys): what a consumer replaying the cache's events must
+    end up with."""
     held: set[int] = set()
     stack = list(cache.root.children.values())
     while stack:
         node = stack.pop()
-        held.update(digest_to_int(d) for d in node.digests)
+        held.update(node.hashes)
         stack.extend(node.children.values())
     return held

@@ -73,7 +73,7 @@ def test_events_off_records_nothing_and_never_hashes(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("hashed with events off")
 
-    monkeypatch.setattr(event_recorder, "token_bytes", fail)
+    monkeypatch.setattr(event_recorder, "_sha256", fail)
     cache = SWARadixCache(sliding_window_size=2, capacity=16)
     cache.insert([1, 2, 3, 4])
     cache.insert([1, 2, 5, 6])
