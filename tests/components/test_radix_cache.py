@@ -453,3 +453,73 @@ def test_match_len_counts_equal_leading_tokens_in_whole_pages(a, b, pos, page_si
     while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1
     assert match_len(a, key, pos, page_size) == n - n % page_size
+
+
+# Eviction policies (SGLang's evict_policy): the order in which unlocked leaves go.
+
+
+def evicted_first_tokens(cache, n):
+    """Evict one leaf at a time; the first token of each evicted node, in order."""
+    hashes = {}
+    for node in cache._nodes():
+        hashes[node.hashes[0]] = node.key[0]
+    cache.take_events()
+    order = []
+    for _ in range(n):
+        cache.evict(1)
+        order += [hashes[h] for h in removed_hashes(cache.take_events()) if h in hashes]
+    return order
+
+
+def test_lru_evicts_the_least_recently_used_leaf_first():
+    cache = make_cache(eviction_policy="lru")
+    for t in (1, 2, 3):
+        cache.insert([t, t])
+    cache.match_prefix([1, 1])
+    assert evicted_first_tokens(cache, 3) == [2, 3, 1]
+
+
+def test_lfu_evicts_the_least_often_hit_leaf_first_then_by_recency():
+    cache = make_cache(eviction_policy="lfu")
+    for t in (1, 2, 3, 4):
+        cache.insert([t, t])
+    for _ in range(3):
+        cache.match_prefix([1, 1])
+    cache.match_prefix([2, 2])
+    cache.match_prefix([3, 3])  # 2 and 3 hit once; 3 more recently
+    assert evicted_first_tokens(cache, 4) == [4, 2, 3, 1]
+
+
+def test_fifo_evicts_the_oldest_leaf_first_whatever_its_use():
+    cache = make_cache(eviction_policy="fifo")
+    for t in (1, 2, 3):
+        cache.insert([t, t])
+    cache.match_prefix([1, 1])
+    cache.match_prefix([2, 2])
+    assert evicted_first_tokens(cache, 3) == [1, 2, 3]
+
+
+def test_priority_evicts_the_lowest_request_priority_first_then_by_recency():
+    cache = make_cache(eviction_policy="priority")
+    cache.insert([1, 1], priority=5)
+    cache.insert([2, 2], priority=0)
+    cache.insert([3, 3], priority=5)
+    cache.insert([4, 4])  # no priority: 0
+    cache.match_prefix([2, 2])  # used after 4: 4 goes first among the priority-0 leaves
+    cache.match_prefix([1, 1])
+    assert evicted_first_tokens(cache, 4) == [4, 2, 3, 1]
+
+
+def test_priority_of_a_node_is_the_highest_of_the_requests_that_inserted_it():
+    cache = make_cache(eviction_policy="priority")
+    cache.insert([1, 1, 2], priority=1)
+    cache.insert([1, 1, 3], priority=9)  # splits; the shared [1, 1] now has priority 9
+    cache.insert([4, 4], priority=2)
+    shared = cache.match_prefix([1, 1]).last_node
+    assert shared.priority == 9
+    assert evicted_first_tokens(cache, 4) == [2, 4, 3, 1]
+
+
+def test_an_unknown_eviction_policy_is_rejected():
+    with pytest.raises(ValueError, match="unknown eviction_policy 'random'; valid: lru, lfu"):
+        RadixCache(capacity=4, eviction_policy="random")

@@ -341,3 +341,46 @@ def test_value_and_swa_value_go_together():
         cache.insert([1], None, [0])
     with pytest.raises(ValueError, match="one slot per token"):
         cache.insert([1, 2], [0, 1], [0])
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"), [("lru", [2, 1]), ("fifo", [1, 2]), ("lfu", [2, 1])]
+)
+def test_full_eviction_follows_the_eviction_policy(policy, expected):
+    cache = make_cache(window=1, eviction_policy=policy)
+    cache.insert([1, 1])
+    cache.insert([2, 2])
+    cache.match_prefix([1, 1])
+    first = {page_hashes([t, t], 1)[0]: t for t in (1, 2)}
+    cache.take_events()
+    order = []
+    for _ in range(2):
+        cache.evict(1)
+        order += [first[h] for h in removed_hashes(cache.take_events()) if h in first]
+    assert order == expected
+
+
+def test_priority_policy_keeps_high_priority_prefixes_longest():
+    cache = make_cache(window=1, eviction_policy="priority")
+    cache.insert([1, 1], priority=3)
+    cache.insert([2, 2], priority=1)
+    cache.match_prefix([2, 2])
+    cache.take_events()
+    cache.evict(1)
+    assert removed_hashes(cache.take_events()) == page_hashes([2, 2], 1)
+
+
+def test_scheduler_hands_full_kv_only_and_the_cache_adds_window_slots():
+    cache = make_cache(window=2, capacity=16, swa_capacity=4)
+    full = cache.allocator.alloc(6)
+    assert cache.insert([1, 2, 3, 4, 5, 6], full) == 0
+    # The pool holds 4 sliding-window slots: the last window gets live slots, the rest is a
+    # tombstone (one BlockStored for the pages of both nodes).
+    assert stored_pages(cache.take_events()) == [[t] for t in range(1, 7)]
+    assert (cache.total_size(), cache.swa_total_size()) == (6, 2)
+    result = cache.match_prefix([1, 2, 3, 4, 5, 6])
+    assert result.prefix_len == 6 and result.swa_indices[:4] == [None] * 4
+    token = cache.inc_lock_ref(result.last_node)
+    assert token is not None
+    cache.dec_lock_ref(result.last_node, token)
+    assert cache.swa_protected_size() == 0 and cache.protected_size() == 0
