@@ -46,7 +46,7 @@ class EventRecorder:
         """
         parent = node.parent
         key = node.key
-        prev = parent.digests[-1] if parent.digests else b""
+        prev = parent.digests[-32:]
         pack = self._pack.get(len(key))
         if pack is None:
             if len(self._pack) > 256:
@@ -69,7 +69,8 @@ class EventRecorder:
             if len(self._unpack) > 256:
                 self._unpack.clear()
             unpack = self._unpack[n] = Struct(">" + "q24x" * n).unpack
-        hashes = list(unpack(b"".join(digests)))
+        joined = b"".join(digests)
+        hashes = list(unpack(joined))
         namespace = node.namespace
         salt = None
         if namespace is not None:
@@ -78,7 +79,7 @@ class EventRecorder:
                 seed = self._seeds[namespace] = namespace_seed(*namespace)
             hashes = [namespaced_hash(seed, h) for h in hashes]
             salt = namespace[1]
-        node.digests = digests
+        node.digests = joined
         node.hashes = hashes
         parent_hash = parent.hashes[-1] if parent.hashes else None
         queue = self._queue

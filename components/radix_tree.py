@@ -19,8 +19,9 @@ from typing import Any
 import attrs
 from schedkit.components._event_recorder import EventRecorder
 from schedkit.components.allocator import TokenToKVPoolAllocator
+from schedkit.components.tree_node import MatchResult, RadixKey, TreeNode, match_len
 
-__all__ = ["EVICTION_POLICIES", "MatchResult", "RadixKey", "RadixTree", "TreeNode"]
+__all__ = ["EVICTION_POLICIES", "MatchResult", "RadixKey", "RadixTree", "TreeNode", "make_pool"]
 
 EVICTION_POLICIES: dict[str, Callable[[Any], object]] = {
     "lru": lambda n: n.last_access_time,
@@ -28,108 +29,6 @@ EVICTION_POLICIES: dict[str, Callable[[Any], object]] = {
     "fifo": lambda n: n.creation_time,
     "priority": lambda n: (n.priority, n.last_access_time),
 }
-
-
-class RadixKey(list):
-    """Token ids together with the namespace they are cached in (``extra_key``,
-    ``cache_salt``): keys in different namespaces never share a node."""
-
-    __slots__ = ("cache_salt", "extra_key")
-
-    def __init__(
-        self, token_ids: Any = (), extra_key: str | None = None, cache_salt: str | None = None
-    ) -> None:
-        super().__init__(token_ids)
-        self.extra_key = extra_key
-        self.cache_salt = cache_salt
-
-    @property
-    def namespace(self) -> tuple[str | None, str | None] | None:
-        """``(extra_key, cache_salt)``, or None when both are absent."""
-        if self.extra_key is None and self.cache_salt is None:
-            return None
-        return (self.extra_key, self.cache_salt)
-
-
-class TreeNode:
-    """One edge of the radix tree: a run of whole pages of tokens and their KV slots.
-
-    ``ckey`` is the node's key in its parent's ``children``. ``digests`` / ``hashes`` hold the
-    pages' chain digests and published hashes (None with events off). ``value`` is None once
-    the node has left the tree (evicted, or dropped by ``reset``).
-    """
-
-    __slots__ = (
-        "children",
-        "ckey",
-        "creation_time",
-        "digests",
-        "hashes",
-        "hit_count",
-        "key",
-        "last_access_time",
-        "lock_ref",
-        "namespace",
-        "parent",
-        "priority",
-        "value",
-    )
-
-    def __init__(self, key: list[int], value: list[int], parent: Any, namespace: Any, t: int):
-        self.key = key
-        self.value: list[int] | None = value
-        self.parent = parent
-        self.namespace = namespace
-        self.ckey: object = None
-        self.children: dict = {}
-        self.lock_ref = 0
-        self.last_access_time = self.creation_time = t
-        self.hit_count = 0
-        self.priority = 0
-        self.digests: list[bytes] | None = None
-        self.hashes: list[int] | None = None
-
-    @property
-    def evicted(self) -> bool:
-        """True once the node is no longer part of its cache."""
-        return self.value is None
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(key={self.key[:8]}{'...' if len(self.key) > 8 else ''})"
-
-
-@attrs.frozen
-class MatchResult:
-    """The longest cached prefix of a key: its KV slots and the tree node that ends it.
-
-    ``swa_indices`` is set by the sliding-window cache only: one sliding-window slot per
-    matched token, None where that token's sliding-window KV was evicted.
-    """
-
-    device_indices: list[int]
-    last_node: TreeNode
-    swa_indices: list[int | None] | None = None
-
-    @property
-    def prefix_len(self) -> int:
-        """The number of matched tokens."""
-        return len(self.device_indices)
-
-
-def match_len(node_key: list[int], key: list[int], pos: int, page_size: int) -> int:
-    """How many leading tokens of ``node_key`` equal ``key[pos:]``, in whole pages."""
-    n = min(len(node_key), len(key) - pos)
-    if node_key[:n] == key[pos : pos + n]:
-        return n - n % page_size
-    # Bisect for the first difference with slice comparisons (C loops), not token by token.
-    lo, hi = 0, n
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if node_key[lo:mid] == key[pos + lo : pos + mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo - lo % page_size
 
 
 def make_pool(
@@ -225,7 +124,7 @@ class RadixTree:
         upper.priority = child.priority
         if child.digests is not None:
             cut = m // self.page_size
-            upper.digests, child.digests = child.digests[:cut], child.digests[cut:]
+            upper.digests, child.digests = child.digests[: 32 * cut], child.digests[32 * cut :]
             upper.hashes, child.hashes = child.hashes[:cut], child.hashes[cut:]
         self._split_extra(upper, child, m)
         child.ckey = (
@@ -350,7 +249,7 @@ class RadixTree:
             self.root.value = None
         root.lock_ref = 1
         if self._events is not None:
-            root.digests, root.hashes = [], []
+            root.digests, root.hashes = b"", []
         self.root = root
         self._evictable_size = self._protected_size = self._num_nodes = 0
         self._heap = []

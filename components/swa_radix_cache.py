@@ -1,5 +1,8 @@
 """The sliding-window (SWA) radix cache, after SGLang's SWARadixCache.
 
+(Longer than 300 lines: the tombstone rules of insert, match, lock and eviction depend on one
+another and read best together; the tree machinery itself lives in ``radix_tree``.)
+
 Models that mix full-attention and sliding-window-attention layers keep two KV pools: every
 cached token has a full-attention slot (``value``, from ``allocator``) and, while it may still
 fall inside some request's window, a sliding-window slot (``swa_value``, from
@@ -318,17 +321,12 @@ class SWARadixCache(RadixTree):
                     swa_evicted += swa
         return full_evicted, swa_evicted
 
-    def full_evictable_size(self) -> int:
-        """Tokens whose full KV is unlocked."""
-        return self._evictable_size
+    full_evictable_size = RadixTree.evictable_size
+    full_protected_size = RadixTree.protected_size
 
     def swa_evictable_size(self) -> int:
         """Tokens whose sliding-window KV is present and unlocked."""
         return self._swa_evictable
-
-    def full_protected_size(self) -> int:
-        """Tokens whose full KV is locked."""
-        return self._protected_size
 
     def swa_protected_size(self) -> int:
         """Tokens whose sliding-window KV is locked."""

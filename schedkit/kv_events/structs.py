@@ -31,15 +31,19 @@ class KVCacheEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False
     """Base of the KV-cache events; on the wire the tag is the class name."""
 
 
-class BlockStored(KVCacheEvent):
-    """Pages newly held by the cache, in order, with the hash of the page before the first."""
-
+class _SglangBlockStored(KVCacheEvent, tag="BlockStored"):
+    # The sglang profile's BlockStored on the wire: the fields before cache_salt.
     block_hashes: list[int]
     parent_block_hash: int | None
     token_ids: list[int]
     block_size: int
     lora_id: int | None
     medium: str | None = None
+
+
+class BlockStored(_SglangBlockStored, tag="BlockStored"):
+    """Pages newly held by the cache, in order, with the hash of the page before the first."""
+
     cache_salt: str | None = None
     session_id: str | None = None
     lora_name: str | None = None
@@ -118,16 +122,6 @@ def _convert(event: msgspec.Struct, classes: dict[type, type]) -> msgspec.Struct
     # session_id, lora_name; vLLM's lora_name) are not carried over.
     cls = classes[type(event)]
     return cls(*msgspec.structs.astuple(event)[: len(_SHARED.get(cls, cls.__struct_fields__))])
-
-
-# The sglang profile's BlockStored on the wire: the fields before cache_salt.
-class _SglangBlockStored(KVCacheEvent, tag="BlockStored"):
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None = None
 
 
 _SHARED: dict[type, tuple[str, ...]] = {
