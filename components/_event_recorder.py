@@ -39,23 +39,27 @@ class EventRecorder:
         self._pack: dict[int, Callable[..., bytes]] = {}
         self._seeds: dict[tuple[str | None, str | None], bytes | None] = {}
 
-    def stored(self, node: Any) -> None:
+    def pack(self, token_ids: list[int]) -> bytes:
+        """The token ids as the hash input (4-byte little-endian each); ValueError if an id is
+        outside [0, 2**32). A cache packs an insert's new tokens once, before changing state."""
+        pack = self._pack.get(len(token_ids))
+        if pack is None:
+            if len(self._pack) > 256:
+                self._pack.clear()
+            pack = self._pack[len(token_ids)] = Struct(f"<{len(token_ids)}I").pack
+        try:
+            return pack(*token_ids)
+        except struct_error:
+            return token_bytes(token_ids)  # raises the clear error
+
+    def stored(self, node: Any, raw: bytes) -> None:
         """Hash ``node``'s pages onto it (``digests``, ``hashes``) and queue its BlockStored.
 
-        ``node.parent`` must already carry its own digests and hashes.
+        ``raw`` is ``pack(node.key)``; ``node.parent`` must already carry its digests and hashes.
         """
         parent = node.parent
         key = node.key
         prev = parent.digests[-32:]
-        pack = self._pack.get(len(key))
-        if pack is None:
-            if len(self._pack) > 256:
-                self._pack.clear()
-            pack = self._pack[len(key)] = Struct(f"<{len(key)}I").pack
-        try:
-            raw = pack(*key)
-        except struct_error:
-            raw = token_bytes(key)  # raises the clear error for ids outside [0, 2**32)
         step = self._step
         digests = []
         append = digests.append

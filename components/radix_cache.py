@@ -114,12 +114,14 @@ class RadixCache(RadixTree):
             node = child
             pos += m
         if pos < end:
+            new_key = key[pos:end]
+            raw = self._pack(new_key)
             new_value = value[pos:end] if value is not None else self._alloc(node, end - pos)
             if to_free:
                 self.allocator.free(to_free)
-            leaf = TreeNode(key[pos:end], new_value, node, namespace, tick())
+            leaf = TreeNode(new_key, new_value, node, namespace, tick())
             leaf.priority = priority
-            self._attach(leaf)
+            self._attach(leaf, raw)
         elif to_free:
             self.allocator.free(to_free)
         return pos

@@ -142,8 +142,14 @@ class RadixTree:
     def _split_extra(self, upper: TreeNode, lower: TreeNode, m: int) -> None:
         """Split what a subclass keeps on its nodes besides the shared fields."""
 
-    def _attach(self, node: TreeNode) -> TreeNode:
-        """Hang a new unlocked leaf under ``node.parent`` and announce its pages."""
+    def _pack(self, tokens: list[int]) -> bytes | None:
+        """The hash input of tokens about to be stored (None with events off); raises
+        ValueError for token ids that cannot be hashed, before the cache changes anything."""
+        return self._events.pack(tokens) if self._events is not None else None
+
+    def _attach(self, node: TreeNode, raw: bytes | None) -> TreeNode:
+        """Hang a new unlocked leaf under ``node.parent`` and announce its pages (``raw`` is
+        ``_pack(node.key)``)."""
         parent = node.parent
         key = node.key
         ckey = key[0] if self.page_size == 1 else tuple(key[: self.page_size])
@@ -152,7 +158,7 @@ class RadixTree:
         self._evictable_size += len(key)
         self._num_nodes += 1
         if self._events is not None:
-            self._events.stored(node)
+            self._events.stored(node, raw)
         self._push(node)
         return node
 

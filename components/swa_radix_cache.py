@@ -198,6 +198,7 @@ class SWARadixCache(RadixTree):
 
         size = end - pos
         if size:
+            raw = self._pack(key[pos:end])
             if value is None:
                 slots = self._alloc(node, size)
                 if slots is None:
@@ -222,8 +223,10 @@ class SWARadixCache(RadixTree):
             self._free([], new_swa[:cut])
             keep = (namespace, priority)
             if cut:
-                node = self._add_node(node, key[pos : pos + cut], new_value[:cut], None, keep)
-            self._add_node(node, key[pos + cut : end], new_value[cut:], new_swa[cut:], keep)
+                part = None if raw is None else raw[: 4 * cut]
+                node = self._add_node(node, key[pos : pos + cut], new_value[:cut], None, part, keep)
+            part = None if raw is None else raw[4 * cut :]
+            self._add_node(node, key[pos + cut : end], new_value[cut:], new_swa[cut:], part, keep)
         return pos
 
     def inc_lock_ref(self, node: SWATreeNode) -> int | None:
@@ -438,6 +441,7 @@ class SWARadixCache(RadixTree):
         key: list[int],
         value: list[int],
         swa_value: list[int] | None,
+        raw: bytes | None,
         namespace_and_priority: tuple,
     ) -> SWATreeNode:
         namespace, priority = namespace_and_priority
@@ -446,7 +450,7 @@ class SWARadixCache(RadixTree):
         node.priority = priority
         if swa_value is not None:
             self._swa_evictable += len(key)
-        return self._attach(node)
+        return self._attach(node, raw)
 
     def _delete_leaf(self, leaf: SWATreeNode) -> tuple[int, int]:
         """Delete ``leaf`` and the tombstoned ancestors it leaves childless and unlocked.

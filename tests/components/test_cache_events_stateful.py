@@ -324,6 +324,19 @@ class SWARadixCacheMachine(CacheMachine):
         cache.dec_lock_ref(match.last_node, token)
 
     @rule(tokens=TOKENS)
+    def insert_full_kv_only(self, tokens):
+        """As the scheduler does: the request hands over full KV; the cache adds window slots."""
+        cache = self.cache
+        tokens = self.key(tokens)
+        match = cache.match_prefix(tokens)
+        token = cache.inc_lock_ref(match.last_node)
+        fresh = self.take_slots(cache.allocator, len(tokens) - match.prefix_len)
+        if fresh is not None:
+            expected = self.cached_prefix_len(tokens)
+            assert cache.insert(tokens, match.device_indices + fresh) == expected
+        cache.dec_lock_ref(match.last_node, token)
+
+    @rule(tokens=TOKENS)
     def match(self, tokens):
         table = self.reference()
         walkable = self.cached_prefix_len(tokens)

@@ -527,3 +527,31 @@ def test_priority_of_a_node_is_the_highest_of_the_requests_that_inserted_it():
 def test_an_unknown_eviction_policy_is_rejected():
     with pytest.raises(ValueError, match="unknown eviction_policy 'random'; valid: lru, lfu"):
         RadixCache(capacity=4, eviction_policy="random")
+
+
+@pytest.mark.parametrize("bad", [2**32, -1])
+def test_token_ids_that_cannot_be_hashed_are_rejected_with_events_on(bad):
+    cache = make_cache()
+    cache.insert([1])
+    free = cache.allocator.available_size()
+    with pytest.raises(ValueError, match="token ids must be integers"):
+        cache.insert([1, bad])
+    # Nothing changed: no slot taken, no node, no event.
+    assert (cache.total_size(), cache.allocator.available_size()) == (1, free)
+    assert stored_pages(cache.take_events()) == [[1]]
+
+
+def test_coalesced_events_keep_parents_first_and_one_event_per_chain():
+    cache = make_cache(page_size=2)
+    cache.insert([1, 2, 3, 4])
+    cache.insert([1, 2, 3, 4, 5, 6])  # continues the tail: extends it
+    cache.insert([9, 9])  # a new root: a new event
+    events = cache.take_events()
+    assert [(e.block_hashes, e.parent_block_hash) for e in events] == [
+        (page_hashes([1, 2, 3, 4, 5, 6], 2), None),
+        (page_hashes([9, 9], 2), None),
+    ]
+    assert events[0].token_ids == [1, 2, 3, 4, 5, 6]
+    cache.evict(100)
+    (removed,) = cache.take_events()  # consecutive removals merge
+    assert sorted(removed.block_hashes) == sorted(stored_hashes(events))

@@ -384,3 +384,11 @@ def test_scheduler_hands_full_kv_only_and_the_cache_adds_window_slots():
     assert token is not None
     cache.dec_lock_ref(result.last_node, token)
     assert cache.swa_protected_size() == 0 and cache.protected_size() == 0
+
+
+def test_token_ids_that_cannot_be_hashed_leave_the_cache_unchanged():
+    cache = make_cache(window=2, capacity=8)
+    with pytest.raises(ValueError, match="token ids must be integers"):
+        cache.insert([1, 2**32, 3])
+    assert cache.total_size() == 0 and cache.take_events() == []
+    assert cache.allocator.available_size() == 8 == cache.swa_allocator.available_size()
