@@ -20,6 +20,7 @@ from array import array
 from collections.abc import Sequence
 
 __all__ = [
+    "MAX_TOKEN_ID",
     "digest_to_int",
     "namespace_seed",
     "namespaced_hash",
@@ -32,14 +33,15 @@ __all__ = [
 _sha256 = hashlib.sha256
 _SWAP = sys.byteorder != "little"
 _NAMESPACE_TAG = b"sglang-kv-event-namespace-v1"
+MAX_TOKEN_ID = 2**32 - 1
 
 
 def token_bytes(token_ids: Sequence[int]) -> bytes:
     """The token ids packed as 4-byte little-endian unsigned integers (what pages hash over)."""
     try:
         packed = array("I", token_ids)
-    except OverflowError:
-        raise ValueError("token ids must be integers in [0, 2**32)") from None
+    except (OverflowError, TypeError):
+        raise ValueError(f"token ids must be integers in [0, {MAX_TOKEN_ID}]") from None
     if packed.itemsize != 4:  # pragma: no cover - platforms where C int is not 32-bit
         packed = array("L", token_ids)
     if _SWAP:  # pragma: no cover - big-endian hosts
@@ -100,24 +102,28 @@ def published_page_hashes(
 ) -> list[int]:
     """The hash a cache publishes for every full page of ``token_ids`` (a sequence from its
     first page) in the namespace ``(extra_key, cache_salt)``: what a router matches against."""
-    plain = [digest_to_int(d) for d in page_digests(token_ids, page_size)]
-    return _in_namespace(plain, namespace_seed(extra_key, cache_salt))
+    return page_hashes(token_ids, page_size, extra_key=extra_key, cache_salt=cache_salt)
 
 
 def page_hashes(
     token_ids: Sequence[int],
     page_size: int,
-    parent_hash: bytes | None = None,
+    parent_digest: bytes | None = None,
     namespace: str | None = None,
+    *,
+    extra_key: str | None = None,
+    cache_salt: str | None = None,
 ) -> list[int]:
-    """The event hash (signed int64) of every full page of ``token_ids``.
-
-    ``parent_hash`` is the 32-byte digest of the page before ``token_ids[0]`` (see
-    ``page_digests``); ``None`` starts a new sequence. ``namespace`` is a cache salt: the
-    hashes are namespaced as ``published_page_hashes(..., cache_salt=namespace)`` does.
-    """
-    plain = [digest_to_int(d) for d in page_digests(token_ids, page_size, parent_hash)]
-    return _in_namespace(plain, namespace_seed(None, namespace))
+    """The event hash (signed int64) of every full page of ``token_ids``, chained from
+    ``parent_digest`` (the 32-byte digest of the page before, None for a sequence's first
+    page): plain, or namespaced by ``extra_key`` / ``cache_salt``. ``namespace`` is a cache
+    salt given positionally (older callers)."""
+    if namespace is not None:
+        if cache_salt is not None:
+            raise ValueError("give the cache salt once: namespace= or cache_salt=")
+        cache_salt = namespace
+    plain = [digest_to_int(d) for d in page_digests(token_ids, page_size, parent_digest)]
+    return _in_namespace(plain, namespace_seed(extra_key, cache_salt))
 
 
 def _in_namespace(plain: list[int], seed: bytes | None) -> list[int]:

@@ -534,7 +534,7 @@ def test_token_ids_that_cannot_be_hashed_are_rejected_with_events_on(bad):
     cache = make_cache()
     cache.insert([1])
     free = cache.allocator.available_size()
-    with pytest.raises(ValueError, match="token ids must be integers"):
+    with pytest.raises(ValueError, match=r"token ids must be integers in \[0, 4294967295\]"):
         cache.insert([1, bad])
     # Nothing changed: no slot taken, no node, no event.
     assert (cache.total_size(), cache.allocator.available_size()) == (1, free)

@@ -388,7 +388,7 @@ def test_scheduler_hands_full_kv_only_and_the_cache_adds_window_slots():
 
 def test_token_ids_that_cannot_be_hashed_leave_the_cache_unchanged():
     cache = make_cache(window=2, capacity=8)
-    with pytest.raises(ValueError, match="token ids must be integers"):
+    with pytest.raises(ValueError, match=r"token ids must be integers in \[0, 4294967295\]"):
         cache.insert([1, 2**32, 3])
     assert cache.total_size() == 0 and cache.take_events() == []
     assert cache.allocator.available_size() == 8 == cache.swa_allocator.available_size()

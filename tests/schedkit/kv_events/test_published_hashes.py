@@ -67,6 +67,16 @@ def test_no_namespace_has_no_seed_and_the_chain_itself_is_never_seeded():
     assert len(first_pages) == len(variants)
 
 
-def test_token_ids_outside_32_bits_are_rejected():
-    with pytest.raises(ValueError, match=r"token ids must be integers in \[0, 2\*\*32\)"):
-        page_hashes([2**32], 1)
+@pytest.mark.parametrize("bad", [[2**32], [-1], [1.5]])
+def test_token_ids_outside_32_bits_are_rejected(bad):
+    with pytest.raises(ValueError, match=r"token ids must be integers in \[0, 4294967295\]"):
+        page_hashes(bad, 1)
+
+
+def test_page_hashes_takes_the_namespace_by_keyword_and_the_parent_digest():
+    tokens = [5, 6, 7, 8]
+    assert page_hashes(tokens, 2, extra_key="k", cache_salt="s") == published_page_hashes(
+        tokens, 2, "k", "s"
+    )
+    first = page_digests(tokens[:2], 2)[0]
+    assert page_hashes(tokens[2:], 2, first) == page_hashes(tokens, 2)[1:]
