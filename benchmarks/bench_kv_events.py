@@ -36,7 +36,7 @@ from schedkit.kv_events import (
     ZmqEventPublisher,
     get_profile,
 )
-from schedkit.kv_events.hashing import chain_pages
+from schedkit.kv_events.hashing import page_hashes
 
 PAGE_SIZE = 16
 SEQ_LEN = 512
@@ -195,7 +195,7 @@ def hash_seconds(seqs: list[list[int]]) -> float:
     """Time to hash the pages a cache stores anew for ``seqs`` (each one's unshared part)."""
     start = time.perf_counter()
     for seq in seqs:
-        chain_pages(seq[PREFIX_LEN:], PAGE_SIZE)
+        page_hashes(seq[PREFIX_LEN:], PAGE_SIZE)
     return time.perf_counter() - start
 
 

@@ -1,83 +1,119 @@
-"""KV-cache event recording shared by the radix caches.
+"""KV-cache event recording shared by the radix caches, as SGLang 0.5.23 records them.
 
-A cache that publishes events owns one ``EventRecorder``: it hashes the pages of new tree
-nodes and queues ``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared`` until the scheduler
-takes them. A cache with events off has no recorder and does no hashing at all.
-
-The queue coalesces as SGLang's does: a ``BlockStored`` whose parent is the last page of the
-``BlockStored`` at the queue's tail (same medium, LoRA, block size and namespace) extends it,
-and consecutive ``BlockRemoved`` of one medium merge.
+A cache that publishes events owns one ``EventRecorder``. For each new tree node it hashes the
+node's pages (one SHA-256 call per page, the token bytes packed once), keeps the digests and the
+published integer hashes on the node, and queues one ``BlockStored`` for the whole node. Queued
+events are coalesced: a ``BlockStored`` that continues the queue's last one (its parent is the
+tail's last hash, same medium, LoRA, block size, salt and session) extends it, and consecutive
+``BlockRemoved`` merge. A cache with events off has no recorder and does no hashing at all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Callable
+from struct import Struct
+from struct import error as struct_error
+from typing import Any
 
-from schedkit.kv_events.hashing import chain_pages, namespace_seed, namespaced_hash
+from schedkit.kv_events.hashing import namespace_seed, namespaced_hash, token_bytes
 from schedkit.kv_events.structs import MEDIUM_GPU, AllBlocksCleared, BlockRemoved, BlockStored
 
 __all__ = ["EventRecorder"]
 
+_sha256 = hashlib.sha256
+
 
 class EventRecorder:
-    """Hashes pages into a chain and queues the cache's KV events, coalesced."""
+    """Hashes the pages of new nodes and queues the cache's KV events, coalesced."""
 
-    __slots__ = ("_queue", "page_size")
+    __slots__ = ("_pack", "_queue", "_seeds", "_step", "_unpack", "page_size")
 
     def __init__(self, page_size: int) -> None:
         self.page_size = page_size
+        self._step = 4 * page_size
         self._queue: list = []
+        # Reads the published hash (first 8 bytes, big-endian signed) of n joined digests.
+        self._unpack: dict[int, Callable[[bytes], tuple]] = {}
+        # Packs n token ids as 4-byte little-endian unsigned integers.
+        self._pack: dict[int, Callable[..., bytes]] = {}
+        self._seeds: dict[tuple[str | None, str | None], bytes | None] = {}
 
-    def hash_pages(
-        self,
-        token_ids: Sequence[int],
-        parent_digest: bytes | None,
-        extra_key: str | None = None,
-        cache_salt: str | None = None,
-    ) -> tuple[list[bytes], list[int]]:
-        """The chained 32-byte digests of every full page of ``token_ids`` and the hashes
-        events carry for them (namespaced when ``extra_key`` or ``cache_salt`` is given)."""
-        digests, hashes = chain_pages(token_ids, self.page_size, parent_digest)
-        if extra_key is None and cache_salt is None:
-            return digests, hashes
-        seed = namespace_seed(extra_key, cache_salt)
-        return digests, [namespaced_hash(seed, h) for h in hashes]
+    def pack(self, token_ids: list[int]) -> bytes:
+        """The token ids as the hash input (4-byte little-endian each); ValueError if an id is
+        outside [0, 2**32). A cache packs an insert's new tokens once, before changing state."""
+        pack = self._pack.get(len(token_ids))
+        if pack is None:
+            if len(self._pack) > 256:
+                self._pack.clear()
+            pack = self._pack[len(token_ids)] = Struct(f"<{len(token_ids)}I").pack
+        try:
+            return pack(*token_ids)
+        except struct_error:
+            return token_bytes(token_ids)  # raises the clear error
 
-    def stored(
-        self,
-        token_ids: list[int],
-        hashes: list[int],
-        parent_hash: int | None,
-        cache_salt: str | None = None,
-    ) -> None:
-        """Queue the pages of one new node (``token_ids`` holds whole pages), linked to the
-        page before them. The event shares the node's lists until it is extended."""
+    def stored(self, node: Any, raw: bytes) -> None:
+        """Hash ``node``'s pages onto it (``digests``, ``hashes``) and queue its BlockStored.
+
+        ``raw`` is ``pack(node.key)``; ``node.parent`` must already carry its digests and hashes.
+        """
+        parent = node.parent
+        key = node.key
+        prev = parent.digests[-32:]
+        step = self._step
+        digests = []
+        append = digests.append
+        sha256 = _sha256
+        for start in range(0, len(raw), step):
+            prev = sha256(prev + raw[start : start + step]).digest()
+            append(prev)
+        n = len(digests)
+        unpack = self._unpack.get(n)
+        if unpack is None:
+            if len(self._unpack) > 256:
+                self._unpack.clear()
+            unpack = self._unpack[n] = Struct(">" + "q24x" * n).unpack
+        joined = b"".join(digests)
+        hashes = list(unpack(joined))
+        namespace = node.namespace
+        salt = None
+        if namespace is not None:
+            seed = self._seeds.get(namespace)
+            if seed is None:
+                seed = self._seeds[namespace] = namespace_seed(*namespace)
+            hashes = [namespaced_hash(seed, h) for h in hashes]
+            salt = namespace[1]
+        node.digests = joined
+        node.hashes = hashes
+        parent_hash = parent.hashes[-1] if parent.hashes else None
         queue = self._queue
-        tail = queue[-1] if queue else None
-        if (
-            type(tail) is BlockStored
-            and parent_hash is not None
-            and tail.block_hashes[-1] == parent_hash
-            and tail.cache_salt == cache_salt
-        ):
-            # New lists: the ones the event had may be a node's own.
-            tail.block_hashes = tail.block_hashes + hashes
-            tail.token_ids = tail.token_ids + token_ids
-            return
-        queue.append(
-            BlockStored(
-                hashes, parent_hash, token_ids, self.page_size, None, MEDIUM_GPU, cache_salt
-            )
-        )
+        if queue:
+            tail = queue[-1]
+            # Node lists are shared with the events, so a tail grows by concatenation.
+            if (
+                type(tail) is BlockStored
+                and parent_hash is not None
+                and tail.block_hashes[-1] == parent_hash
+                and tail.cache_salt == salt
+                and tail.medium == MEDIUM_GPU
+                and tail.lora_id is None
+                and tail.session_id is None
+                and tail.lora_name is None
+            ):
+                tail.block_hashes = tail.block_hashes + hashes
+                tail.token_ids = tail.token_ids + key
+                return
+        queue.append(BlockStored(hashes, parent_hash, key, self.page_size, None, MEDIUM_GPU, salt))
 
-    def removed(self, hashes: list[int]) -> None:
-        """Queue the withdrawal of a removed node's pages."""
+    def removed(self, node: Any) -> None:
+        """Queue the withdrawal of ``node``'s pages (merged into a BlockRemoved at the tail)."""
         queue = self._queue
-        tail = queue[-1] if queue else None
-        if type(tail) is BlockRemoved:
-            tail.block_hashes = tail.block_hashes + hashes
-        else:
-            queue.append(BlockRemoved(hashes, MEDIUM_GPU))
+        if queue:
+            tail = queue[-1]
+            if type(tail) is BlockRemoved and tail.medium == MEDIUM_GPU:
+                tail.block_hashes = tail.block_hashes + node.hashes
+                return
+        queue.append(BlockRemoved(node.hashes, MEDIUM_GPU))
 
     def cleared(self) -> None:
         """Queue ``AllBlocksCleared``."""

@@ -64,6 +64,7 @@ class KVSlots:
         if own:
             self.allocator.free(own)
         if req.last_node is not None:
-            self.tree_cache.dec_lock_ref(req.last_node)
+            self.tree_cache.dec_lock_ref(req.last_node, req.swa_uuid_for_lock)
         req.kv_indices = []
         req.last_node = None
+        req.swa_uuid_for_lock = None

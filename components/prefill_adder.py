@@ -82,7 +82,7 @@ class PrefillAdder:
         req.kv_indices = match.device_indices
         if seqlen - pre + remaining_new_tokens(req) > room or ext <= 0 or not kv.extend(req, ext):
             req.kv_indices = []
-            tree_cache.dec_lock_ref(match.last_node)
+            tree_cache.dec_lock_ref(match.last_node, lock)
             return False
         # A retracted request counts its re-used prefix again, as in SGLang.
         req.last_node, req.swa_uuid_for_lock, req.prefix_len = match.last_node, lock, pre

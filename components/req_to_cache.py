@@ -3,31 +3,33 @@
 
 A request holds ``req.kv_indices``: one KV slot per token of ``req.fill_ids`` that has KV, the
 cached prefix first. The prefix part is owned by the cache and locked through ``req.last_node``;
-the rest is owned by the request. The cache needs ``insert(key, value)``, ``match_prefix(key)``,
-``inc_lock_ref(node)``, ``dec_lock_ref(node)``, ``page_size`` and ``disable`` (a
-``RadixCache``).
+the rest is owned by the request. The cache needs ``insert(key, value, priority=)``,
+``match_prefix(key)``, ``inc_lock_ref(node) -> token``, ``dec_lock_ref(node, token)``,
+``page_size`` and ``disable`` (a ``RadixCache`` or ``SWARadixCache``). The lock token is kept in
+``req.swa_uuid_for_lock``. Keys carry the request's namespace (``extra_key``, ``cache_salt``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from schedkit.components.radix_cache import RadixKey
+from schedkit.components.radix_tree import RadixKey
 from schedkit.components.schedule_batch import Req
 
 __all__ = ["cache_finished_req", "cache_unfinished_req", "fill_ids_prefix"]
 
 
 def fill_ids_prefix(req: Req, n: int) -> list[int]:
-    """``req.fill_ids[:n]`` (``n`` may be negative) built with a single copy of the prompt: the
-    request's prefix-cache key, a ``RadixKey`` in its namespace when it has one."""
+    """``req.fill_ids[:n]`` (``n`` may be negative) as a cache key: a plain list built with a
+    single copy of the prompt, or a ``RadixKey`` in the request's namespace when it has an
+    ``extra_key`` or ``cache_salt``."""
     origin = req.origin_input_ids
     if n < 0:
         n = max(0, n + len(origin) + len(req.output_ids))
     key = origin[:n] if n <= len(origin) else origin + req.output_ids[: n - len(origin)]
-    if req.extra_key is None and req.cache_salt is None and req.priority is None:
+    if req.extra_key is None and req.cache_salt is None:
         return key
-    return RadixKey(key, req.extra_key, req.cache_salt, req.priority)
+    return RadixKey(key, req.extra_key, req.cache_salt)
 
 
 def cache_finished_req(tree_cache: Any, req: Req) -> None:
@@ -39,9 +41,10 @@ def cache_finished_req(tree_cache: Any, req: Req) -> None:
     """
     kv = req.kv_indices
     if kv:
-        tree_cache.insert(fill_ids_prefix(req, len(kv)), kv)
+        tree_cache.insert(fill_ids_prefix(req, len(kv)), kv, priority=req.priority)
     if req.last_node is not None:
-        tree_cache.dec_lock_ref(req.last_node)
+        tree_cache.dec_lock_ref(req.last_node, req.swa_uuid_for_lock)
+    req.swa_uuid_for_lock = None
     req.kv_indices = []
     req.prefix_len = 0
     req.last_node = None
@@ -61,11 +64,12 @@ def cache_unfinished_req(tree_cache: Any, req: Req) -> None:
     n = len(kv)
     aligned = n - n % tree_cache.page_size
     key = fill_ids_prefix(req, aligned)
-    tree_cache.insert(key, kv[:aligned])
+    tree_cache.insert(key, kv[:aligned], priority=req.priority)
     match = tree_cache.match_prefix(key)
-    tree_cache.inc_lock_ref(match.last_node)
+    token = tree_cache.inc_lock_ref(match.last_node)
     if req.last_node is not None:
-        tree_cache.dec_lock_ref(req.last_node)
+        tree_cache.dec_lock_ref(req.last_node, req.swa_uuid_for_lock)
+    req.swa_uuid_for_lock = token
     req.kv_indices = match.device_indices + kv[aligned:]
     req.prefix_len = len(match.device_indices)
     req.last_node = match.last_node

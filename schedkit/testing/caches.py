@@ -8,10 +8,11 @@ __all__ = ["cache_page_hashes"]
 
 
 def cache_page_hashes(cache: Any) -> set[int]:
-    """Every page hash a radix cache (with events on) holds, read from its tree: what a
-    consumer replaying the cache's events must end up with."""
+    """Every published page hash a radix cache (with events on) holds, read from its tree
+    (namespaced hashes for namespaced keys): what a consumer replaying the cache's events must
+    end up with."""
     held: set[int] = set()
-    stack = [child for root in cache.roots() for child in root.children.values()]
+    stack = list(cache.root.children.values())
     while stack:
         node = stack.pop()
         held.update(node.hashes)

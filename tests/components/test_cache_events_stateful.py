@@ -10,21 +10,24 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from schedkit.components.allocator import OutOfKVSlotsError
-from schedkit.components.radix_cache import RadixCache, RadixKey
+from schedkit.components.radix_cache import RadixCache
+from schedkit.components.radix_tree import EVICTION_POLICIES, RadixKey
 from schedkit.components.swa_radix_cache import SWARadixCache
 
-from schedkit.kv_events.hashing import page_hashes
+from schedkit.kv_events.hashing import published_page_hashes
 from schedkit.kv_events.structs import AllBlocksCleared, BlockRemoved, BlockStored
 
 TOKENS = st.lists(st.integers(0, 2), max_size=10)
+NAMESPACES = st.sampled_from([(None, None), (None, "tenant"), ("lora-a", None), ("lora-a", "t")])
 SETTINGS = settings(max_examples=60, stateful_step_count=30, deadline=None)
 
 
 class EventReplay:
     """A consumer's view of one cache: the set of block hashes it has been told are held."""
 
-    def __init__(self):
+    def __init__(self, cache_salt=None):
         self.held = set()
+        self.cache_salt = cache_salt
 
     def apply(self, events):
         for event in events:
@@ -33,11 +36,13 @@ class EventReplay:
             elif isinstance(event, BlockStored):
                 assert len(event.token_ids) == event.block_size * len(event.block_hashes)
                 assert event.medium == "GPU" and event.lora_id is None
+                assert event.cache_salt == self.cache_salt and event.lora_name is None
                 parent = event.parent_block_hash
-                assert parent is None or parent in self.held, "child announced before parent"
                 for block_hash in event.block_hashes:
+                    assert parent is None or parent in self.held, "child announced before parent"
                     assert block_hash not in self.held, "page stored twice"
                     self.held.add(block_hash)
+                    parent = block_hash
             else:
                 assert isinstance(event, BlockRemoved)
                 for block_hash in event.block_hashes:
@@ -47,8 +52,7 @@ class EventReplay:
 
 def walk(cache):
     """Every node of the tree with the tokens on the path before it."""
-    roots = cache.roots() if hasattr(cache, "roots") else [cache.root]
-    stack = [(child, []) for root in roots for child in root.children.values()]
+    stack = [(child, []) for child in cache.root.children.values()]
     while stack:
         node, prefix = stack.pop()
         yield node, prefix
@@ -58,7 +62,7 @@ def walk(cache):
 
 def path_tokens(cache, node):
     tokens = []
-    while node.parent is not None:
+    while node is not cache.root:
         tokens = node.key + tokens
         node = node.parent
     return tokens
@@ -67,15 +71,15 @@ def path_tokens(cache, node):
 class CacheMachine(RuleBasedStateMachine):
     """Rules and invariants common to both caches."""
 
-    def setup(self, cache, namespace=None):
+    def setup(self, cache, namespace):
         self.cache = cache
         self.page_size = cache.page_size
-        self.namespace = namespace or (None, None)
-        self.replay = EventReplay()
+        self.namespace = namespace  # (extra_key, cache_salt) of every key in this run
+        self.replay = EventReplay(namespace[1])
         self.locks = []
 
     def key(self, tokens):
-        return tokens
+        return RadixKey(tokens, *self.namespace)
 
     def reference(self):
         """Page-aligned cached prefix (tuple) -> (full slots, sliding-window slots or None)."""
@@ -143,11 +147,11 @@ class CacheMachine(RuleBasedStateMachine):
             for first, child in node.children.items():
                 assert child.parent is node
                 page = child.key[: self.page_size]
-                assert first == (page[0] if self.page_size == 1 else tuple(page))
-            extra_key, cache_salt = self.namespace
-            hashes = page_hashes(
-                prefix + node.key, self.page_size, extra_key=extra_key, cache_salt=cache_salt
-            )
+                page_key = page[0] if self.page_size == 1 else tuple(page)
+                if node is self.cache.root and self.namespace != (None, None):
+                    page_key = (self.namespace, page_key)
+                assert first == page_key
+            hashes = published_page_hashes(prefix + node.key, self.page_size, *self.namespace)
             held.update(hashes[len(prefix) // self.page_size :])
         assert self.replay.held == held
 
@@ -162,7 +166,7 @@ class CacheMachine(RuleBasedStateMachine):
         full, swa = Counter(), Counter()
         for node, token in self.locks:
             in_window = True
-            while node.parent is not None:
+            while node is not self.cache.root:
                 full[node] += 1
                 if in_window and hasattr(node, "swa_lock_ref"):
                     swa[node] += 1
@@ -175,17 +179,17 @@ class RadixCacheMachine(CacheMachine):
     @initialize(
         page_size=st.sampled_from([1, 2, 3]),
         pages=st.integers(4, 16),
-        namespace=st.sampled_from([None, ("lora-a", None), (None, "salt"), ("lora-a", "salt")]),
+        namespace=NAMESPACES,
+        policy=st.sampled_from(sorted(EVICTION_POLICIES)),
     )
-    def init(self, page_size, pages, namespace):
+    def init(self, page_size, pages, namespace, policy):
         cache = RadixCache(
-            page_size=page_size, capacity=pages * page_size, enable_kv_cache_events=True
+            page_size=page_size,
+            capacity=pages * page_size,
+            enable_kv_cache_events=True,
+            eviction_policy=policy,
         )
         self.setup(cache, namespace)
-
-    def key(self, tokens):
-        """The machine's tokens in its namespace."""
-        return tokens if self.namespace == (None, None) else RadixKey(tokens, *self.namespace)
 
     def pools(self):
         return [self.cache.allocator]
@@ -204,7 +208,8 @@ class RadixCacheMachine(CacheMachine):
     def insert_a_finished_request(self, tokens, reuse):
         """Match, lock, compute the rest into fresh slots, insert, unlock: as a scheduler does."""
         cache = self.cache
-        match = cache.match_prefix(self.key(tokens))
+        tokens = self.key(tokens)
+        match = cache.match_prefix(tokens)
         cache.inc_lock_ref(match.last_node)
         start = match.prefix_len if reuse else 0
         fresh = self.take_slots(cache.allocator, len(tokens) - start)
@@ -214,7 +219,7 @@ class RadixCacheMachine(CacheMachine):
         if fresh is not None:
             expected = self.cached_prefix_len(tokens)
             value = match.device_indices[:start] + fresh
-            assert cache.insert(self.key(tokens), value) == expected
+            assert cache.insert(tokens, value, priority=len(tokens) % 3) == expected
         cache.dec_lock_ref(match.last_node)
 
     @rule(tokens=TOKENS)
@@ -229,7 +234,7 @@ class RadixCacheMachine(CacheMachine):
     @rule(tokens=TOKENS)
     def lock(self, tokens):
         node = self.cache.match_prefix(self.key(tokens)).last_node
-        if node.parent is not None:
+        if node is not self.cache.root:
             self.cache.inc_lock_ref(node)
             self.locks.append((node, None))
 
@@ -251,8 +256,10 @@ class SWARadixCacheMachine(CacheMachine):
         pages=st.integers(4, 32),
         swa_pages=st.integers(2, 32),
         window=st.integers(1, 5),
+        namespace=NAMESPACES,
+        policy=st.sampled_from(sorted(EVICTION_POLICIES)),
     )
-    def init(self, page_size, pages, swa_pages, window):
+    def init(self, page_size, pages, swa_pages, window, namespace, policy):
         self.window = window
         cache = SWARadixCache(
             page_size=page_size,
@@ -260,8 +267,9 @@ class SWARadixCacheMachine(CacheMachine):
             capacity=pages * page_size,
             swa_capacity=swa_pages * page_size,
             enable_kv_cache_events=True,
+            eviction_policy=policy,
         )
-        self.setup(cache)
+        self.setup(cache, namespace)
 
     def pools(self):
         return [self.cache.allocator, self.cache.swa_allocator]
@@ -287,7 +295,8 @@ class SWARadixCacheMachine(CacheMachine):
     def insert_a_finished_request(self, tokens, reuse, dropped_pages):
         """As for the radix cache, but the request may have freed its first sliding-window pages."""
         cache = self.cache
-        match = cache.match_prefix(self.key(tokens))
+        tokens = self.key(tokens)
+        match = cache.match_prefix(tokens)
         token = cache.inc_lock_ref(match.last_node)
         start = match.prefix_len if reuse else 0
         size = len(tokens) - start
@@ -309,9 +318,22 @@ class SWARadixCacheMachine(CacheMachine):
                 cache.swa_allocator.free(released)
             swa[:dropped] = [None] * dropped
             expected = self.cached_prefix_len(tokens)
-            assert cache.insert(self.key(tokens), value, swa) == expected
+            assert cache.insert(tokens, value, swa, priority=len(tokens) % 3) == expected
         elif fresh or fresh_swa:
             (cache.allocator if fresh else cache.swa_allocator).free(fresh or fresh_swa)
+        cache.dec_lock_ref(match.last_node, token)
+
+    @rule(tokens=TOKENS)
+    def insert_full_kv_only(self, tokens):
+        """As the scheduler does: the request hands over full KV; the cache adds window slots."""
+        cache = self.cache
+        tokens = self.key(tokens)
+        match = cache.match_prefix(tokens)
+        token = cache.inc_lock_ref(match.last_node)
+        fresh = self.take_slots(cache.allocator, len(tokens) - match.prefix_len)
+        if fresh is not None:
+            expected = self.cached_prefix_len(tokens)
+            assert cache.insert(tokens, match.device_indices + fresh) == expected
         cache.dec_lock_ref(match.last_node, token)
 
     @rule(tokens=TOKENS)
@@ -332,7 +354,7 @@ class SWARadixCacheMachine(CacheMachine):
     @rule(tokens=TOKENS)
     def lock(self, tokens):
         node = self.cache.match_prefix(self.key(tokens)).last_node
-        if node.parent is not None:
+        if node is not self.cache.root:
             self.locks.append((node, self.cache.inc_lock_ref(node)))
 
     @invariant()

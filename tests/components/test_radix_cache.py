@@ -3,12 +3,18 @@ import schedkit.components._event_recorder as event_recorder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from schedkit.components.allocator import OutOfKVSlotsError, TokenToKVPoolAllocator
-from schedkit.components.radix_cache import RadixCache, RadixKey, match_len
+from schedkit.components.radix_cache import RadixCache
+from schedkit.components.radix_tree import RadixKey, match_len
 
 from schedkit.component import component_name
-from schedkit.kv_events.hashing import page_hashes
+from schedkit.kv_events.hashing import digest_to_int, page_hashes, published_page_hashes
 from schedkit.kv_events.structs import AllBlocksCleared, BlockStored
-from tests.components.cache_events import removed_hashes, stored_hashes, stored_pages
+from tests.components.cache_events import (
+    removed_hashes,
+    stored_hashes,
+    stored_links,
+    stored_pages,
+)
 
 
 def make_cache(page_size=1, capacity=None, **kwargs):
@@ -50,9 +56,8 @@ def test_scenario_1_insert_announces_each_new_page(page_size):
     full = 5 - 5 % page_size
     assert [t for e in events for t in e.token_ids] == [1, 2, 3, 4, 5][:full]
     assert stored_hashes(events) == page_hashes([1, 2, 3, 4, 5], page_size)
-    parents = [parent for _, parent, _ in stored_pages(events)]
-    assert parents == [None, *stored_hashes(events)[:-1]]
-    assert len(events) == 1  # one node's pages, announced together
+    assert len(events) == 1  # one node, one event
+    assert events[0].parent_block_hash is None
 
 
 @pytest.mark.parametrize("page_size", [1, 2])
@@ -123,7 +128,7 @@ def test_insert_reports_the_cached_prefix_and_frees_duplicate_slots():
     assert cache.insert([1, 2, 3, 4], pool.alloc(4)) == 3
     assert pool.available_size() == 12
     assert cache.total_size() == 4
-    assert len(stored_hashes(cache.take_events())) == 4
+    assert stored_pages(cache.take_events()) == [[1], [2], [3], [4]]
 
 
 def test_insert_keeps_the_caches_own_slots_from_a_match():
@@ -203,9 +208,9 @@ def test_a_parent_left_without_children_becomes_evictable():
     cache.insert([1, 2, 3])
     cache.take_events()
     assert cache.evict(2) == 3
+    removed = [e.block_hashes for e in cache.take_events()]
     hashes = page_hashes([1, 2, 3], 1)
-    # Child first, then the parent, merged into one BlockRemoved.
-    assert [e.block_hashes for e in cache.take_events()] == [[hashes[2], *hashes[:2]]]
+    assert removed == [[hashes[2], *hashes[:2]]]  # child first, then the parent, merged
     assert cache.allocator.available_size() == 64
 
 
@@ -226,7 +231,7 @@ def test_insert_without_value_evicts_to_make_room():
     cache.insert([5, 6])
     events = cache.take_events()
     assert removed_hashes(events) == page_hashes([1, 2], 1)
-    assert [tokens for _, _, tokens in stored_pages(events)] == [[5], [6]]
+    assert stored_pages(events) == [[5], [6]]
     assert cache.match_prefix([3, 4]).prefix_len == 2
 
 
@@ -262,7 +267,7 @@ def test_events_off_never_hashes(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("hashed with events off")
 
-    monkeypatch.setattr(event_recorder, "chain_pages", fail)
+    monkeypatch.setattr(event_recorder, "_sha256", fail)
     cache = RadixCache(page_size=2, capacity=16)
     cache.insert([1, 2, 3, 4])
     cache.insert([1, 2, 5, 6])
@@ -273,32 +278,33 @@ def test_events_off_never_hashes(monkeypatch):
         make_cache().insert([1])
 
 
-def test_namespaces_never_share_kv_and_publish_namespaced_hashes():
+def test_namespaces_isolate_keys_and_namespace_the_published_hashes():
     cache = make_cache(page_size=2)
     cache.insert([1, 2, 3, 4])
-    plain_events = cache.take_events()
-    salted = RadixKey([1, 2, 3, 4], cache_salt="tenant-a")
-    assert cache.match_prefix(salted).prefix_len == 0
-    assert cache.insert(salted) == 0
-    salted_events = cache.take_events()
-    assert stored_hashes(salted_events) == page_hashes([1, 2, 3, 4], 2, cache_salt="tenant-a")
-    assert salted_events[0].parent_block_hash is None
-    assert salted_events[0].cache_salt == "tenant-a"
-    assert set(stored_hashes(salted_events)).isdisjoint(stored_hashes(plain_events))
-    # Same tokens, another namespace: another tree again.
-    assert cache.match_prefix(RadixKey([1, 2, 3, 4], extra_key="tenant-a")).prefix_len == 0
-    assert cache.match_prefix(RadixKey([1, 2, 3, 4], cache_salt="tenant-a")).prefix_len == 4
-    assert cache.match_prefix(RadixKey([1, 2, 3, 4])).prefix_len == 4  # no namespace: default
-    assert cache.total_size() == 8
-    assert cache.evict(8) == 8
-    assert cache.roots() == [cache.root]  # emptied namespaces leave nothing behind
+    plain = cache.take_events()
+    cache.insert(RadixKey([1, 2, 3, 4], cache_salt="tenant-a"))
+    salted = cache.take_events()
+    cache.insert(RadixKey([1, 2, 3, 4], extra_key="lora-x"))
+    keyed = cache.take_events()
+    assert stored_hashes(plain) == published_page_hashes([1, 2, 3, 4], 2)
+    assert stored_hashes(salted) == published_page_hashes([1, 2, 3, 4], 2, cache_salt="tenant-a")
+    assert stored_hashes(keyed) == published_page_hashes([1, 2, 3, 4], 2, extra_key="lora-x")
+    assert salted[0].parent_block_hash is None and salted[0].cache_salt == "tenant-a"
+    assert keyed[0].cache_salt is None and salted[0].lora_name is None
+    assert len({*stored_hashes(plain), *stored_hashes(salted), *stored_hashes(keyed)}) == 6
+    # Equal tokens in another namespace share nothing; the same namespace shares its prefix.
+    assert cache.match_prefix(RadixKey([1, 2, 3, 4], cache_salt="other")).prefix_len == 0
+    assert cache.match_prefix(RadixKey([1, 2, 9, 9], cache_salt="tenant-a")).prefix_len == 2
+    assert cache.match_prefix([1, 2, 3, 4]).prefix_len == 4
+    cache.insert(RadixKey([1, 2, 5, 6], cache_salt="tenant-a"))
+    branch = cache.take_events()
+    assert stored_links(branch) == [
+        (published_page_hashes([1, 2, 5, 6], 2, cache_salt="tenant-a")[1], stored_hashes(salted)[0])
+    ]
+    assert cache.evict(100) == 14
     assert sorted(removed_hashes(cache.take_events())) == sorted(
-        stored_hashes(plain_events) + stored_hashes(salted_events)
+        stored_hashes(plain + salted + keyed + branch)
     )
-    cache.insert(salted)
-    cache.reset()
-    assert cache.match_prefix(salted).prefix_len == 0
-    assert cache.allocator.available_size() == cache.allocator.size
 
 
 def test_disabled_cache_stores_nothing_and_frees_what_it_is_given():
@@ -393,7 +399,11 @@ def test_evict_takes_leaves_in_lru_order_whatever_happened_before(page_size, ops
             cache.take_events()
             assert cache.evict(n) == sum(len(node.key) for node in expected)
             removed = removed_hashes(cache.take_events())
-            assert removed == [h for node in expected for h in node.hashes]
+            assert removed == [
+                digest_to_int(node.digests[i : i + 32])
+                for node in expected
+                for i in range(0, len(node.digests), 32)
+            ]
         assert len(cache._heap) <= 2 * cache._num_nodes + 65
 
 
@@ -447,3 +457,101 @@ def test_match_len_counts_equal_leading_tokens_in_whole_pages(a, b, pos, page_si
     while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1
     assert match_len(a, key, pos, page_size) == n - n % page_size
+
+
+# Eviction policies (SGLang's evict_policy): the order in which unlocked leaves go.
+
+
+def evicted_first_tokens(cache, n):
+    """Evict one leaf at a time; the first token of each evicted node, in order."""
+    hashes = {}
+    for node in cache._nodes():
+        hashes[node.hashes[0]] = node.key[0]
+    cache.take_events()
+    order = []
+    for _ in range(n):
+        cache.evict(1)
+        order += [hashes[h] for h in removed_hashes(cache.take_events()) if h in hashes]
+    return order
+
+
+def test_lru_evicts_the_least_recently_used_leaf_first():
+    cache = make_cache(eviction_policy="lru")
+    for t in (1, 2, 3):
+        cache.insert([t, t])
+    cache.match_prefix([1, 1])
+    assert evicted_first_tokens(cache, 3) == [2, 3, 1]
+
+
+def test_lfu_evicts_the_least_often_hit_leaf_first_then_by_recency():
+    cache = make_cache(eviction_policy="lfu")
+    for t in (1, 2, 3, 4):
+        cache.insert([t, t])
+    for _ in range(3):
+        cache.match_prefix([1, 1])
+    cache.match_prefix([2, 2])
+    cache.match_prefix([3, 3])  # 2 and 3 hit once; 3 more recently
+    assert evicted_first_tokens(cache, 4) == [4, 2, 3, 1]
+
+
+def test_fifo_evicts_the_oldest_leaf_first_whatever_its_use():
+    cache = make_cache(eviction_policy="fifo")
+    for t in (1, 2, 3):
+        cache.insert([t, t])
+    cache.match_prefix([1, 1])
+    cache.match_prefix([2, 2])
+    assert evicted_first_tokens(cache, 3) == [1, 2, 3]
+
+
+def test_priority_evicts_the_lowest_request_priority_first_then_by_recency():
+    cache = make_cache(eviction_policy="priority")
+    cache.insert([1, 1], priority=5)
+    cache.insert([2, 2], priority=0)
+    cache.insert([3, 3], priority=5)
+    cache.insert([4, 4])  # no priority: 0
+    cache.match_prefix([2, 2])  # used after 4: 4 goes first among the priority-0 leaves
+    cache.match_prefix([1, 1])
+    assert evicted_first_tokens(cache, 4) == [4, 2, 3, 1]
+
+
+def test_priority_of_a_node_is_the_highest_of_the_requests_that_inserted_it():
+    cache = make_cache(eviction_policy="priority")
+    cache.insert([1, 1, 2], priority=1)
+    cache.insert([1, 1, 3], priority=9)  # splits; the shared [1, 1] now has priority 9
+    cache.insert([4, 4], priority=2)
+    shared = cache.match_prefix([1, 1]).last_node
+    assert shared.priority == 9
+    assert evicted_first_tokens(cache, 4) == [2, 4, 3, 1]
+
+
+def test_an_unknown_eviction_policy_is_rejected():
+    with pytest.raises(ValueError, match="unknown eviction_policy 'random'; valid: lru, lfu"):
+        RadixCache(capacity=4, eviction_policy="random")
+
+
+@pytest.mark.parametrize("bad", [2**32, -1])
+def test_token_ids_that_cannot_be_hashed_are_rejected_with_events_on(bad):
+    cache = make_cache()
+    cache.insert([1])
+    free = cache.allocator.available_size()
+    with pytest.raises(ValueError, match=r"token ids must be integers in \[0, 4294967295\]"):
+        cache.insert([1, bad])
+    # Nothing changed: no slot taken, no node, no event.
+    assert (cache.total_size(), cache.allocator.available_size()) == (1, free)
+    assert stored_pages(cache.take_events()) == [[1]]
+
+
+def test_coalesced_events_keep_parents_first_and_one_event_per_chain():
+    cache = make_cache(page_size=2)
+    cache.insert([1, 2, 3, 4])
+    cache.insert([1, 2, 3, 4, 5, 6])  # continues the tail: extends it
+    cache.insert([9, 9])  # a new root: a new event
+    events = cache.take_events()
+    assert [(e.block_hashes, e.parent_block_hash) for e in events] == [
+        (page_hashes([1, 2, 3, 4, 5, 6], 2), None),
+        (page_hashes([9, 9], 2), None),
+    ]
+    assert events[0].token_ids == [1, 2, 3, 4, 5, 6]
+    cache.evict(100)
+    (removed,) = cache.take_events()  # consecutive removals merge
+    assert sorted(removed.block_hashes) == sorted(stored_hashes(events))

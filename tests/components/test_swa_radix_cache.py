@@ -6,7 +6,12 @@ from schedkit.components.swa_radix_cache import SWARadixCache
 from schedkit.component import component_name
 from schedkit.kv_events.hashing import page_hashes
 from schedkit.kv_events.structs import AllBlocksCleared, BlockRemoved, BlockStored
-from tests.components.cache_events import removed_hashes, stored_hashes, stored_pages
+from tests.components.cache_events import (
+    removed_hashes,
+    stored_hashes,
+    stored_links,
+    stored_pages,
+)
 
 
 def make_cache(window=4, page_size=1, capacity=None, **kwargs):
@@ -34,14 +39,12 @@ def test_scenario_3_tombstones_are_silent_and_full_eviction_removes_everything(p
     cache = make_cache(window=4, page_size=page_size)
     cache.insert([1, 2, 3, 4])
     first = cache.take_events()
-    assert [tokens[0] for _, _, tokens in stored_pages(first)] == [1, 2, 3, 4][::page_size]
+    assert [p[0] for p in stored_pages(first)] == [1, 2, 3, 4][::page_size]
     assert all(isinstance(e, BlockStored) for e in first)
 
     cache.insert([1, 2, 3, 4, 5, 6])
     second = cache.take_events()
-    assert [tokens for _, _, tokens in stored_pages(second)] == [
-        [5, 6][i : i + page_size] for i in range(0, 2, page_size)
-    ]
+    assert stored_pages(second) == [[5, 6][i : i + page_size] for i in range(0, 2, page_size)]
 
     assert cache.evict(num_tokens=0, swa_num_tokens=1) == (0, 4)
     assert not [e for e in cache.take_events() if isinstance(e, BlockRemoved)]
@@ -60,17 +63,17 @@ def test_scenario_4_a_branch_links_to_the_shared_prefix(page_size):
     cache.insert([1, 2, 3, 4])
     cache.take_events()
     assert cache.insert([1, 2, 5, 6]) == 2
-    pages = stored_pages(cache.take_events())
-    assert len(pages) == 2 // page_size
-    assert pages[0][2] == [5, 6][:page_size]
-    assert pages[0][1] == page_hashes([1, 2], page_size)[-1]
+    events = cache.take_events()
+    assert len(stored_pages(events)) == 2 // page_size
+    assert stored_pages(events)[0] == [5, 6][:page_size]
+    assert stored_links(events)[0][1] == page_hashes([1, 2], page_size)[-1]
 
 
 def test_events_off_records_nothing_and_never_hashes(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("hashed with events off")
 
-    monkeypatch.setattr(event_recorder, "chain_pages", fail)
+    monkeypatch.setattr(event_recorder, "_sha256", fail)
     cache = SWARadixCache(sliding_window_size=2, capacity=16)
     cache.insert([1, 2, 3, 4])
     cache.insert([1, 2, 5, 6])
@@ -145,7 +148,7 @@ def test_insert_without_value_evicts_in_both_pools():
     cache.insert([3, 4])
     events = cache.take_events()
     assert removed_hashes(events) == page_hashes([1, 2], 1)
-    assert [tokens for _, _, tokens in stored_pages(events)] == [[3], [4]]
+    assert stored_pages(events) == [[3], [4]]
     assert cache.swa_allocator.available_size() == 0
 
 
@@ -157,7 +160,7 @@ def test_tokens_without_sliding_window_slots_are_stored_as_a_tombstone():
     full = cache.allocator.alloc(4)
     swa = cache.swa_allocator.alloc(2)
     assert cache.insert([1, 2, 3, 4], full, [None, None, *swa]) == 0
-    assert [tokens for _, _, tokens in stored_pages(cache.take_events())] == [[1], [2], [3], [4]]
+    assert stored_pages(cache.take_events()) == [[1], [2], [3], [4]]
     assert (cache.total_size(), cache.swa_total_size()) == (4, 2)
     result = cache.match_prefix([1, 2, 3, 4])
     assert result.device_indices == full
@@ -334,7 +337,58 @@ def test_bad_configuration_is_rejected(kwargs, message):
 
 def test_value_and_swa_value_go_together():
     cache = make_cache()
-    with pytest.raises(ValueError, match="both value= and swa_value="):
-        cache.insert([1], [0])
+    with pytest.raises(ValueError, match="swa_value= needs value="):
+        cache.insert([1], None, [0])
     with pytest.raises(ValueError, match="one slot per token"):
         cache.insert([1, 2], [0, 1], [0])
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"), [("lru", [2, 1]), ("fifo", [1, 2]), ("lfu", [2, 1])]
+)
+def test_full_eviction_follows_the_eviction_policy(policy, expected):
+    cache = make_cache(window=1, eviction_policy=policy)
+    cache.insert([1, 1])
+    cache.insert([2, 2])
+    cache.match_prefix([1, 1])
+    first = {page_hashes([t, t], 1)[0]: t for t in (1, 2)}
+    cache.take_events()
+    order = []
+    for _ in range(2):
+        cache.evict(1)
+        order += [first[h] for h in removed_hashes(cache.take_events()) if h in first]
+    assert order == expected
+
+
+def test_priority_policy_keeps_high_priority_prefixes_longest():
+    cache = make_cache(window=1, eviction_policy="priority")
+    cache.insert([1, 1], priority=3)
+    cache.insert([2, 2], priority=1)
+    cache.match_prefix([2, 2])
+    cache.take_events()
+    cache.evict(1)
+    assert removed_hashes(cache.take_events()) == page_hashes([2, 2], 1)
+
+
+def test_scheduler_hands_full_kv_only_and_the_cache_adds_window_slots():
+    cache = make_cache(window=2, capacity=16, swa_capacity=4)
+    full = cache.allocator.alloc(6)
+    assert cache.insert([1, 2, 3, 4, 5, 6], full) == 0
+    # The pool holds 4 sliding-window slots: the last window gets live slots, the rest is a
+    # tombstone (one BlockStored for the pages of both nodes).
+    assert stored_pages(cache.take_events()) == [[t] for t in range(1, 7)]
+    assert (cache.total_size(), cache.swa_total_size()) == (6, 2)
+    result = cache.match_prefix([1, 2, 3, 4, 5, 6])
+    assert result.prefix_len == 6 and result.swa_indices[:4] == [None] * 4
+    token = cache.inc_lock_ref(result.last_node)
+    assert token is not None
+    cache.dec_lock_ref(result.last_node, token)
+    assert cache.swa_protected_size() == 0 and cache.protected_size() == 0
+
+
+def test_token_ids_that_cannot_be_hashed_leave_the_cache_unchanged():
+    cache = make_cache(window=2, capacity=8)
+    with pytest.raises(ValueError, match=r"token ids must be integers in \[0, 4294967295\]"):
+        cache.insert([1, 2**32, 3])
+    assert cache.total_size() == 0 and cache.take_events() == []
+    assert cache.allocator.available_size() == 8 == cache.swa_allocator.available_size()

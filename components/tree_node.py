@@ -1,0 +1,113 @@
+"""The parts of a radix tree both prefix caches share: keys with their namespace, nodes, match
+results, and comparing a key with a node's tokens in whole pages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+__all__ = ["MatchResult", "RadixKey", "TreeNode", "match_len"]
+
+
+class RadixKey(list):
+    """Token ids together with the namespace they are cached in (``extra_key``,
+    ``cache_salt``): keys in different namespaces never share a node."""
+
+    __slots__ = ("cache_salt", "extra_key")
+
+    def __init__(
+        self, token_ids: Any = (), extra_key: str | None = None, cache_salt: str | None = None
+    ) -> None:
+        super().__init__(token_ids)
+        self.extra_key = extra_key
+        self.cache_salt = cache_salt
+
+    @property
+    def namespace(self) -> tuple[str | None, str | None] | None:
+        """``(extra_key, cache_salt)``, or None when both are absent."""
+        if self.extra_key is None and self.cache_salt is None:
+            return None
+        return (self.extra_key, self.cache_salt)
+
+
+class TreeNode:
+    """One edge of the radix tree: a run of whole pages of tokens and their KV slots.
+
+    ``ckey`` is the node's key in its parent's ``children``. ``digests`` holds the pages'
+    32-byte chain digests end to end and ``hashes`` their published hashes (None with events
+    off). ``value`` is None once
+    the node has left the tree (evicted, or dropped by ``reset``).
+    """
+
+    __slots__ = (
+        "children",
+        "ckey",
+        "creation_time",
+        "digests",
+        "hashes",
+        "hit_count",
+        "key",
+        "last_access_time",
+        "lock_ref",
+        "namespace",
+        "parent",
+        "priority",
+        "value",
+    )
+
+    def __init__(self, key: list[int], value: list[int], parent: Any, namespace: Any, t: int):
+        self.key = key
+        self.value: list[int] | None = value
+        self.parent = parent
+        self.namespace = namespace
+        self.ckey: object = None
+        self.children: dict = {}
+        self.lock_ref = 0
+        self.last_access_time = self.creation_time = t
+        self.hit_count = 0
+        self.priority = 0
+        self.digests: bytes | None = None
+        self.hashes: list[int] | None = None
+
+    @property
+    def evicted(self) -> bool:
+        """True once the node is no longer part of its cache."""
+        return self.value is None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(key={self.key[:8]}{'...' if len(self.key) > 8 else ''})"
+
+
+@attrs.frozen
+class MatchResult:
+    """The longest cached prefix of a key: its KV slots and the tree node that ends it.
+
+    ``swa_indices`` is set by the sliding-window cache only: one sliding-window slot per
+    matched token, None where that token's sliding-window KV was evicted.
+    """
+
+    device_indices: list[int]
+    last_node: TreeNode
+    swa_indices: list[int | None] | None = None
+
+    @property
+    def prefix_len(self) -> int:
+        """The number of matched tokens."""
+        return len(self.device_indices)
+
+
+def match_len(node_key: list[int], key: list[int], pos: int, page_size: int) -> int:
+    """How many leading tokens of ``node_key`` equal ``key[pos:]``, in whole pages."""
+    n = min(len(node_key), len(key) - pos)
+    if node_key[:n] == key[pos : pos + n]:
+        return n - n % page_size
+    # Bisect for the first difference with slice comparisons (C loops), not token by token.
+    lo, hi = 0, n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if node_key[lo:mid] == key[pos + lo : pos + mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo - lo % page_size
