@@ -221,3 +221,36 @@ def test_error_reply_decodes_with_plain_msgpack(server, connect):
         server.recv_requests()
     raw = msgspec.msgpack.decode(client.recv())
     assert raw["kind"] == "error" and "message" in raw
+
+
+def test_takes_at_most_max_recv_per_call_messages_per_call(connect):
+    server = ZmqServer(max_recv_per_call=2)
+    try:
+        client = zmq.Context.instance().socket(zmq.DEALER)
+        client.setsockopt(zmq.LINGER, 0)
+        client.connect(server.bound_endpoint)
+        for i in range(5):
+            client.send(generate(f"r{i}"))
+        assert server.wait(5.0)
+        time.sleep(0.05)  # let all five frames reach the ROUTER's queue
+        assert len(server.recv_requests()) == 2
+        assert [r.rid for r in receive(server, 3)] == ["r2", "r3", "r4"]
+        client.close()
+    finally:
+        server.close()
+
+
+def test_after_close_nothing_is_taken_and_replies_go_nowhere(server, connect):
+    client = connect()
+    client.send(encode(ControlReq(type="pause")))
+    (control,) = receive(server, 1)
+    server.close()
+    assert server.recv_requests() == []
+    assert server.wait(0.01) is False
+    control.reply(None)  # nothing to send on: dropped, no error
+    server.send(output(["x"]))
+
+
+def test_rejects_bad_settings():
+    with pytest.raises(ValueError, match="max_recv_per_call must be an integer >= 1"):
+        ZmqServer(max_recv_per_call=0)
