@@ -10,12 +10,12 @@ from __future__ import annotations
 import contextlib
 import difflib
 from collections.abc import Callable, Iterator, Mapping
-from operator import attrgetter
 from typing import Any
 
 import structlog
 from dependency_injector import containers, providers
 
+from schedkit.late_binding import late_binding
 from schedkit.validate import eager_edges, topological_order, validate
 from schedkit.wiring import ComponentSpec, Ref, Wiring, WiringError
 
@@ -30,33 +30,6 @@ build_hooks: list[Callable[[Assembly], None]] = []
 
 class ComponentBuildError(WiringError):
     """A component's constructor raised; names the component and its wiring entry."""
-
-
-def _late(provider: providers.Provider, attributes: tuple[str, ...], label: str) -> Callable:
-    if not attributes:
-
-        def get_component() -> Any:
-            return provider()
-
-        get_component.__qualname__ = get_component.__name__ = f"late {label}"
-        return get_component
-    getter = attrgetter(".".join(attributes))
-
-    def get_value() -> Any:
-        return getter(provider())
-
-    get_value.__qualname__ = get_value.__name__ = f"late {label}"
-    return get_value
-
-
-def _call(provider: providers.Provider, attributes: tuple[str, ...], label: str) -> Callable:
-    getter = attrgetter(".".join(attributes))
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        return getter(provider())(*args, **kwargs)
-
-    forward.__qualname__ = forward.__name__ = f"call {label}"
-    return forward
 
 
 class Assembly:
@@ -190,9 +163,9 @@ def _injection(value: Any, container: containers.DynamicContainer) -> Any:
         target = container.providers[value.target]
         label = str(value).split(" ", 1)[1]
         if value.kind == "late":
-            return providers.Object(_late(target, value.attrs, label))
+            return providers.Object(late_binding("late", target, value.attrs, label))
         if value.kind == "call":
-            return providers.Object(_call(target, value.attrs, label))
+            return providers.Object(late_binding("call", target, value.attrs, label))
         for attribute in value.attrs:
             target = getattr(target.provided, attribute)
         return target

@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from schedkit.late_binding import late_binding
 from schedkit.testing.fakes import fake
 from schedkit.validate import iter_refs
 from schedkit.wiring import Ref, Wiring, WiringError, load_wiring
@@ -92,22 +93,7 @@ def _bind(value: Any, fakes: dict[str, Any]) -> Any:
         target = fakes[value.target]
         if value.kind == "ref":
             return attrgetter(".".join(value.attrs))(target) if value.attrs else target
-        if value.kind == "call" and len(value.attrs) == 1:
-            return getattr(target, value.attrs[0])  # the fake's recording method
-        getter = attrgetter(".".join(value.attrs)) if value.attrs else None
-        if value.kind == "late":
-
-            def get() -> Any:
-                return getter(target) if getter else target
-
-            get.__qualname__ = get.__name__ = f"late {value}"
-            return get
-
-        def forward(*args: Any, **kwargs: Any) -> Any:
-            return getter(target)(*args, **kwargs)
-
-        forward.__qualname__ = forward.__name__ = f"call {value}"
-        return forward
+        return late_binding(value.kind, lambda: target, value.attrs, str(value)[1:])
     if isinstance(value, list):
         return [_bind(v, fakes) for v in value]
     if isinstance(value, dict):
