@@ -25,10 +25,11 @@ from typing import Any, Literal
 
 import attrs
 import structlog
+from schedkit.components.decode_batch import retract_decode, take_decode_slots
 from schedkit.components.io_struct import ControlReply
 from schedkit.components.kv_slots import KVSlots
-from schedkit.components.new_token_ratio import RETRACT_DECODE_STEPS, NewTokenRatio
-from schedkit.components.prefill_adder import PrefillAdder, remaining_new_tokens
+from schedkit.components.new_token_ratio import NewTokenRatio
+from schedkit.components.prefill_adder import PrefillAdder
 from schedkit.components.protocols import KVAllocator, ModelRunner, PrefixCache, RequestReceiver
 from schedkit.components.schedule_batch import FinishAbort, ForwardMode, Req, ScheduleBatch
 from schedkit.components.schedule_policy import SchedulePolicy
@@ -328,82 +329,26 @@ class Scheduler:
         return adder.batch
 
     def update_running_batch(self) -> ScheduleBatch | None:
-        """Give every running request one KV slot for its next token (retracting requests if
-        the pool is short); the decode batch, or None if nothing runs."""
+        """Give every running request one KV slot for its next token, retracting requests
+        when the pool is short; the decode batch, or None if nothing runs."""
         batch = self.running_batch
         if not batch.reqs:
             return None
-        if self._page_size > 1:
-            return self._update_running_batch_paged(batch)
-        if self._kv.ensure_free(len(batch.reqs)):
+        if take_decode_slots(self._kv, batch.reqs):
             self._ratio.decay()
-        else:
-            self._retract_decode()
-        reqs = batch.reqs
-        slots = self.allocator.alloc(len(reqs))
-        for req, slot in zip(reqs, slots, strict=True):
-            req.kv_indices.append(slot)
-            req.num_computed_tokens += 1
-        return batch
-
-    def _update_running_batch_paged(
-        self, batch: ScheduleBatch, after_retract: bool = False
-    ) -> ScheduleBatch:
-        """``update_running_batch`` with page_size > 1: a request whose last page has room
-        takes the next slot of that page, the others a new page each."""
-        page_size = self._page_size
-        # One pass: fill last pages, and collect the requests that need a new page.
-        needs_page = []
-        for req in batch.reqs:
-            kv = req.kv_indices
-            req.num_computed_tokens += 1
-            if len(kv) % page_size:
-                kv.append(kv[-1] + 1)  # the next slot of the request's last page
-            else:
-                needs_page.append(kv)
-        need = len(needs_page) * page_size
-        if not need or self._kv.ensure_free(need):
-            if not after_retract:
-                self._ratio.decay()
-        else:
-            # Undo this step's slots, retract, and start over with the requests left.
-            filled = set(map(id, needs_page))
-            for req in batch.reqs:
-                req.num_computed_tokens -= 1
-                if id(req.kv_indices) not in filled:
-                    req.kv_indices.pop()
-            self._retract_decode()
-            return self._update_running_batch_paged(batch, after_retract=True)
-        if need:
-            for kv, slot in zip(needs_page, self.allocator.alloc(need)[::page_size], strict=True):
-                kv.append(slot)
+            return batch
+        self._retract_decode()
+        if not batch.reqs:
+            return None
+        take_decode_slots(self._kv, batch.reqs)  # the retraction made room for these
         return batch
 
     def _retract_decode(self) -> None:
-        """Retract running requests until the rest have room for a few decode steps, as
-        SGLang's ``retract_decode``: the fewest output tokens (then the longest prompt) go
-        first, finished requests are never retracted, retracted ones free their own KV and
-        join the back of the waiting queue; if even the last request cannot get one more
-        slot, it is aborted."""
-        batch = self.running_batch
-        keep = sorted(
-            (r for r in batch.reqs if r.finished_reason is None),
-            key=lambda r: (len(r.output_ids), -len(r.origin_input_ids)),
-            reverse=True,
-        )
-        retracted: list[Req] = []
-        # Slots the kept requests need for a few steps, and for the next one.
-        kv = self._kv
-        room = sum(min(RETRACT_DECODE_STEPS, remaining_new_tokens(r)) for r in keep)
-        need = kv.decode_need(keep)
-        while len(keep) > 1:
-            if retracted and kv.ensure_free(max(room, need)):
-                break
-            req = keep.pop()
-            room -= min(RETRACT_DECODE_STEPS, remaining_new_tokens(req))
-            need -= kv.decode_need([req])
-            retracted.append(req)
-            self._retract(req)
+        """Retract running requests (``retract_decode``) and requeue them at the back of the
+        waiting queue; a chunked request goes too if that is still not enough, and a last
+        request that cannot get one more slot is aborted ("out of memory")."""
+        batch, kv = self.running_batch, self._kv
+        keep, retracted, need = retract_decode(kv, batch.reqs, self._retract)
         if not kv.ensure_free(need) and self.chunked_req is not None:
             retracted.append(self.chunked_req)
             self._retract(self.chunked_req)

@@ -1,0 +1,59 @@
+"""A decode step's KV memory, after SGLang's ``update_running_batch``: one more slot for every
+running request, and when the pool is short, which requests to retract."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from schedkit.components.kv_slots import KVSlots
+from schedkit.components.new_token_ratio import RETRACT_DECODE_STEPS
+from schedkit.components.prefill_adder import remaining_new_tokens
+from schedkit.components.schedule_batch import Req
+
+__all__ = ["retract_decode", "take_decode_slots"]
+
+
+def take_decode_slots(kv: KVSlots, reqs: list[Req]) -> bool:
+    """Give every request one KV slot for its next token: the next slot of its last page if
+    that page has room, else a new page. False, with nothing taken, if the pool cannot supply
+    the new pages even after evicting from the cache."""
+    page_size = kv.page_size
+    needs_page = [req for req in reqs if len(req.kv_indices) % page_size == 0]
+    need = len(needs_page) * page_size
+    if need and not kv.ensure_free(need):
+        return False
+    for req in reqs:
+        req.num_computed_tokens += 1
+        if len(req.kv_indices) % page_size:
+            req.kv_indices.append(req.kv_indices[-1] + 1)
+    if need:
+        slots = kv.allocator.alloc(need)[::page_size]
+        for req, slot in zip(needs_page, slots, strict=True):
+            req.kv_indices.append(slot)
+    return True
+
+
+def retract_decode(
+    kv: KVSlots, reqs: list[Req], retract: Callable[[Req], None]
+) -> tuple[list[Req], list[Req], int]:
+    """SGLang's ``retract_decode``: retract unfinished requests, fewest output tokens (then
+    longest prompt) first, until the rest have room for a few decode steps, keeping at least
+    one. ``retract(req)`` frees a request's KV. Returns the requests kept, those retracted
+    (in retraction order) and the slots the kept ones need for their next token."""
+    keep = sorted(
+        (r for r in reqs if r.finished_reason is None),
+        key=lambda r: (len(r.output_ids), -len(r.origin_input_ids)),
+        reverse=True,
+    )
+    retracted: list[Req] = []
+    room = sum(min(RETRACT_DECODE_STEPS, remaining_new_tokens(r)) for r in keep)
+    need = kv.decode_need(keep)
+    while len(keep) > 1:
+        if retracted and kv.ensure_free(max(room, need)):
+            break
+        req = keep.pop()
+        room -= min(RETRACT_DECODE_STEPS, remaining_new_tokens(req))
+        need -= kv.decode_need([req])
+        retracted.append(req)
+        retract(req)
+    return keep, retracted, need
