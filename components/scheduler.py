@@ -1,5 +1,9 @@
 """The scheduler host loop, after SGLang's ``Scheduler.event_loop_normal``.
 
+(Longer than 300 lines: the loop and the request lifecycle it drives, submit, abort, pause,
+continue and flush, read best in one place; batch forming is in ``prefill_adder`` and
+``decode_batch``.)
+
 Each ``step()``: take new requests and control requests from the receiver; stop there while
 paused; otherwise form the next batch (prefill first, else decode), run it on the model runner
 and hand the result to the batch result processor, or run ``on_idle()`` when there is nothing

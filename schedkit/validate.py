@@ -1,5 +1,8 @@
 """Validation of a merged wiring against the component classes, before anything is built.
 
+(Longer than 300 lines: every check of a wiring lives here, so that one pass reports them
+all together.)
+
 Every problem is collected (never just the first) as ``FILE:LINE: components.<name>.args.<key>:
 <what is wrong>; <what would be valid>``.
 """

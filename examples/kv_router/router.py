@@ -1,6 +1,8 @@
 """A KV-aware router: follows the KV-event stream of every data-parallel rank and sends each
 request to the rank whose cache holds the longest prefix of it.
 
+(Longer than 300 lines: a self-contained example, meant to be read and copied as one file.)
+
 Run ``python examples/kv_router/router.py`` for a self-contained demo (two ranks, each a
 RadixCache with a KvEventsPublisher, in this process), ``--schedulers`` for two schedulers
 assembled from wiring.yaml as DP ranks 0 and 1 (in this process too), or point it at running

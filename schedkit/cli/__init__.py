@@ -20,7 +20,8 @@ import yaml
 from schedkit.cli import events, run
 from schedkit.cli.args import add_wiring_args
 from schedkit.validate import iter_refs
-from schedkit.wiring import Ref, Wiring, WiringDumper, WiringError, load_wiring
+from schedkit.wiring import Ref, Wiring, WiringError, load_wiring
+from schedkit.wiring_yaml import WiringDumper
 
 __all__ = ["main"]
 

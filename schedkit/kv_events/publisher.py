@@ -1,6 +1,9 @@
 """KV-event publishers: a ZeroMQ PUB publisher (with an optional replay socket) and a null
 publisher, registered as ``zmq`` and ``null``.
 
+(Longer than 300 lines: the caller's side and the sender thread share one queue and its
+wake-up protocol, which read best together.)
+
 ``ZmqEventPublisher.publish`` only appends to a bounded queue. A sender thread encodes each
 batch under the configured profile, sends it as ``[topic, seq, payload]`` and hands the payload
 to the replay buffer. The sender polls the queue every ``POLL_INTERVAL`` seconds instead of

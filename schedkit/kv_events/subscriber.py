@@ -1,5 +1,9 @@
 """A KV-event subscriber: decodes one publisher's stream in seq order, recovers gaps through
 the publisher's replay socket, and reports what it could not recover as typed notices.
+
+
+(Longer than 300 lines: the live path, replay and restart detection all update one
+sequencing state.)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 import pytest
 
 from schedkit import Ref, WiringError, late, load_wiring, ref
-from schedkit.wiring import read_wiring
+from schedkit.wiring_yaml import read_wiring
 
 BASE = """\
 plugins: [tests.schedkit.sample_components]
