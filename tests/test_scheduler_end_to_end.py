@@ -6,7 +6,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,15 +18,10 @@ import schedkit
 from schedkit import Req, SamplingParams
 from schedkit.kv_events import KvEventSubscriber, KvIndex, page_hashes
 from schedkit.testing import cache_page_hashes
+from tests.serving import free_endpoint, start_serve
 
 ROOT = Path(__file__).resolve().parents[1]
 WIRING = ROOT / "wiring.yaml"
-
-
-def free_endpoint() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
 def kv_overlay(
@@ -305,21 +299,7 @@ def test_schedkit_serve_takes_requests_and_control_and_stops_cleanly():
         from send_requests import Client
     finally:
         sys.path.pop(0)
-    requests = free_endpoint()
-    env = {
-        **os.environ,
-        "SCHEDKIT_REQUEST_ENDPOINT": requests,
-        "SCHEDKIT_KV_EVENTS_ENDPOINT": free_endpoint(),
-        "SCHEDKIT_KV_REPLAY_ENDPOINT": free_endpoint(),
-    }
-    server = subprocess.Popen(
-        [sys.executable, "-m", "schedkit.cli", "serve", "wiring.yaml", "-o", "examples/serve.yaml"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server, requests = start_serve()
     client = Client(requests)
     try:
         ready = json.loads(server.stdout.readline())

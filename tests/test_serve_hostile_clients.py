@@ -5,11 +5,7 @@ two well-behaved clients each get exactly their own outputs, every request finis
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,13 +22,9 @@ from schedkit.components.io_struct import (
     encode,
 )
 
+from tests.serving import start_serve
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_endpoint() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
 class Client:
@@ -81,21 +73,7 @@ def wait_for(clients: list[Client], done, timeout: float = 30.0) -> None:
 
 
 def test_serve_survives_a_hostile_session_and_routes_every_output_to_its_owner():
-    endpoint = free_endpoint()
-    env = {
-        **os.environ,
-        "SCHEDKIT_REQUEST_ENDPOINT": endpoint,
-        "SCHEDKIT_KV_EVENTS_ENDPOINT": free_endpoint(),
-        "SCHEDKIT_KV_REPLAY_ENDPOINT": free_endpoint(),
-    }
-    server = subprocess.Popen(
-        [sys.executable, "-m", "schedkit.cli", "serve", "wiring.yaml", "-o", "examples/serve.yaml"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server, endpoint = start_serve()
     alice, bob, hostile, bystander, leaver = (Client(endpoint) for _ in range(5))
     clients = [alice, bob, hostile, bystander, leaver]
     try:

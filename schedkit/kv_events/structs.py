@@ -210,35 +210,21 @@ def decode_any(payload: bytes) -> KVEventBatch:
     return KVEventBatch(raw.ts, [_decode_event(e) for e in raw.events], raw.attn_dp_rank)
 
 
-def _array_event(event: Event) -> msgspec.Struct:
-    if type(event) is BlockStored:
-        return _ArrayBlockStored(
-            event.block_hashes,
-            event.parent_block_hash,
-            event.token_ids,
-            event.block_size,
-            event.lora_id,
-            event.medium,
-        )
-    if type(event) is BlockRemoved:
-        return _ArrayBlockRemoved(event.block_hashes, event.medium)
-    return _ArrayAllBlocksCleared()
+def _converter(
+    stored: type, removed: type, cleared: type
+) -> Callable[[Event], msgspec.Struct]:
+    """Converts in-memory events to one profile's structs; a BlockStored keeps the fields the
+    profile declares, by name."""
+    fields = stored.__struct_fields__
 
+    def convert(event: Event) -> msgspec.Struct:
+        if type(event) is BlockStored:
+            return stored(*[getattr(event, f) for f in fields])
+        if type(event) is BlockRemoved:
+            return removed(event.block_hashes, event.medium)
+        return cleared()
 
-def _vllm_event(event: Event) -> msgspec.Struct:
-    if type(event) is BlockStored:
-        return _VllmBlockStored(
-            event.block_hashes,
-            event.parent_block_hash,
-            event.token_ids,
-            event.block_size,
-            event.lora_id,
-            event.medium,
-            event.lora_name,
-        )
-    if type(event) is BlockRemoved:
-        return _VllmBlockRemoved(event.block_hashes, event.medium)
-    return _VllmAllBlocksCleared()
+    return convert
 
 
 class Profile:
@@ -272,8 +258,16 @@ class Profile:
 
 _profiles = {
     "sglang": Profile("sglang"),
-    "sglang-array": Profile("sglang-array", _array_event, _strict_decoder(_ArrayBatch)),
-    "vllm": Profile("vllm", _vllm_event, _strict_decoder(_VllmBatch)),
+    "sglang-array": Profile(
+        "sglang-array",
+        _converter(_ArrayBlockStored, _ArrayBlockRemoved, _ArrayAllBlocksCleared),
+        _strict_decoder(_ArrayBatch),
+    ),
+    "vllm": Profile(
+        "vllm",
+        _converter(_VllmBlockStored, _VllmBlockRemoved, _VllmAllBlocksCleared),
+        _strict_decoder(_VllmBatch),
+    ),
 }
 PROFILES: tuple[str, ...] = tuple(_profiles)
 
