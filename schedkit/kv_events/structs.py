@@ -210,9 +210,7 @@ def decode_any(payload: bytes) -> KVEventBatch:
     return KVEventBatch(raw.ts, [_decode_event(e) for e in raw.events], raw.attn_dp_rank)
 
 
-def _converter(
-    stored: type, removed: type, cleared: type
-) -> Callable[[Event], msgspec.Struct]:
+def _converter(stored: type, removed: type, cleared: type) -> Callable[[Event], msgspec.Struct]:
     """Converts in-memory events to one profile's structs; a BlockStored keeps the fields the
     profile declares, by name."""
     fields = stored.__struct_fields__
