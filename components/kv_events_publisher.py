@@ -156,6 +156,11 @@ class KvEventsPublisher:
         return getattr(self._publisher, "replay_endpoint", None)
 
     @property
+    def last_seq(self) -> int:
+        """The last seq the publisher took (-1 before the first, or when disabled)."""
+        return getattr(self._publisher, "last_seq", -1)
+
+    @property
     def accepted(self) -> int:
         """Batches the publisher took (all of them are sent unless shutdown times out)."""
         return 0 if self._publisher is None else self._publisher.accepted

@@ -232,6 +232,11 @@ class ZmqEventPublisher:
         """Batches accepted but not yet handed to the socket."""
         return len(self._queue)
 
+    @property
+    def last_seq(self) -> int:
+        """The last seq taken (by a batch or a heartbeat), -1 before the first."""
+        return self._next_seq - 1
+
     def publish(self, batch: EventBatch) -> bool:
         """Queue ``batch`` under the next seq; False (counted in ``dropped``) if the queue is
         full or the publisher is shut down."""

@@ -52,7 +52,7 @@ def test_late_joiner_recovers_every_batch_through_replay(closing):
     sub = closing(subscriber_for(pub))
 
     got = wait_live(pub, sub)
-    last = pub.published - 1
+    last = pub.last_seq
     poll_until(sub, lambda g: g[-1][0] >= last, got)
 
     assert seqs(got) == list(range(last + 1))
@@ -72,7 +72,7 @@ def test_messages_lost_in_transit_are_recovered_through_replay(closing):
     for i in range(1000):
         assert pub.publish(batch(i, tokens=500))
     assert pub.flush()
-    last = pub.published - 1
+    last = pub.last_seq
     poll_until(sub, lambda g: g[-1][0] >= last, got)
 
     assert any(isinstance(n, GapDetected) for n in sub.notices), "no loss happened"
@@ -109,7 +109,7 @@ def test_history_lost_when_the_buffer_is_smaller_than_the_gap(closing):
     pub.flush()
     sub = closing(subscriber_for(pub))
     got = wait_live(pub, sub)
-    last = pub.published - 1
+    last = pub.last_seq
     poll_until(sub, lambda g: g[-1][0] >= last, got)
 
     lost = [n for n in sub.notices if isinstance(n, HistoryLost)]
@@ -125,7 +125,7 @@ def test_publisher_restart_is_reported_and_the_new_stream_replayed(closing):
     for i in range(10):
         pub.publish(batch(i))
     pub.flush()
-    before = pub.published - 1
+    before = pub.last_seq
     poll_until(sub, lambda g: g[-1][0] >= before, got)
     endpoint, replay_endpoint = pub.endpoint, pub.replay_endpoint
     pub.shutdown()
@@ -134,7 +134,7 @@ def test_publisher_restart_is_reported_and_the_new_stream_replayed(closing):
         ZmqEventPublisher(KvEventsConfig(endpoint=endpoint, replay_endpoint=replay_endpoint))
     )
     after = wait_live(restarted, sub, timeout=10.0)
-    last = restarted.published - 1
+    last = restarted.last_seq
     poll_until(sub, lambda g: g[-1][0] >= last, after)
 
     restart = [n for n in sub.notices if isinstance(n, PublisherRestarted)]
@@ -259,7 +259,7 @@ def test_a_replay_client_that_does_not_read_stalls_neither_live_nor_other_replay
             got = wait_live(pub, sub)
             for i in range(100):
                 pub.publish(batch(i))
-            last = pub.published - 1
+            last = pub.last_seq
             poll_until(sub, lambda g: g[-1][0] >= last, got)
         finally:
             stuck.close()
@@ -289,7 +289,7 @@ def test_vllm_profile_end_to_end(closing):
     pub.flush()
     sub = closing(subscriber_for(pub))
     got = wait_live(pub, sub)
-    poll_until(sub, lambda g: g[-1][0] >= pub.published - 1, got)
+    poll_until(sub, lambda g: g[-1][0] >= pub.last_seq, got)
 
     assert seqs(got) == list(range(pub.published))
     assert [b for _, b in got[:5]] == [batch(i, tokens=4, rank=1) for i in range(5)]
