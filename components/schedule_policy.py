@@ -122,19 +122,25 @@ class LPMPolicy:
         cache = self.tree_cache
         if cache is None or cache.disable or len(waiting_queue) > self.max_queue_for_prefix_match:
             return
-        match_prefix = self.tree_cache.match_prefix
-        check, head_len = self.in_batch_check_threshold, self.in_batch_deprioritize_threshold
-        in_batch: set[tuple[int, ...]] = set()  # leading tokens of the temporary tree's keys
+        match_prefix = cache.match_prefix
+        check = self.in_batch_check_threshold
+        # The shared-prefix test covers whole pages (as Dynamo's SGLang model does).
+        page = cache.page_size
+        head_len = -(-self.in_batch_deprioritize_threshold // page) * page
+        in_batch: set[tuple] = set()  # leading tokens (and namespace) of the temporary tree
         deprioritized: set[Req] = set()
         for req in waiting_queue:
             prefix_ids = fill_ids_prefix(req, -1)
             req.prefix_len = len(match_prefix(prefix_ids).device_indices)
-            if req.prefix_len <= check and len(prefix_ids) >= head_len:
-                head = tuple(prefix_ids[:head_len])
-                if head in in_batch:
-                    deprioritized.add(req)
-                else:
-                    in_batch.add(head)
+            if req.prefix_len > check or req.seqlen < head_len:
+                continue
+            origin = req.origin_input_ids
+            tokens = origin if len(origin) >= head_len else origin + req.output_ids
+            head = (req.extra_key, req.cache_salt, *tokens[:head_len])
+            if head in in_batch:
+                deprioritized.add(req)
+            else:
+                in_batch.add(head)
         if deprioritized:
             waiting_queue.sort(key=lambda r: math.inf if r in deprioritized else -r.prefix_len)
         else:

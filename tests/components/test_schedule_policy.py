@@ -139,18 +139,19 @@ def test_lpm_in_batch_thresholds_are_validated():
 
 def sglang_lpm_order(cache, waiting, check, deprioritize):
     """SGLang's LPM pass, written as SGLang writes it: a temporary radix tree of the waiting
-    requests' prefixes (here a page-size-1 RadixCache with its own pool)."""
+    requests' tokens (here a page-size-1 RadixCache with its own pool). The cache match leaves
+    the last token out; the in-batch match takes the whole sequence, as today's SGLang (and
+    Dynamo's model of it) do, so identical prompts of exactly the threshold are caught."""
     in_batch_tree = RadixCache(capacity=sum(len(r.fill_ids) for r in waiting) + 1)
     temporary_deprioritized = set()
     prefix = {}
     for r in waiting:
-        prefix_ids = r.fill_ids[:-1]
-        prefix[r.rid] = cache.match_prefix(prefix_ids).prefix_len
+        prefix[r.rid] = cache.match_prefix(r.fill_ids[:-1]).prefix_len
         if prefix[r.rid] <= check:
-            if in_batch_tree.match_prefix(prefix_ids).prefix_len >= deprioritize:
+            if in_batch_tree.match_prefix(r.fill_ids).prefix_len >= deprioritize:
                 temporary_deprioritized.add(r.rid)
             else:
-                in_batch_tree.insert(prefix_ids)
+                in_batch_tree.insert(r.fill_ids)
     order = sorted(
         waiting,
         key=lambda r: -prefix[r.rid] if r.rid not in temporary_deprioritized else float("inf"),
@@ -206,3 +207,25 @@ def test_priority_policy_orders_by_priority_then_arrival():
     PriorityPolicy(low_values_first=True).calc_priority(q)
     assert [r.rid for r in q] == ["low", "none1", "none2", "high1", "high2"]
     assert component_name(PriorityPolicy) == "priority"
+
+
+def test_identical_prompts_of_exactly_the_threshold_are_deduplicated_in_batch():
+    cache = cache_with()
+    q = [Req(rid=r, origin_input_ids=list(range(32))) for r in ("first", "twin")]
+    q.append(Req(rid="other", origin_input_ids=list(range(1, 33))))
+    LPMPolicy(tree_cache=cache).calc_priority(q)
+    assert [r.rid for r in q] == ["first", "other", "twin"]
+
+
+def test_in_batch_dedupe_keeps_namespaces_apart_and_covers_whole_pages():
+    allocator = TokenToKVPoolAllocator(size=256, page_size=16)
+    cache = RadixCache(allocator=allocator, page_size=16)
+    q = [
+        Req(rid="a", origin_input_ids=list(range(40))),
+        Req(rid="salted", origin_input_ids=list(range(40)), cache_salt="t"),
+        Req(rid="b", origin_input_ids=list(range(40))),
+        Req(rid="short", origin_input_ids=list(range(31))),  # under 2 pages: never checked
+        Req(rid="short2", origin_input_ids=list(range(31))),
+    ]
+    LPMPolicy(tree_cache=cache).calc_priority(q)
+    assert [r.rid for r in q] == ["a", "salted", "short", "short2", "b"]
