@@ -21,6 +21,8 @@ from schedkit.components._event_recorder import EventRecorder
 from schedkit.components.allocator import TokenToKVPoolAllocator
 from schedkit.components.tree_node import MatchResult, RadixKey, TreeNode, match_len
 
+from schedkit.component import at_least
+
 __all__ = ["EVICTION_POLICIES", "MatchResult", "RadixKey", "RadixTree", "TreeNode", "make_pool"]
 
 EVICTION_POLICIES: dict[str, Callable[[Any], object]] = {
@@ -56,15 +58,22 @@ def make_pool(
     return allocator
 
 
+def _known_policy(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if value not in EVICTION_POLICIES:
+        raise ValueError(
+            f"unknown eviction_policy {value!r}; valid: {', '.join(EVICTION_POLICIES)}"
+        )
+
+
 @attrs.define(slots=True, kw_only=True)
 class RadixTree:
     """The shared tree machinery; not a cache by itself (see ``RadixCache``)."""
 
-    page_size: int = 1
+    page_size: int = attrs.field(default=1, validator=at_least(1))
     enable_kv_cache_events: bool = False
     allocator: TokenToKVPoolAllocator | None = None
     capacity: int | None = None
-    eviction_policy: str = "lru"
+    eviction_policy: str = attrs.field(default="lru", validator=_known_policy)
     disable: bool = False
 
     root: TreeNode | None = attrs.field(init=False, repr=False, default=None)
@@ -83,13 +92,6 @@ class RadixTree:
 
     def _setup(self) -> None:
         """Check the shared arguments and build the pool, recorder and counters."""
-        if not isinstance(self.page_size, int) or self.page_size < 1:
-            raise ValueError(f"page_size must be an integer >= 1, got {self.page_size!r}")
-        if self.eviction_policy not in EVICTION_POLICIES:
-            raise ValueError(
-                f"unknown eviction_policy {self.eviction_policy!r}; valid: "
-                f"{', '.join(EVICTION_POLICIES)}"
-            )
         self._evict_key = EVICTION_POLICIES[self.eviction_policy]
         self.allocator = make_pool(self.allocator, self.capacity, self.page_size)
         if self.enable_kv_cache_events:

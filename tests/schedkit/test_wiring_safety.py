@@ -136,6 +136,10 @@ def test_a_type_naming_a_module_that_is_no_plugin_imports_nothing(tmp_path):
             "output_streamer\n    args: {stream_interval: 0}",
             "components.a.args.stream_interval: stream_interval must be an integer >= 1",
         ),
+        (
+            "radix_cache\n    args: {capacity: 8, eviction_policy: mru}",
+            "components.a.args.eviction_policy: unknown eviction_policy 'mru'; valid: lru",
+        ),
     ],
 )
 def test_range_errors_are_found_by_validate(tmp_path, entry, problem):
