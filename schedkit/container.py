@@ -1,8 +1,12 @@
 """Building a validated wiring with dependency-injector, and the resulting ``Assembly``.
 
-Each component gets one ``Singleton`` provider in a ``DynamicContainer``. Eager ``!ref``s inject
-the target's provider; ``!late``/``!call`` inject a small closure over the target's provider, so
-that the target is looked up when the closure is called (an override of the target is seen).
+Each component gets one ``Resource`` provider in a ``DynamicContainer``: it builds the component
+once and stops it (``shutdown()`` or ``close()``) when ``shutdown_resources()`` reaches it, after
+every component that takes it eagerly. Eager ``!ref``s inject the target's provider (or its
+``.provided`` attribute); ``!late``/``!call`` inject a closure (``schedkit.late_binding``) that
+resolves the target's provider at each call, so an override of the target is seen. The closure
+reads the attribute itself rather than through ``.provided``: the scheduler calls these every
+step, and dependency-injector's attribute getter costs about five times as much.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ class Assembly:
     """The built components of a wiring, by name.
 
     ``assembly[name]`` is the shared instance; ``override(name=fake)`` swaps components for the
-    duration of a ``with`` block; ``shutdown()`` stops components in reverse build order.
+    duration of a ``with`` block; ``shutdown()`` stops every component, dependents first.
     """
 
     def __init__(
@@ -45,11 +49,15 @@ class Assembly:
         self.wiring = wiring
         self.container = container
         self.order = order
-        self._built: list[tuple[str, Any]] = []
         self._edges = eager_edges(wiring)
-        self._shut = False
+        self._shutdown_errors: list[Exception] = []
+        self._after_shutdown: dict[str, Any] | None = None
 
     def __getitem__(self, name: str) -> Any:
+        if self._after_shutdown is not None:
+            if name not in self._after_shutdown:
+                raise WiringError(_unknown(name, self.wiring))
+            return self._after_shutdown[name]
         return self._provider(name)()
 
     def __contains__(self, name: object) -> bool:
@@ -59,14 +67,16 @@ class Assembly:
         """Component names in build order."""
         return list(self.order)
 
-    def _provider(self, name: str) -> providers.Singleton:
+    @property
+    def is_shut_down(self) -> bool:
+        """True once ``shutdown()`` has run."""
+        return self._after_shutdown is not None
+
+    def _provider(self, name: str) -> providers.Resource:
         try:
             return self.container.providers[name]
         except KeyError:
             raise WiringError(_unknown(name, self.wiring)) from None
-
-    def _record(self, name: str, instance: Any) -> None:
-        self._built.append((name, instance))
 
     @contextlib.contextmanager
     def override(self, **fakes: Any) -> Iterator[Assembly]:
@@ -75,26 +85,25 @@ class Assembly:
         Components that take an overridden one eagerly are rebuilt against the fake for the
         block (and shut down after it); late references see the fake through the container.
         """
-        for name in fakes:
-            self._provider(name)
         overridden = [self._provider(n) for n in fakes]
-        for name, fake in fakes.items():
-            self._provider(name).override(providers.Object(fake))
-        dependents = self._dependents(set(fakes))
-        for name in dependents:
+        for provider, fake in zip(overridden, fakes.values(), strict=True):
+            provider.override(providers.Object(fake))
+        rebuilt = []
+        for name in self._dependents(set(fakes)):
             original = self._provider(name)
-            original.override(providers.Singleton(original.provides, **original.kwargs))
+            rebuilt.append(providers.Resource(original.provides, *original.args, **original.kwargs))
+            original.override(rebuilt[-1])
             overridden.append(original)
-        start = len(self._built)
         try:
-            for name in dependents:
-                self[name]
+            for resource in rebuilt:
+                resource()
             yield self
         finally:
-            temporary, self._built[start:] = self._built[start:], []
-            _shutdown_all(reversed(temporary))
+            for resource in reversed(rebuilt):
+                resource.shutdown()
             for provider in overridden:
                 provider.reset_last_overriding()
+            self._raise_shutdown_error()
 
     def _dependents(self, names: set[str]) -> list[str]:
         affected = set()
@@ -104,13 +113,23 @@ class Assembly:
         return [n for n in self.order if n in affected]
 
     def shutdown(self) -> None:
-        """Call ``shutdown()`` (or ``close()``) on every built component, in reverse build
-        order, once. Errors are logged and the first is raised after all have run."""
-        if self._shut:
+        """Call ``shutdown()`` (or ``close()``) on every built component once, each before the
+        components it references eagerly. Errors are logged and the first is raised after all
+        have run."""
+        if self._after_shutdown is not None:
             return
-        self._shut = True
-        built, self._built = self._built, []
-        _shutdown_all(reversed(built))
+        self._after_shutdown = {
+            name: provider()
+            for name in self.order
+            if (provider := self._provider(name)).initialized or provider.overridden
+        }
+        self.container.shutdown_resources()
+        self._raise_shutdown_error()
+
+    def _raise_shutdown_error(self) -> None:
+        errors, self._shutdown_errors[:] = list(self._shutdown_errors), []
+        if errors:
+            raise errors[0]
 
     def __enter__(self) -> Assembly:
         return self
@@ -119,31 +138,21 @@ class Assembly:
         self.shutdown()
 
 
-def _shutdown_all(components: Iterator[tuple[str, Any]]) -> None:
-    first_error = None
-    for name, instance in components:
-        stop = getattr(instance, "shutdown", None) or getattr(instance, "close", None)
-        if not callable(stop):
-            continue
-        try:
-            stop()
-        except Exception as exc:
-            log.error("component shutdown failed", component=name, error=str(exc))
-            first_error = first_error or exc
-    if first_error is not None:
-        raise first_error
-
-
 def _unknown(name: str, wiring: Wiring) -> str:
     close = difflib.get_close_matches(name, wiring.components, n=1)
     hint = f"did you mean {close[0]}?" if close else f"components: {', '.join(wiring.components)}"
     return f"unknown component {name!r}; {hint}"
 
 
-def _factory(spec: ComponentSpec, assembly: Assembly) -> Callable[..., Any]:
+def _lifecycle(spec: ComponentSpec, errors: list[Exception]) -> Callable[..., Iterator[Any]]:
+    """The Resource initializer of a component: build it, hand it out, stop it at shutdown.
+
+    Positional arguments are the components it references eagerly; they are passed only so that
+    ``shutdown_resources()`` sees them as related and stops this component first.
+    """
     cls, name = spec.cls, spec.name
 
-    def construct(**kwargs: Any) -> Any:
+    def lifecycle(*_dependencies: Any, **kwargs: Any) -> Iterator[Any]:
         try:
             instance = cls(**kwargs)
         except Exception as exc:
@@ -151,11 +160,17 @@ def _factory(spec: ComponentSpec, assembly: Assembly) -> Callable[..., Any]:
                 f"{spec.where()}: components.{name}: {cls.__name__}(...) raised "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        assembly._record(name, instance)
-        return instance
+        yield instance
+        stop = getattr(instance, "shutdown", None) or getattr(instance, "close", None)
+        if callable(stop):
+            try:
+                stop()
+            except Exception as exc:
+                log.error("component shutdown failed", component=name, error=str(exc))
+                errors.append(exc)
 
-    construct.__qualname__ = construct.__name__ = f"build {name}"
-    return construct
+    lifecycle.__qualname__ = lifecycle.__name__ = f"build {name}"
+    return lifecycle
 
 
 def _injection(value: Any, container: containers.DynamicContainer) -> Any:
@@ -195,16 +210,22 @@ def build(wiring: Wiring | Mapping, overrides: Mapping[str, object] | None = Non
     if unknown:
         raise WiringError(unknown)
 
-    order = topological_order(eager_edges(wiring))
+    edges = eager_edges(wiring)
+    order = topological_order(edges)
     container = containers.DynamicContainer()
     assembly = Assembly(wiring, container, order)
-    for name in order:
+    # Registered last-built first: shutdown_resources() stops, round by round, the resources no
+    # running resource depends on, in registration order.
+    for name in reversed(order):
         container.set_provider(
-            name, providers.Singleton(_factory(wiring.components[name], assembly))
+            name, providers.Resource(_lifecycle(wiring.components[name], assembly._shutdown_errors))
         )
     for name in order:
-        kwargs = {k: _injection(v, container) for k, v in wiring.components[name].args.items()}
-        container.providers[name].add_kwargs(**kwargs)
+        resource = container.providers[name]
+        resource.add_args(*(container.providers[d] for d in dict.fromkeys(edges[name])))
+        resource.add_kwargs(
+            **{k: _injection(v, container) for k, v in wiring.components[name].args.items()}
+        )
     for name, obj in overrides.items():
         container.providers[name].override(providers.Object(obj))
     try:

@@ -224,7 +224,7 @@ def format_leaks(problems: list[str]) -> str:
 
 
 def _shut(built: _Built) -> bool:
-    return built.assembly._shut
+    return built.assembly.is_shut_down
 
 
 def _stoppable(instance: Any) -> bool:

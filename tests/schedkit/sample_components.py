@@ -69,9 +69,12 @@ class Closable:
 
     label: str
     before: Closable | None = None
+    fail: bool = False
 
     def shutdown(self) -> None:
         EVENTS.append(f"shutdown {self.label}")
+        if self.fail:
+            raise RuntimeError(f"{self.label} failed to stop")
 
 
 @component("sample_close_only")

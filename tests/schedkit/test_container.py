@@ -129,7 +129,7 @@ def test_constructor_error_names_component_entry_and_message(write):
     assert EVENTS == ["shutdown ok"]  # what was built before the failure is shut down
 
 
-def test_shutdown_runs_in_reverse_build_order_once(write, built):
+def test_shutdown_stops_each_component_once_dependents_first(write, built):
     path = write(
         "w.yaml",
         "plugins: [tests.schedkit.sample_components]\ncomponents:\n"
@@ -142,7 +142,9 @@ def test_shutdown_runs_in_reverse_build_order_once(write, built):
     assert assembly.names() == ["first", "last", "closer", "plain"]
     assembly.shutdown()
     assembly.shutdown()
-    assert EVENTS == ["close close-only", "shutdown last", "shutdown first"]
+    assert sorted(EVENTS) == ["close close-only", "shutdown first", "shutdown last"]
+    assert EVENTS.index("shutdown last") < EVENTS.index("shutdown first")
+    assert assembly.is_shut_down and assembly["last"].before is assembly["first"]
 
 
 def test_override_block_shuts_down_the_components_it_rebuilt(write):
@@ -167,3 +169,31 @@ def test_build_accepts_a_mapping(built):
         }
     )
     assert assembly["c"].value == 5
+
+
+def test_shutdown_follows_references_through_attributes_and_lists(write, built):
+    path = write(
+        "w.yaml",
+        "plugins: [tests.schedkit.sample_components]\ncomponents:\n"
+        "  top:\n    type: sample_closable\n    args: {label: top, before: !ref mid.label}\n"
+        "  mid:\n    type: sample_closable\n    args: {label: mid, before: [!ref base]}\n"
+        "  base:\n    type: sample_closable\n    args: {label: base}\n",
+    )
+    built(load_wiring(path)).shutdown()
+    assert EVENTS == ["shutdown top", "shutdown mid", "shutdown base"]
+
+
+def test_a_failing_shutdown_is_raised_after_every_component_stopped(write, built):
+    path = write(
+        "w.yaml",
+        "plugins: [tests.schedkit.sample_components]\ncomponents:\n"
+        "  a:\n    type: sample_closable\n    args: {label: a}\n"
+        "  b:\n    type: sample_closable\n    args: {label: b, before: !ref a, fail: true}\n"
+        "  c:\n    type: sample_closable\n    args: {label: c, before: !ref b}\n",
+    )
+    assembly = built(load_wiring(path))
+    with pytest.raises(RuntimeError, match="b failed to stop"):
+        assembly.shutdown()
+    assert EVENTS == ["shutdown c", "shutdown b", "shutdown a"]
+    assembly.shutdown()  # once only: nothing runs or raises again
+    assert len(EVENTS) == 3
