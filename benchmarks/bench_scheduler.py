@@ -17,9 +17,14 @@ W1: 2,000 requests, all at once, 512-token prompts in 20 groups sharing a 384-to
     (each message encoded as on the wire, then counted), and for comparison to the recording
     collector (encoded, decoded and kept, as tests use it). Target: on <= 2x off. The
     calibration line (CPU time of ``sum(range(10**6))``) shows how fast this machine runs pure
-    Python. No other scheduler is measured here.
+    Python.
+(c) Against nano-vllm (only with ``--nano-vllm DIR``, a nano-vllm checkout; see
+    ``nano_vllm_reference.py``): CPU per generated token of our scheduler (events and streaming
+    off) and of nano-vllm's, both on W1 at nano-vllm's block size of 256 tokens with a pool of
+    262,144 tokens (no preemption in either), and the ratio. Target: ours <= 1.0x nano-vllm.
 
-Usage: ``python benchmarks/bench_scheduler.py [--quick]``; exits 0 whether targets are met or not.
+Usage: ``python benchmarks/bench_scheduler.py [--quick] [--nano-vllm DIR]``; exits 0 whether
+targets are met or not.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from nano_vllm_reference import NanoVllmUnavailable, load_nano_vllm, run_nano_vllm
 from schedkit.components.allocator import TokenToKVPoolAllocator
 from schedkit.components.batch_result_processor import BatchResultProcessor
 from schedkit.components.kv_events_publisher import KvEventsPublisher
@@ -57,6 +63,11 @@ ROOT = Path(__file__).resolve().parents[1]
 WIRING = ROOT / "wiring.yaml"
 TARGET_RATIO = 1.03
 TARGET_ON_OFF = 2.0
+TARGET_VS_NANO = 1.0
+NANO_BLOCK_SIZE = 256
+# Room for 256 running requests of W1 (640 tokens each) in either scheduler, so that neither
+# preempts: the two preempt differently (nano-vllm recomputes), which would measure policy.
+NANO_POOL_TOKENS = 262144
 # What the calibration loop takes on a current desktop CPU, for the normalised estimate.
 DESKTOP_CALIBRATION_MS = 12.5
 
@@ -85,19 +96,24 @@ def calibration_ms() -> float:
     return best * 1e3
 
 
-def overlay(events: bool) -> dict:
-    """The wiring overlay: zero-cost model; KV events on free loopback ports, or off."""
+def overlay(events: bool, pool: tuple[int, int] | None = None) -> dict:
+    """The wiring overlay: zero-cost model; KV events on free loopback ports, or off; the
+    wiring's KV pool, or ``pool`` = (size, page size)."""
     components: dict[str, Any] = {"model_runner": {"args": {"zero_cost": True}}}
+    if pool is not None:
+        components["allocator"] = {"args": {"size": pool[0], "page_size": pool[1]}}
     if not events:
         components["kv_events_publisher"] = {"args": {"kv_events_config": None}}
         components["tree_cache"] = {"args": {"enable_kv_cache_events": False}}
     return {"components": components}
 
 
-def yaml_assembly(events: bool, stream: bool, sender: Any = None) -> schedkit.Assembly:
-    """The default wiring with ``overlay(events)``; a dropping sender unless streaming (then
-    the wiring's own, or ``sender``)."""
-    wiring = schedkit.load_wiring(WIRING, overlay(events))
+def yaml_assembly(
+    events: bool, stream: bool, sender: Any = None, pool: tuple[int, int] | None = None
+) -> schedkit.Assembly:
+    """The default wiring with ``overlay(events, pool)``; a dropping sender unless streaming
+    (then the wiring's own, or ``sender``)."""
+    wiring = schedkit.load_wiring(WIRING, overlay(events, pool))
     if not stream:
         sender = DroppingSender()
     overrides = {} if sender is None else {"output_sender": sender}
@@ -274,9 +290,74 @@ def bench_cpu(size: dict, calibration: float) -> None:
         )
 
 
+class TimedModel:
+    """A model runner that adds up the CPU time of its ``forward()`` calls, so that the model's
+    own work can be left out of the scheduler's time (nano-vllm's side gets its tokens free)."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self.forward_cpu = 0.0
+
+    def forward(self, batch: Any) -> Any:
+        """``runner.forward(batch)``, timed."""
+        start = time.process_time()
+        result = self.runner.forward(batch)
+        self.forward_cpu += time.process_time() - start
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.runner, name)
+
+
+def bench_nano_vllm(size: dict, checkout: str | None) -> None:
+    """(c): scheduler CPU per generated token (the model's forward left out), ours with events
+    and streaming off against nano-vllm's, both at block size 256 on W1."""
+    if checkout is None:
+        print("(c) nano-vllm: not measured; pass --nano-vllm DIR (a nano-vllm checkout)")
+        return
+    try:
+        nano = load_nano_vllm(checkout)
+    except NanoVllmUnavailable as exc:
+        print(f"(c) nano-vllm: not measured: {exc}")
+        return
+    workload = shared_prefix_workload(num_requests=size["num_requests"], output_len=1)
+    prompts = [arrival.req.origin_input_ids for arrival in workload.initial()]
+    pool = (NANO_POOL_TOKENS, NANO_BLOCK_SIZE)
+    ours, theirs, counts = [], [], {}
+    for _ in range(size["runs"]):
+        wiring = schedkit.load_wiring(WIRING, overlay(False, pool))
+        model = TimedModel(SimulatedModelRunner(seed=0, clock="virtual", zero_cost=True))
+        overrides = {"model_runner": model, "output_sender": DroppingSender()}
+        with schedkit.build(wiring, overrides=overrides) as assembly:
+            cpu, _, counts = run_w1(assembly, size, False, time.process_time)
+        ours.append((cpu - model.forward_cpu) / counts["tokens"] * 1e6)
+        cpu, tokens, steps = run_nano_vllm(
+            nano,
+            prompts,
+            size["output_len"],
+            block_size=NANO_BLOCK_SIZE,
+            pool_tokens=NANO_POOL_TOKENS,
+            max_num_seqs=256,
+            max_num_batched_tokens=16384,
+        )
+        theirs.append(cpu / tokens * 1e6)
+    print(
+        f"(c) at block size {NANO_BLOCK_SIZE}, model forward left out: ours "
+        f"{statistics.median(ours):.3f} us/token ({counts['tokens']} tokens, "
+        f"{counts['decode_steps']} decode steps), nano-vllm {statistics.median(theirs):.3f} "
+        f"us/token ({tokens} tokens, {steps} decode steps)"
+    )
+    ratio = statistics.median(ours) / statistics.median(theirs)
+    verdict = "met" if ratio <= TARGET_VS_NANO else "NOT met"
+    print(f"ratio c (ours / nano-vllm) = {ratio:.2f}  target <= {TARGET_VS_NANO}: {verdict}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small workload (smoke test)")
+    parser.add_argument(
+        "--nano-vllm", metavar="DIR", help="a nano-vllm checkout to measure on the same workload"
+    )
     args = parser.parse_args()
     size = QUICK if args.quick else FULL
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
@@ -290,6 +371,7 @@ def main() -> int:
     )
     bench_assembly(size)
     bench_cpu(size, calibration)
+    bench_nano_vllm(size, args.nano_vllm)
     return 0
 
 

@@ -9,7 +9,8 @@ No slot is reserved for padding: every slot from 0 to ``size - 1`` can be handed
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain
+from itertools import chain, repeat
+from operator import floordiv
 
 import attrs
 
@@ -126,9 +127,14 @@ class TokenToKVPoolAllocator:
                     whole = None
                 if indices == whole:
                     return pages  # a repeated page shows up in free's count check
+        if isinstance(indices, list):
+            # A run of consecutive slots (a request's trailing partial page, say) in one compare.
+            first, n = indices[0], len(indices)
+            if indices[-1] - first == n - 1 and indices == list(range(first, first + n)):
+                return list(range(first // page_size, indices[-1] // page_size + 1))
         if len(set(indices)) != len(indices):
             return None
-        return list(dict.fromkeys(i // page_size for i in indices))
+        return list(dict.fromkeys(map(floordiv, indices, repeat(page_size))))
 
     def _free_error(self, indices: Sequence[int]) -> str:
         """Why ``free(indices)`` is rejected (called only when it is)."""

@@ -18,18 +18,26 @@ def take_decode_slots(kv: KVSlots, reqs: list[Req]) -> bool:
     that page has room, else a new page. False, with nothing taken, if the pool cannot supply
     the new pages even after evicting from the cache."""
     page_size = kv.page_size
-    needs_page = [req for req in reqs if len(req.kv_indices) % page_size == 0]
-    need = len(needs_page) * page_size
-    if need and not kv.ensure_free(need):
-        return False
+    needs_page = []
     for req in reqs:
         req.num_computed_tokens += 1
-        if len(req.kv_indices) % page_size:
-            req.kv_indices.append(req.kv_indices[-1] + 1)
-    if need:
-        slots = kv.allocator.alloc(need)[::page_size]
-        for req, slot in zip(needs_page, slots, strict=True):
-            req.kv_indices.append(slot)
+        slots = req.kv_indices
+        if len(slots) % page_size:
+            slots.append(slots[-1] + 1)
+        else:
+            needs_page.append(req)
+    if not needs_page:
+        return True
+    if not kv.ensure_free(len(needs_page) * page_size):
+        waiting = set(needs_page)
+        for req in reqs:  # undo: nothing is taken
+            req.num_computed_tokens -= 1
+            if req not in waiting:
+                req.kv_indices.pop()
+        return False
+    pages = kv.allocator.alloc(len(needs_page) * page_size)[::page_size]
+    for req, slot in zip(needs_page, pages, strict=True):
+        req.kv_indices.append(slot)
     return True
 
 

@@ -149,6 +149,18 @@ def test_paged_free_accepts_whole_pages_in_any_order_partial_pages_and_any_seque
     assert sorted(pool.alloc(24)) == sorted(s for i in (0, 1, 2, 3, 4, 5) for s in pages[i])
 
 
+def test_paged_free_of_a_consecutive_run_frees_every_page_it_touches():
+    pool = TokenToKVPoolAllocator(size=16, page_size=4)
+    slots = pool.alloc(16)
+    pool.free(slots[2:7])  # the end of page 0 and the start of page 1
+    assert pool.available_size() == 8
+    with pytest.raises(ValueError, match="not allocated"):
+        pool.free(slots[5:7])  # page 1 is free already
+    assert pool.available_size() == 8
+    pool.free(slots[8:])
+    assert sorted(pool.alloc(16)) == slots
+
+
 @pytest.mark.parametrize(
     ("bad", "message"),
     [

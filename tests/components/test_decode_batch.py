@@ -45,6 +45,14 @@ def test_a_short_pool_takes_nothing():
     assert [r.kv_indices for r in reqs] == before and all(r.num_computed_tokens == 0 for r in reqs)
 
 
+def test_a_short_pool_gives_back_the_slots_of_partly_filled_pages():
+    kv = kv_slots(8, 4)
+    reqs = [running(kv, "a", 3), running(kv, "b", 4)]  # a has room in its page, b needs one
+    before = [list(r.kv_indices) for r in reqs]
+    assert not take_decode_slots(kv, reqs)
+    assert [r.kv_indices for r in reqs] == before and all(r.num_computed_tokens == 0 for r in reqs)
+
+
 def test_retract_takes_the_fewest_outputs_first_and_never_a_finished_request():
     kv = kv_slots(32)
     a = running(kv, "a", 8, outputs=5)

@@ -1,0 +1,101 @@
+"""nano-vllm's scheduler on the same workload as ours, with a zero-cost model.
+
+nano-vllm is not a dependency: pass the directory of a nano-vllm checkout (the one holding the
+``nanovllm`` package) and have ``xxhash`` and ``numpy`` installed, which its block manager
+imports. Only ``nanovllm.engine`` (scheduler, block manager, sequence) and
+``nanovllm.sampling_params`` are loaded; ``nanovllm/__init__.py`` and ``nanovllm.config`` are
+skipped because they import torch and transformers. The scheduler reads its settings from a
+plain namespace with the fields of nano-vllm's ``Config`` that it uses.
+
+The loop is nano-vllm's ``LLMEngine.step`` without the model: ``schedule()``, one token per
+scheduled sequence, ``postprocess()``, until every sequence has finished.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+__all__ = ["NanoVllmUnavailable", "load_nano_vllm", "run_nano_vllm"]
+
+
+class NanoVllmUnavailable(RuntimeError):
+    """The given directory does not hold a usable nano-vllm, or what it imports is missing."""
+
+
+def load_nano_vllm(checkout: str | Path) -> dict[str, Any]:
+    """Import nano-vllm's ``Scheduler``, ``Sequence`` and ``SamplingParams`` from ``checkout``."""
+    package_dir = Path(checkout).resolve() / "nanovllm"
+    if not (package_dir / "engine" / "scheduler.py").is_file():
+        raise NanoVllmUnavailable(
+            f"{checkout}: no nanovllm/engine/scheduler.py there; pass the directory of a "
+            "nano-vllm checkout (the one holding the nanovllm package)"
+        )
+    for module in ("xxhash", "numpy"):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            raise NanoVllmUnavailable(
+                f"nano-vllm's block manager imports {module}: pip install xxhash numpy"
+            ) from None
+    package = types.ModuleType("nanovllm")
+    package.__path__ = [str(package_dir)]
+    config = types.ModuleType("nanovllm.config")
+    config.Config = types.SimpleNamespace  # the scheduler imports it for annotations only
+    sys.modules.update({"nanovllm": package, "nanovllm.config": config})
+    try:
+        scheduler = importlib.import_module("nanovllm.engine.scheduler")
+        sequence = importlib.import_module("nanovllm.engine.sequence")
+        sampling = importlib.import_module("nanovllm.sampling_params")
+    except ImportError as exc:
+        raise NanoVllmUnavailable(f"{checkout}: importing nano-vllm failed: {exc}") from exc
+    return {
+        "Scheduler": scheduler.Scheduler,
+        "Sequence": sequence.Sequence,
+        "SamplingParams": sampling.SamplingParams,
+    }
+
+
+def run_nano_vllm(
+    nano: dict[str, Any],
+    prompts: list[list[int]],
+    output_len: int,
+    *,
+    block_size: int,
+    pool_tokens: int,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+) -> tuple[float, int, int]:
+    """Run ``prompts`` to completion; returns (CPU seconds of the scheduler, generated tokens,
+    decode steps). The stand-in model (one list of tokens per step) is not timed."""
+    nano["Sequence"].block_size = block_size
+    config = types.SimpleNamespace(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        eos=-1,
+        num_kvcache_blocks=pool_tokens // block_size,
+        kvcache_block_size=block_size,
+    )
+    scheduler = nano["Scheduler"](config)
+    params = nano["SamplingParams"](max_tokens=output_len, ignore_eos=True)
+    seqs = [nano["Sequence"](prompt, params) for prompt in prompts]
+    for seq in seqs:
+        scheduler.add(seq)
+    token = prompts[0][0]
+    decode_steps = 0
+    elapsed = 0.0
+    clock = time.process_time
+    while not scheduler.is_finished():
+        start = clock()
+        scheduled, is_prefill = scheduler.schedule()
+        middle = clock()
+        token_ids = [token] * len(scheduled)
+        resume = clock()
+        scheduler.postprocess(scheduled, token_ids)
+        elapsed += middle - start + clock() - resume
+        decode_steps += not is_prefill
+    return elapsed, sum(seq.num_completion_tokens for seq in seqs), decode_steps
