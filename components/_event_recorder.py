@@ -52,14 +52,10 @@ class EventRecorder:
         except struct_error:
             return token_bytes(token_ids)  # raises the clear error
 
-    def stored(self, node: Any, raw: bytes) -> None:
-        """Hash ``node``'s pages onto it (``digests``, ``hashes``) and queue its BlockStored.
-
-        ``raw`` is ``pack(node.key)``; ``node.parent`` must already carry its digests and hashes.
-        """
-        parent = node.parent
-        key = node.key
-        prev = parent.digests[-32:]
+    def hash_pages(self, node: Any, raw: bytes) -> bytes:
+        """The 32-byte chain digests of ``node``'s pages, end to end, chained from its parent's
+        last digest; ``raw`` is ``pack(node.key)``."""
+        prev = node.parent.digests[-32:]
         step = self._step
         digests = []
         append = digests.append
@@ -67,13 +63,22 @@ class EventRecorder:
         for start in range(0, len(raw), step):
             prev = sha256(prev + raw[start : start + step]).digest()
             append(prev)
-        n = len(digests)
+        return b"".join(digests)
+
+    def stored(self, node: Any, raw: bytes) -> None:
+        """Hash ``node``'s pages onto it (``digests``, ``hashes``) and queue its BlockStored.
+
+        ``raw`` is ``pack(node.key)``; ``node.parent`` must already carry its digests and hashes.
+        """
+        parent = node.parent
+        key = node.key
+        joined = self.hash_pages(node, raw)
+        n = len(joined) // 32
         unpack = self._unpack.get(n)
         if unpack is None:
             if len(self._unpack) > 256:
                 self._unpack.clear()
             unpack = self._unpack[n] = Struct(">" + "q24x" * n).unpack
-        joined = b"".join(digests)
         hashes = list(unpack(joined))
         namespace = node.namespace
         salt = None
