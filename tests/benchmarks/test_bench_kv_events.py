@@ -20,4 +20,5 @@ def test_quick_run_prints_the_three_ratios():
         assert float(line.group(1)) > 0
     assert re.search(r"publisher -> KvEventSubscriber: +[\d,]+ events/s", result.stdout)
     assert re.search(r"events on: +[\d,]+ inserts/s", result.stdout)
+    assert re.search(r"hashing only / off = \d+\.\d+ \(pack \+ SHA-256 per page", result.stdout)
     assert re.search(r"publish\(\): +\d+\.\d ns per event", result.stdout)

@@ -24,6 +24,7 @@ def test_quick_run_prints_the_assembly_ratio_and_cpu_figures():
         r"^\(a\) same results from both assemblies: yes$",
         rf"^ratio b on \(output_tally\) / off = {NUMBER}  target <= 2\.0: (met|NOT met)$",
         rf"^ratio b on \(recording collector\) / off = {NUMBER}$",
+        r"^\(c\) nano-vllm: not measured; pass --nano-vllm DIR \(a nano-vllm checkout\)$",
     ]
     for mode in ("off", r"on \(output_tally\)", r"on \(recording collector\)"):
         expected.append(
