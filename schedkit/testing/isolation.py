@@ -93,7 +93,7 @@ def _bind(value: Any, fakes: dict[str, Any]) -> Any:
         target = fakes[value.target]
         if value.kind == "ref":
             return attrgetter(".".join(value.attrs))(target) if value.attrs else target
-        return late_binding(value.kind, lambda: target, value.attrs, str(value)[1:])
+        return late_binding(value.kind, [target], value.attrs, str(value)[1:])
     if isinstance(value, list):
         return [_bind(v, fakes) for v in value]
     if isinstance(value, dict):

@@ -92,3 +92,14 @@ class NotAComponent:
 
     def __init__(self) -> None:
         EVENTS.append("NotAComponent constructed")
+
+
+@component("sample_reads_at_build")
+class ReadsAtBuild:
+    """Calls its late getter while it is being built."""
+
+    get_value: Callable[[], int]
+    seen: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        self.seen = self.get_value()

@@ -197,3 +197,28 @@ def test_a_failing_shutdown_is_raised_after_every_component_stopped(write, built
     assert EVENTS == ["shutdown c", "shutdown b", "shutdown a"]
     assembly.shutdown()  # once only: nothing runs or raises again
     assert len(EVENTS) == 3
+
+
+def test_a_late_reference_used_before_its_target_is_built_is_named(write):
+    path = write(
+        "w.yaml",
+        "plugins: [tests.schedkit.sample_components]\ncomponents:\n"
+        "  early:\n    type: sample_reads_at_build\n    args: {get_value: !late later.value}\n"
+        "  later:\n    type: sample_counter\n    args: {start: 4}\n",
+    )
+    with pytest.raises(ComponentBuildError) as info:
+        build(load_wiring(path))
+    assert "components.early: ReadsAtBuild(...) raised WiringError: components.later is " in str(
+        info.value
+    )
+    assert "has not been built yet" in str(info.value)
+
+
+def test_a_late_reference_to_a_component_built_earlier_works_in_a_constructor(write, built):
+    path = write(
+        "w.yaml",
+        "plugins: [tests.schedkit.sample_components]\ncomponents:\n"
+        "  earlier:\n    type: sample_counter\n    args: {start: 4}\n"
+        "  reader:\n    type: sample_reads_at_build\n    args: {get_value: !late earlier.value}\n",
+    )
+    assert built(load_wiring(path))["reader"].seen == 4
