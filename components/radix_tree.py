@@ -65,7 +65,7 @@ def _known_policy(instance: object, attribute: attrs.Attribute, value: object) -
         )
 
 
-@attrs.define(slots=True, kw_only=True)
+@attrs.define(slots=True, kw_only=True, on_setattr=attrs.setters.NO_OP)
 class RadixTree:
     """The shared tree machinery; not a cache by itself (see ``RadixCache``)."""
 
@@ -110,6 +110,8 @@ class RadixTree:
         if child is None:
             return None, 0
         m = len(child.key)
+        if m == page_size and pos + m <= end:
+            return child, m  # the child's whole key is its dict key: it matched already
         if pos + m > end or key[pos : pos + m] != child.key:
             m = match_len(child.key, key, pos, page_size)
             child = self._split(child, m)

@@ -62,7 +62,10 @@ def _register(cls: type, name: str) -> None:
 
 def _make_component(cls: type, name: str | None, frozen: bool) -> type:
     name = name or _snake_case(cls.__name__)
-    new_cls = attrs.define(cls, slots=True, kw_only=True, frozen=frozen)
+    # Validators run when the component is built; later assignments (counters on hot paths)
+    # stay plain attribute writes. Frozen classes refuse assignments anyway.
+    on_setattr = {} if frozen else {"on_setattr": attrs.setters.NO_OP}
+    new_cls = attrs.define(cls, slots=True, kw_only=True, frozen=frozen, **on_setattr)
     setattr(new_cls, _MARK, name)
     _register(new_cls, name)
     return new_cls
@@ -79,7 +82,8 @@ def component(name_or_cls: Any = None, /, *, frozen: bool = False) -> Any:
 
     Use bare (``@component``) or with a name and options (``@component("radix_cache",
     frozen=True)``). The class becomes an attrs class with ``slots=True, kw_only=True`` and is
-    registered under ``name`` (default: the class name in snake_case).
+    registered under ``name`` (default: the class name in snake_case). Field validators run at
+    construction, not on later assignments.
     """
     if isinstance(name_or_cls, type):
         return _make_component(name_or_cls, None, frozen)
