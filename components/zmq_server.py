@@ -12,8 +12,10 @@ Wire protocol (a client connects a DEALER socket; every message is one msgpack f
 
 Sends never block the scheduler: each client has a queue of ``max_queued_per_client``
 messages; a client whose queue is full (too slow) or that is gone has its requests aborted
-(their KV freed) and is counted in ``clients_dropped``. Use it in a wiring as both the
-scheduler's ``request_receiver`` and the output streamer's ``sender``.
+(their KV freed) and is counted in ``clients_dropped``. Outputs of requests that no client
+sent (submitted in process, or whose client was dropped) have nowhere to go: they are counted
+in ``unrouted_outputs`` and the first is logged. Use it in a wiring as both the scheduler's
+``request_receiver`` and the output streamer's ``sender``.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class ZmqServer:
     bound_endpoint: str = attrs.field(init=False, default="")
     malformed_count: int = attrs.field(init=False, default=0)
     clients_dropped: int = attrs.field(init=False, default=0)
+    unrouted_outputs: int = attrs.field(init=False, default=0)
     # rid -> identity of the client that sent it, while the request is live.
     _routes: dict[str, bytes] = attrs.field(init=False, factory=dict)
     _to_abort: list[str] = attrs.field(init=False, factory=list)
@@ -156,13 +159,18 @@ class ZmqServer:
 
     def send(self, msg: OutputMessage) -> None:
         """Send each client the part of ``msg`` that concerns its own requests; finished
-        requests are forgotten. Outputs of requests this server did not take are dropped."""
+        requests are forgotten. Outputs of requests this server did not take are dropped and
+        counted in ``unrouted_outputs``."""
         routes = self._routes
         by_client: dict[bytes, list[int]] = {}
         for i, rid in enumerate(msg.rids):
             identity = routes.get(rid)
             if identity is not None:
                 by_client.setdefault(identity, []).append(i)
+            else:
+                if not self.unrouted_outputs:
+                    log.warning("output of a request no client sent; dropped", rid=rid)
+                self.unrouted_outputs += 1
         whole = len(by_client) == 1 and len(next(iter(by_client.values()))) == len(msg.rids)
         for identity, rows in by_client.items():
             self._send(identity, encode(msg if whole else _rows(msg, rows)))

@@ -207,9 +207,11 @@ def test_a_client_that_disconnected_has_its_requests_aborted(server, connect):
     assert [(a.type, a.rid) for a in server.recv_requests()] == [("abort", "g")]
 
 
-def test_outputs_of_requests_it_did_not_take_are_dropped(server):
+def test_outputs_of_requests_it_did_not_take_are_dropped_and_counted(server):
     server.send(output(["inproc"], finished=True))  # nobody to send them to; nothing raised
+    server.send(output(["a", "b"]))
     assert server.live_requests == 0
+    assert server.unrouted_outputs == 3
 
 
 def test_error_reply_decodes_with_plain_msgpack(server, connect):
