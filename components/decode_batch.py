@@ -20,7 +20,6 @@ def take_decode_slots(kv: KVSlots, reqs: list[Req]) -> bool:
     page_size = kv.page_size
     needs_page = []
     for req in reqs:
-        req.num_computed_tokens += 1
         slots = req.kv_indices
         if len(slots) % page_size:
             slots.append(slots[-1] + 1)
@@ -31,7 +30,6 @@ def take_decode_slots(kv: KVSlots, reqs: list[Req]) -> bool:
     if not kv.ensure_free(len(needs_page) * page_size):
         waiting = set(needs_page)
         for req in reqs:  # undo: nothing is taken
-            req.num_computed_tokens -= 1
             if req not in waiting:
                 req.kv_indices.pop()
         return False

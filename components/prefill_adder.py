@@ -92,7 +92,6 @@ class PrefillAdder:
         return True
 
     def _add(self, req: Req, pre: int, ext: int, hit: int) -> None:
-        req.num_computed_tokens = pre + ext
         req.is_chunked = pre + ext < req.seqlen
         if req.is_chunked:
             self.new_chunked_req = req

@@ -104,8 +104,6 @@ class Req:
     last_node: Any = None
     # What the cache's inc_lock_ref returned for last_node; dec_lock_ref takes it back.
     swa_uuid_for_lock: Any = None
-    # Tokens computed so far (prompt chunks and generated tokens whose KV exists).
-    num_computed_tokens: int = 0
     is_chunked: bool = False
     is_retracted: bool = False
     retraction_count: int = 0
@@ -119,6 +117,11 @@ class Req:
     @property
     def stream(self) -> bool:
         return self.sampling_params.stream
+
+    @property
+    def num_computed_tokens(self) -> int:
+        """Tokens computed so far (prompt chunks and generated tokens whose KV exists)."""
+        return len(self.kv_indices)
 
     @property
     def seqlen(self) -> int:
@@ -150,7 +153,6 @@ class Req:
         self.kv_indices = []
         self.prefix_len = 0
         self.last_node = None
-        self.num_computed_tokens = 0
         self.is_chunked = False
         self.is_retracted = True
         self.retraction_count += 1
