@@ -87,7 +87,7 @@ class Assembly:
         """Swap components for ``fakes`` within a ``with`` block.
 
         Components that take an overridden one eagerly are rebuilt against the fake for the
-        block (and shut down after it); late references see the fake through the container.
+        block (and shut down after it); late references see the fake until the block ends.
         """
         overridden = [self._provider(n) for n in fakes]
         dependents = self._dependents(set(fakes))
@@ -240,9 +240,7 @@ def build(wiring: Wiring | Mapping, overrides: Mapping[str, object] | None = Non
     order = topological_order(edges)
     container = containers.DynamicContainer()
     assembly = Assembly(wiring, container, order)
-    # Registered last-built first: shutdown_resources() stops, round by round, the resources no
-    # running resource depends on, in registration order.
-    for name in reversed(order):
+    for name in order:
         container.set_provider(
             name,
             providers.Resource(
