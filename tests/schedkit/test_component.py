@@ -6,7 +6,7 @@ import attrs
 import pytest
 
 from schedkit import component, component_name, is_component, registered
-from schedkit.component import ComponentRegistrationError, load_entry_points
+from schedkit.component import ComponentRegistrationError, at_least, load_entry_points
 from tests.schedkit.sample_components import Counter, Pair
 
 
@@ -23,6 +23,19 @@ def test_frozen_component_rejects_assignment():
     pair = Pair(items=[1])
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         pair.items = []
+
+
+def test_validators_run_at_construction_and_assignments_stay_plain():
+    @component("sample_validated_for_setattr")
+    class Validated:
+        size: int = attrs.field(default=1, validator=at_least(1))
+
+    with pytest.raises(ValueError, match="size must be an integer >= 1, got 0"):
+        Validated(size=0)
+    built = Validated(size=2)
+    assert type(built).__setattr__ is object.__setattr__  # no hook on hot-path writes
+    built.size = 5
+    assert built.size == 5
 
 
 def test_default_name_is_snake_case_of_the_class_name():
