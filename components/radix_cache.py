@@ -98,7 +98,10 @@ class RadixCache(RadixTree):
         priority = priority or 0
         tick, child_of = self._tick, self._child
         end = len(key) - len(key) % self.page_size
-        to_free = value[end:] if value is not None else []
+        # Slots the cache will not keep: the trailing partial page, and the caller's copies of
+        # tokens already cached (freed apart: each is a run the allocator frees in bulk).
+        tail = value[end:] if value is not None else []
+        to_free: list[int] = []
         node, pos = self.root, 0
         while pos < end:
             child, m = child_of(node, key, pos, end, namespace)
@@ -117,13 +120,12 @@ class RadixCache(RadixTree):
             new_key = key[pos:end]
             raw = self._pack(new_key)
             new_value = value[pos:end] if value is not None else self._alloc(node, end - pos)
-            if to_free:
-                self.allocator.free(to_free)
             leaf = TreeNode(new_key, new_value, node, namespace, tick())
             leaf.priority = priority
             self._attach(leaf, raw)
-        elif to_free:
-            self.allocator.free(to_free)
+        for slots in (tail, to_free):
+            if slots:
+                self.allocator.free(slots)
         return pos
 
     def inc_lock_ref(self, node: TreeNode) -> int:
