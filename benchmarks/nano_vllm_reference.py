@@ -5,7 +5,8 @@ nano-vllm is not a dependency: pass the directory of a nano-vllm checkout (the o
 imports. Only ``nanovllm.engine`` (scheduler, block manager, sequence) and
 ``nanovllm.sampling_params`` are loaded; ``nanovllm/__init__.py`` and ``nanovllm.config`` are
 skipped because they import torch and transformers. The scheduler reads its settings from a
-plain namespace with the fields of nano-vllm's ``Config`` that it uses.
+plain namespace with the fields of nano-vllm's ``Config`` that its schedulers read (a version
+that reads another is reported as not measurable).
 
 The loop is nano-vllm's ``LLMEngine.step`` without the model: ``schedule()``, one token per
 scheduled sequence, ``postprocess()``, until every sequence has finished.
@@ -76,11 +77,18 @@ def run_nano_vllm(
     config = types.SimpleNamespace(
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=4096,
         eos=-1,
         num_kvcache_blocks=pool_tokens // block_size,
         kvcache_block_size=block_size,
+        hf_config=None,
     )
-    scheduler = nano["Scheduler"](config)
+    try:
+        scheduler = nano["Scheduler"](config)
+    except AttributeError as exc:
+        raise NanoVllmUnavailable(
+            f"this nano-vllm's Scheduler reads a setting the harness does not give: {exc}"
+        ) from exc
     params = nano["SamplingParams"](max_tokens=output_len, ignore_eos=True)
     seqs = [nano["Sequence"](prompt, params) for prompt in prompts]
     for seq in seqs:

@@ -74,3 +74,13 @@ def test_missing_block_manager_dependencies_are_named(checkout, monkeypatch):
     monkeypatch.setitem(sys.modules, "xxhash", None)  # import xxhash raises ImportError
     with pytest.raises(NanoVllmUnavailable, match="pip install xxhash numpy"):
         load_nano_vllm(checkout)
+
+
+def test_a_scheduler_that_reads_an_unknown_setting_is_reported(checkout):
+    path = checkout / "nanovllm/engine/scheduler.py"
+    path.write_text(path.read_text().replace("self.config = config", "self.x = config.gpu_count"))
+    nano = load_nano_vllm(checkout)
+    with pytest.raises(NanoVllmUnavailable, match="gpu_count"):
+        run_nano_vllm(
+            nano, [[1]], 1, block_size=16, pool_tokens=64, max_num_seqs=1, max_num_batched_tokens=8
+        )
