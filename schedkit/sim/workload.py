@@ -13,6 +13,9 @@ JSONL format, one request per line (blank lines and lines starting with ``#`` ar
 Give either ``input_ids`` or ``prompt_len`` (random tokens from the seed; lines with the same
 ``prefix_group`` share their first ``prefix_len`` tokens). ``arrival`` (seconds) is optional:
 lines without it arrive as a Poisson process at ``--rate``, or all at once without a rate.
+
+(Just over 300 lines: the synthetic generators and the JSONL reader share the token and
+arrival-clock helpers.)
 """
 
 from __future__ import annotations
