@@ -89,14 +89,20 @@ def overlay(events: bool, pool: tuple[int, int] | None = None) -> dict:
 
 
 def yaml_assembly(
-    events: bool, stream: bool, sender: Any = None, pool: tuple[int, int] | None = None
+    events: bool,
+    stream: bool,
+    sender: Any = None,
+    pool: tuple[int, int] | None = None,
+    model: Any = None,
 ) -> schedkit.Assembly:
     """The default wiring with ``overlay(events, pool)``; a dropping sender unless streaming
-    (then the wiring's own, or ``sender``)."""
+    (then the wiring's own, or ``sender``); ``model`` in place of the model runner if given."""
     wiring = schedkit.load_wiring(WIRING, overlay(events, pool))
     if not stream:
         sender = DroppingSender()
     overrides = {} if sender is None else {"output_sender": sender}
+    if model is not None:
+        overrides["model_runner"] = model
     return schedkit.build(wiring, overrides=overrides)
 
 
@@ -228,10 +234,8 @@ def bench_nano_vllm(size: dict, checkout: str | None) -> None:
     pool = (NANO_POOL_TOKENS, NANO_BLOCK_SIZE)
     ours, theirs, counts = [], [], {}
     for _ in range(size["runs"]):
-        wiring = schedkit.load_wiring(WIRING, overlay(False, pool))
         model = TimedModel(SimulatedModelRunner(seed=0, clock="virtual", zero_cost=True))
-        overrides = {"model_runner": model, "output_sender": DroppingSender()}
-        with schedkit.build(wiring, overrides=overrides) as assembly:
+        with yaml_assembly(events=False, stream=False, pool=pool, model=model) as assembly:
             cpu, _, counts = run_w1(assembly, size, False, time.process_time)
         ours.append((cpu - model.forward_cpu) / counts["tokens"] * 1e6)
         try:
