@@ -55,13 +55,14 @@ class Assembly:
         self._edges = eager_edges(wiring)
         self._cells: dict[str, list] = {name: [_NotBuilt(name)] for name in wiring.components}
         self._shutdown_errors: list[Exception] = []
-        self._after_shutdown: dict[str, Any] | None = None
+        self._shut_down = False
 
     def __getitem__(self, name: str) -> Any:
-        if self._after_shutdown is not None:
-            if name not in self._after_shutdown:
+        if self._shut_down:  # the instances that ran, as the cells still hold them
+            cell = self._cells.get(name)
+            if cell is None or type(cell[0]) is _NotBuilt:
                 raise WiringError(_unknown(name, self.wiring))
-            return self._after_shutdown[name]
+            return cell[0]
         return self._provider(name)()
 
     def __contains__(self, name: object) -> bool:
@@ -74,7 +75,7 @@ class Assembly:
     @property
     def is_shut_down(self) -> bool:
         """True once ``shutdown()`` has run."""
-        return self._after_shutdown is not None
+        return self._shut_down
 
     def _provider(self, name: str) -> providers.Resource:
         try:
@@ -126,11 +127,9 @@ class Assembly:
         """Call ``shutdown()`` (or ``close()``) on every built component once, each before the
         components it references eagerly. Errors are logged and the first is raised after all
         have run."""
-        if self._after_shutdown is not None:
+        if self._shut_down:
             return
-        self._after_shutdown = {
-            name: cell[0] for name, cell in self._cells.items() if type(cell[0]) is not _NotBuilt
-        }
+        self._shut_down = True
         self.container.shutdown_resources()
         self._raise_shutdown_error()
 
