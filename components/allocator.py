@@ -77,6 +77,8 @@ class TokenToKVPoolAllocator:
         self._held_pages.update(pages)
         if page_size == 1:
             return pages
+        if num_pages == 1:
+            return list(self._page_slots[pages[0]])
         return list(chain.from_iterable(map(self._page_slots.__getitem__, pages)))
 
     def free(self, indices: Sequence[int]) -> None:
@@ -130,8 +132,14 @@ class TokenToKVPoolAllocator:
         if isinstance(indices, list):
             # A run of consecutive slots (a request's trailing partial page, say) in one compare.
             first, n = indices[0], len(indices)
-            if indices[-1] - first == n - 1 and indices == list(range(first, first + n)):
-                return list(range(first // page_size, indices[-1] // page_size + 1))
+            last = indices[-1]
+            if last - first == n - 1 and first >= 0 and last < self.size:
+                page, offset = divmod(first, page_size)
+                if offset + n <= page_size:  # within one page: compare with its slots
+                    if indices == list(self._page_slots[page][offset : offset + n]):
+                        return [page]
+                elif indices == list(range(first, first + n)):
+                    return list(range(page, last // page_size + 1))
         if len(set(indices)) != len(indices):
             return None
         return list(dict.fromkeys(map(floordiv, indices, repeat(page_size))))

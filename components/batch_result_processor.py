@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 from schedkit.components.protocols import KVAllocator, PrefixCache
-from schedkit.components.req_to_cache import cache_finished_req, cache_unfinished_req
 from schedkit.components.schedule_batch import (
     FinishAbort,
     ForwardMode,
@@ -80,7 +79,7 @@ class BatchResultProcessor:
         for req, tok in zip(reqs, tokens, strict=True):
             if req.is_chunked:
                 chunked = req
-                cache_unfinished_req(tree_cache, req)
+                tree_cache.cache_unfinished_req(req)
                 continue
             if tok is None:
                 self._abort(req, _NO_TOKEN)
@@ -95,9 +94,9 @@ class BatchResultProcessor:
                 req.last_token_time = now
             if req.finished_reason is not None:
                 req.finish_time = now
-                cache_finished_req(tree_cache, req)
+                tree_cache.cache_finished_req(req)
             else:
-                cache_unfinished_req(tree_cache, req)
+                tree_cache.cache_unfinished_req(req)
         self.output_streamer.stream_output(reqs, False, chunked)
         self.report_prefill_stats(batch)
 
@@ -138,7 +137,7 @@ class BatchResultProcessor:
             if req.finished_reason is not None:
                 if now is not None and req.finish_time is None:
                     req.finish_time = now
-                cache_finished_req(tree_cache, req)
+                tree_cache.cache_finished_req(req)
         if missing and now is not None:
             # Requests aborted for a missing token that are still in the batch are stamped
             # too (finish time, and the step's inter-token latency).
@@ -152,7 +151,7 @@ class BatchResultProcessor:
         """Release the KV of requests finished out of band (aborted, refused) and stream them."""
         for req in reqs:
             if req.kv_indices or req.last_node is not None:
-                cache_finished_req(self.tree_cache, req)
+                self.tree_cache.cache_finished_req(req)
             if self.now is not None and req.finish_time is None:
                 req.finish_time = self.now()
         self.output_streamer.stream_output(reqs, False)
@@ -172,7 +171,7 @@ class BatchResultProcessor:
     def _abort(self, req: Req, message: str) -> None:
         if req.finished_reason is None:
             req.finished_reason = FinishAbort(message)
-        cache_finished_req(self.tree_cache, req)
+        self.tree_cache.cache_finished_req(req)
         self.abort_request(req.rid)
 
     @staticmethod

@@ -19,9 +19,12 @@ are namespaced (``schedkit.kv_events.hashing``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 
 from schedkit.components.allocator import OutOfKVSlotsError
 from schedkit.components.radix_tree import MatchResult, RadixKey, RadixTree, TreeNode
+from schedkit.components.req_to_cache import cache_finished_req, fill_ids_slice, req_namespace
+from schedkit.components.schedule_batch import Req
 
 from schedkit.component import component
 
@@ -95,14 +98,83 @@ class RadixCache(RadixTree):
             if value:
                 self.allocator.free(value)
             return 0
-        priority = priority or 0
-        tick, child_of = self._tick, self._child
         end = len(key) - len(key) % self.page_size
-        # Slots the cache will not keep: the trailing partial page, and the caller's copies of
-        # tokens already cached (freed apart: each is a run the allocator frees in bulk).
-        tail = value[end:] if value is not None else []
+        _, cached, duplicates = self._insert_below(
+            self.root, key, end, value, priority or 0, namespace
+        )
+        self._free(value[end:] if value is not None else [], duplicates)
+        return cached
+
+    def cache_finished_req(self, req: Req) -> None:
+        """SGLang's ``cache_finished_req``: insert the request's KV and release its lock (see
+        ``req_to_cache``). The insert starts at the request's locked prefix node: the prefix
+        is the path to that node, so it is not walked again."""
+        if self.disable:
+            cache_finished_req(self, req)
+            return
+        kv, start, priority = req.kv_indices, req.prefix_len, req.priority or 0
+        node = self._touch_path(req.last_node, priority, hit=False)
+        if len(kv) > start:
+            key = fill_ids_slice(req, start, len(kv))
+            end = len(key) - len(key) % self.page_size
+            value = kv[start:]
+            namespace = req_namespace(req)
+            duplicates = self._insert_below(node, key, end, value, priority, namespace)[2]
+            self._free(value[end:], duplicates)
+        if req.last_node is not None:
+            self.dec_lock_ref(req.last_node)
+        req.swa_uuid_for_lock = None
+        req.kv_indices = []
+        req.prefix_len = 0
+        req.last_node = None
+
+    def cache_unfinished_req(self, req: Req) -> None:
+        """SGLang's ``cache_unfinished_req``: insert the request's whole pages and move its
+        lock to the node that ends them (see ``req_to_cache``). The insert starts at the
+        request's locked prefix node, and the match that follows in SGLang is the path the
+        insert walked."""
+        if self.disable:
+            return
+        kv, start, priority = req.kv_indices, req.prefix_len, req.priority or 0
+        aligned = len(kv) - len(kv) % self.page_size
+        node = req.last_node if req.last_node is not None else self.root
+        key = fill_ids_slice(req, start, aligned)
+        last, _, duplicates = self._insert_below(
+            node, key, len(key), kv[start:aligned], priority, req_namespace(req)
+        )
+        self._free([], duplicates)
+        self._touch_path(last, priority, hit=True)
+        token = self._lock(last)
+        if req.last_node is not None:
+            self.dec_lock_ref(req.last_node)
+        if duplicates:
+            # Pages cached by another request meanwhile: use the cache's slots for them.
+            values, walk = [], last
+            while walk is not node:
+                values.append(walk.value)
+                walk = walk.parent
+            cached = list(chain.from_iterable(reversed(values)))
+            req.kv_indices = kv[:start] + cached + kv[aligned:]
+        req.prefix_len = aligned
+        req.last_node = last
+        req.swa_uuid_for_lock = token
+
+    def _insert_below(
+        self,
+        node: TreeNode,
+        key: list[int],
+        end: int,
+        value: list[int] | None,
+        priority: int,
+        namespace: object,
+    ) -> tuple[TreeNode, int, list[int]]:
+        """Store ``key[:end]`` (whole pages) below ``node``; ``value`` holds their slots, or
+        None to allocate them. Returns the node that ends the key, how many leading tokens
+        were cached already, and the given slots of tokens the cache already had with other
+        slots (for the caller to free)."""
+        tick, child_of = self._tick, self._child
         to_free: list[int] = []
-        node, pos = self.root, 0
+        pos = 0
         while pos < end:
             child, m = child_of(node, key, pos, end, namespace)
             if child is None:
@@ -116,17 +188,38 @@ class RadixCache(RadixTree):
                     to_free += [v for v, own in zip(given, child.value, strict=True) if v != own]
             node = child
             pos += m
+        cached = pos
         if pos < end:
             new_key = key[pos:end]
             raw = self._pack(new_key)
             new_value = value[pos:end] if value is not None else self._alloc(node, end - pos)
             leaf = TreeNode(new_key, new_value, node, namespace, tick())
             leaf.priority = priority
-            self._attach(leaf, raw)
-        for slots in (tail, to_free):
+            node = self._attach(leaf, raw)
+        return node, cached, to_free
+
+    def _free(self, tail: list[int], duplicates: list[int]) -> None:
+        """Free what an insert does not keep: a trailing partial page, then duplicates."""
+        for slots in (tail, duplicates):
             if slots:
                 self.allocator.free(slots)
-        return pos
+
+    def _touch_path(self, node: TreeNode | None, priority: int, hit: bool) -> TreeNode:
+        """Mark the path from the root to ``node`` (None: the root) as just used, root first,
+        as a walk from the root would; returns ``node`` or the root."""
+        if node is None:
+            return self.root
+        path, walk, root = [], node, self.root
+        while walk is not root:
+            path.append(walk)
+            walk = walk.parent
+        tick = self._tick
+        for walk in reversed(path):
+            walk.last_access_time = tick()
+            walk.hit_count += hit
+            if priority > walk.priority:
+                walk.priority = priority
+        return node
 
     def inc_lock_ref(self, node: TreeNode) -> int:
         """Protect ``node`` and its ancestors from eviction; returns the evictable-size change

@@ -19,6 +19,8 @@ from typing import Any
 import attrs
 from schedkit.components._event_recorder import EventRecorder
 from schedkit.components.allocator import TokenToKVPoolAllocator
+from schedkit.components.req_to_cache import cache_finished_req, cache_unfinished_req
+from schedkit.components.schedule_batch import Req
 from schedkit.components.tree_node import MatchResult, RadixKey, TreeNode, match_len
 
 from schedkit.component import at_least
@@ -98,6 +100,16 @@ class RadixTree:
             self._events = EventRecorder(self.page_size)
         self._tick = itertools.count().__next__
         self._seq = itertools.count().__next__
+
+    def cache_finished_req(self, req: Req) -> None:
+        """SGLang's ``cache_finished_req``: hand the request's KV to the cache and release its
+        lock (``req_to_cache.cache_finished_req``)."""
+        cache_finished_req(self, req)
+
+    def cache_unfinished_req(self, req: Req) -> None:
+        """SGLang's ``cache_unfinished_req``: publish a running request's whole pages and move
+        its lock to the node that ends them (``req_to_cache.cache_unfinished_req``)."""
+        cache_unfinished_req(self, req)
 
     def _child(self, node: TreeNode, key: list[int], pos: int, end: int, namespace: Any):
         """The child of ``node`` that ``key[pos:end]`` enters and how many tokens it matches

@@ -7,29 +7,55 @@ the rest is owned by the request. The cache needs ``insert(key, value, priority=
 ``match_prefix(key)``, ``inc_lock_ref(node) -> token``, ``dec_lock_ref(node, token)``,
 ``page_size`` and ``disable`` (a ``RadixCache`` or ``SWARadixCache``). The lock token is kept in
 ``req.swa_uuid_for_lock``. Keys carry the request's namespace (``extra_key``, ``cache_salt``).
+
+The scheduler calls the caches' methods of the same names. The sliding-window cache's are
+these functions; ``RadixCache`` has its own, which start at ``req.last_node`` instead of walking
+the prefix again and leave the same state (a test compares the two on random workloads).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from schedkit.components.radix_tree import RadixKey
 from schedkit.components.schedule_batch import Req
+from schedkit.components.tree_node import RadixKey
 
-__all__ = ["cache_finished_req", "cache_unfinished_req", "fill_ids_prefix"]
+__all__ = [
+    "cache_finished_req",
+    "cache_unfinished_req",
+    "fill_ids_prefix",
+    "fill_ids_slice",
+    "req_namespace",
+]
 
 
 def fill_ids_prefix(req: Req, n: int) -> list[int]:
     """``req.fill_ids[:n]`` (``n`` may be negative) as a cache key: a plain list built with a
     single copy of the prompt, or a ``RadixKey`` in the request's namespace when it has an
     ``extra_key`` or ``cache_salt``."""
-    origin = req.origin_input_ids
     if n < 0:
-        n = max(0, n + len(origin) + len(req.output_ids))
-    key = origin[:n] if n <= len(origin) else origin + req.output_ids[: n - len(origin)]
+        n = max(0, n + len(req.origin_input_ids) + len(req.output_ids))
+    key = fill_ids_slice(req, 0, n)
     if req.extra_key is None and req.cache_salt is None:
         return key
     return RadixKey(key, req.extra_key, req.cache_salt)
+
+
+def fill_ids_slice(req: Req, start: int, stop: int) -> list[int]:
+    """``req.fill_ids[start:stop]`` for ``0 <= start <= stop``, copying only that part."""
+    origin = req.origin_input_ids
+    if stop <= len(origin):
+        return origin[start:stop]
+    if start >= len(origin):
+        return req.output_ids[start - len(origin) : stop - len(origin)]
+    return origin[start:] + req.output_ids[: stop - len(origin)]
+
+
+def req_namespace(req: Req) -> tuple[str | None, str | None] | None:
+    """The namespace of the request's cache keys (``RadixKey.namespace``)."""
+    if req.extra_key is None and req.cache_salt is None:
+        return None
+    return (req.extra_key, req.cache_salt)
 
 
 def cache_finished_req(tree_cache: Any, req: Req) -> None:

@@ -73,10 +73,7 @@ def test_a_finished_decode_request_goes_back_to_the_cache_fake():
     batch = ScheduleBatch(reqs=[done], forward_mode=ForwardMode.DECODE)
     processor.process_batch_result(batch, GenerationBatchResult(next_token_ids=[7]))
     assert done.finished_reason == FinishLength(1) and done.finish_time == 2.5
-    assert fakes["tree_cache"].calls == [
-        ("insert", ([1, 2], [10, 11]), {"priority": None}),
-        ("dec_lock_ref", (node, None), {}),
-    ]
+    assert fakes["tree_cache"].calls == [("cache_finished_req", (done,), {})]
     assert [c.name for c in fakes["metrics_reporter"].calls] == [
         "increment_generated_tokens",
         "advance_forward_ct_decode",
