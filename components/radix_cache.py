@@ -140,7 +140,7 @@ class RadixCache(RadixTree):
         node = req.last_node if req.last_node is not None else self.root
         key = fill_ids_slice(req, start, aligned)
         last, _, duplicates = self._insert_below(
-            node, key, len(key), kv[start:aligned], priority, req_namespace(req)
+            node, key, len(key), kv[start:aligned], priority, req_namespace(req), owned=True
         )
         self._free([], duplicates)
         self._touch_path(last, priority, hit=True)
@@ -167,11 +167,13 @@ class RadixCache(RadixTree):
         value: list[int] | None,
         priority: int,
         namespace: object,
+        owned: bool = False,
     ) -> tuple[TreeNode, int, list[int]]:
         """Store ``key[:end]`` (whole pages) below ``node``; ``value`` holds their slots, or
         None to allocate them. Returns the node that ends the key, how many leading tokens
         were cached already, and the given slots of tokens the cache already had with other
-        slots (for the caller to free)."""
+        slots (for the caller to free). ``owned``: the lists are the caller's fresh copies,
+        which a new node may keep instead of copying them again."""
         tick, child_of = self._tick, self._child
         to_free: list[int] = []
         pos = 0
@@ -190,9 +192,13 @@ class RadixCache(RadixTree):
             pos += m
         cached = pos
         if pos < end:
-            new_key = key[pos:end]
+            whole = owned and pos == 0 and end == len(key)
+            new_key = key if whole else key[pos:end]
             raw = self._pack(new_key)
-            new_value = value[pos:end] if value is not None else self._alloc(node, end - pos)
+            if value is None:
+                new_value = self._alloc(node, end - pos)
+            else:
+                new_value = value if whole else value[pos:end]
             leaf = TreeNode(new_key, new_value, node, namespace, tick())
             leaf.priority = priority
             node = self._attach(leaf, raw)
