@@ -100,16 +100,17 @@ class OutputTally:
         if self.encode:
             self.bytes_encoded += len(encode(msg))
         self.messages += 1
-        done = self._done
-        token_ids = msg.output_ids if isinstance(msg, BatchTokenIDOutput) else None
-        for i, rid in enumerate(msg.rids):
-            if rid in done:
-                self.double_finishes.append(rid)
-            if token_ids is not None:
-                self.output_tokens += len(token_ids[i])
-            if msg.finished_reasons[i] is not None:
-                done.add(rid)
-                self.finished += 1
+        done, rids, reasons = self._done, msg.rids, msg.finished_reasons
+        if isinstance(msg, BatchTokenIDOutput):
+            self.output_tokens += sum(map(len, msg.output_ids))
+        if not done.isdisjoint(rids):
+            self.double_finishes += [rid for rid in rids if rid in done]
+        if reasons.count(None) != len(reasons):
+            finished = [
+                rid for rid, reason in zip(rids, reasons, strict=True) if reason is not None
+            ]
+            done.update(finished)
+            self.finished += len(finished)
 
     def close(self) -> None:
         """Refuse further sends; the counts stay readable."""
