@@ -4,7 +4,7 @@ how much of a chunked one) fit the token budgets and the KV room left for runnin
 from __future__ import annotations
 
 from schedkit.components.kv_slots import KVSlots
-from schedkit.components.req_to_cache import fill_ids_prefix
+from schedkit.components.req_to_cache import prefix_match_key
 from schedkit.components.schedule_batch import ForwardMode, Req, ScheduleBatch
 
 __all__ = ["CLIP_MAX_NEW_TOKENS", "PrefillAdder", "remaining_new_tokens"]
@@ -70,7 +70,7 @@ class PrefillAdder:
         """Admit ``req`` if it fits; False means stop admitting (SGLang admits in order)."""
         kv, tree_cache = self.kv, self.kv.tree_cache
         seqlen = req.seqlen
-        match = tree_cache.match_prefix(fill_ids_prefix(req, -1))
+        match = tree_cache.match_prefix(prefix_match_key(req, kv.page_size))
         pre = len(match.device_indices)
         ext = seqlen - pre
         if ext > self.rem_input and self.batch.reqs:

@@ -25,6 +25,7 @@ __all__ = [
     "cache_unfinished_req",
     "fill_ids_prefix",
     "fill_ids_slice",
+    "prefix_match_key",
     "req_namespace",
 ]
 
@@ -39,6 +40,13 @@ def fill_ids_prefix(req: Req, n: int) -> list[int]:
     if req.extra_key is None and req.cache_salt is None:
         return key
     return RadixKey(key, req.extra_key, req.cache_salt)
+
+
+def prefix_match_key(req: Req, page_size: int) -> list[int]:
+    """The key admission matches: the whole pages of ``req.fill_ids[:-1]`` (the last token is
+    always computed, and a match covers whole pages only), copying nothing more."""
+    n = len(req.origin_input_ids) + len(req.output_ids) - 1
+    return fill_ids_prefix(req, max(0, n - n % page_size))
 
 
 def fill_ids_slice(req: Req, start: int, stop: int) -> list[int]:

@@ -14,7 +14,7 @@ import math
 from typing import Protocol
 
 from schedkit.components.protocols import PrefixCache
-from schedkit.components.req_to_cache import fill_ids_prefix
+from schedkit.components.req_to_cache import prefix_match_key
 from schedkit.components.schedule_batch import Req
 
 from schedkit.component import component
@@ -130,8 +130,7 @@ class LPMPolicy:
         in_batch: set[tuple] = set()  # leading tokens (and namespace) of the temporary tree
         deprioritized: set[Req] = set()
         for req in waiting_queue:
-            prefix_ids = fill_ids_prefix(req, -1)
-            req.prefix_len = len(match_prefix(prefix_ids).device_indices)
+            req.prefix_len = len(match_prefix(prefix_match_key(req, page)).device_indices)
             if req.prefix_len > check or req.seqlen < head_len:
                 continue
             origin = req.origin_input_ids

@@ -9,6 +9,7 @@ from schedkit.components.req_to_cache import (
     cache_unfinished_req,
     fill_ids_prefix,
     fill_ids_slice,
+    prefix_match_key,
 )
 from schedkit.components.schedule_batch import Req
 
@@ -224,3 +225,12 @@ def test_radix_methods_leave_the_same_state_as_the_generic_functions(seed, page_
     expected = run_requests(seed, page_size, generic)
     assert any(isinstance(e, tuple) for e in expected["requests"])
     assert run_requests(seed, page_size, methods) == expected
+
+
+def test_prefix_match_key_is_the_whole_pages_of_all_but_the_last_token():
+    req = Req(rid="r", origin_input_ids=[1, 2, 3, 4, 5], output_ids=[6, 7])
+    assert prefix_match_key(req, 1) == [1, 2, 3, 4, 5, 6]
+    assert prefix_match_key(req, 4) == [1, 2, 3, 4]
+    assert prefix_match_key(req, 8) == []
+    namespaced = Req(rid="n", origin_input_ids=[1, 2, 3], extra_key="lora-a")
+    assert prefix_match_key(namespaced, 2).namespace == ("lora-a", None)
