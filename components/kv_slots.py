@@ -54,7 +54,7 @@ class KVSlots:
         slots = self.allocator.alloc(pages * page_size)
         if in_page:
             kv.extend(range(kv[-1] + 1, kv[-1] + 1 + in_page))
-        kv.extend(slots[:rest])
+        kv.extend(slots if rest == len(slots) else slots[:rest])
         return True
 
     def release(self, req: Req) -> None:

@@ -115,7 +115,12 @@ class RadixTree:
         """The child of ``node`` that ``key[pos:end]`` enters and how many tokens it matches
         there (whole pages); a child matched only in part is split first. (None, 0) if none."""
         page_size = self.page_size
-        ckey = key[pos] if page_size == 1 else tuple(key[pos : pos + page_size])
+        if page_size == 1:
+            ckey = key[pos]
+        elif pos == 0 and len(key) == page_size:
+            ckey = tuple(key)
+        else:
+            ckey = tuple(key[pos : pos + page_size])
         if namespace is not None and node is self.root:
             ckey = (namespace, ckey)
         child = node.children.get(ckey)
@@ -168,7 +173,11 @@ class RadixTree:
         ``_pack(node.key)``)."""
         parent = node.parent
         key = node.key
-        ckey = key[0] if self.page_size == 1 else tuple(key[: self.page_size])
+        page_size = self.page_size
+        if page_size == 1:
+            ckey = key[0]
+        else:
+            ckey = tuple(key) if len(key) == page_size else tuple(key[:page_size])
         node.ckey = (node.namespace, ckey) if node.namespace and parent is self.root else ckey
         parent.children[node.ckey] = node
         self._evictable_size += len(key)
