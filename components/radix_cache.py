@@ -114,13 +114,16 @@ class RadixCache(RadixTree):
             return
         kv, start, priority = req.kv_indices, req.prefix_len, req.priority or 0
         node = self._touch_path(req.last_node, priority, hit=False)
-        if len(kv) > start:
-            key = fill_ids_slice(req, start, len(kv))
-            end = len(key) - len(key) % self.page_size
-            value = kv[start:]
+        new = max(0, len(kv) - start)
+        end = start + new - new % self.page_size  # whole pages go in, the rest is freed
+        duplicates: list[int] = []
+        if end > start:
+            key, value = fill_ids_slice(req, start, end), kv[start:end]
             namespace = req_namespace(req)
-            duplicates = self._insert_below(node, key, end, value, priority, namespace)[2]
-            self._free(value[end:], duplicates)
+            duplicates = self._insert_below(
+                node, key, len(key), value, priority, namespace, owned=True
+            )[2]
+        self._free(kv[end:], duplicates)
         if req.last_node is not None:
             self.dec_lock_ref(req.last_node)
         req.swa_uuid_for_lock = None
