@@ -62,7 +62,7 @@ NANO_POOL_TOKENS = 262144
 DESKTOP_CALIBRATION_MS = 12.5
 
 # W1 and the quick smoke version of it.
-FULL = {"num_requests": 2000, "output_len": 128, "pairs": 8, "runs": 3}
+FULL = {"num_requests": 2000, "output_len": 128, "pairs": 8, "runs": 5}
 QUICK = {"num_requests": 120, "output_len": 16, "pairs": 2, "runs": 1}
 
 
