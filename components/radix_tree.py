@@ -35,6 +35,16 @@ EVICTION_POLICIES: dict[str, Callable[[Any], object]] = {
 }
 
 
+def _page_key(key: list[int], pos: int, page_size: int) -> object:
+    """The children-dict key of the page of ``key`` that starts at ``pos``: its token with
+    ``page_size`` 1, else the page's tokens as a tuple."""
+    if page_size == 1:
+        return key[pos]
+    if pos == 0 and len(key) == page_size:
+        return tuple(key)  # the key is exactly one page: no slice first
+    return tuple(key[pos : pos + page_size])
+
+
 def make_pool(
     allocator: TokenToKVPoolAllocator | None,
     capacity: int | None,
@@ -115,12 +125,7 @@ class RadixTree:
         """The child of ``node`` that ``key[pos:end]`` enters and how many tokens it matches
         there (whole pages); a child matched only in part is split first. (None, 0) if none."""
         page_size = self.page_size
-        if page_size == 1:
-            ckey = key[pos]
-        elif pos == 0 and len(key) == page_size:
-            ckey = tuple(key)
-        else:
-            ckey = tuple(key[pos : pos + page_size])
+        ckey = _page_key(key, pos, page_size)
         if namespace is not None and node is self.root:
             ckey = (namespace, ckey)
         child = node.children.get(ckey)
@@ -148,9 +153,7 @@ class RadixTree:
             upper.digests, child.digests = child.digests[: 32 * cut], child.digests[32 * cut :]
             upper.hashes, child.hashes = child.hashes[:cut], child.hashes[cut:]
         self._split_extra(upper, child, m)
-        child.ckey = (
-            child.key[m] if self.page_size == 1 else tuple(child.key[m : m + self.page_size])
-        )
+        child.ckey = _page_key(child.key, m, self.page_size)
         upper.children[child.ckey] = child
         child.parent.children[upper.ckey] = upper
         child.key = child.key[m:]
@@ -173,11 +176,7 @@ class RadixTree:
         ``_pack(node.key)``)."""
         parent = node.parent
         key = node.key
-        page_size = self.page_size
-        if page_size == 1:
-            ckey = key[0]
-        else:
-            ckey = tuple(key) if len(key) == page_size else tuple(key[:page_size])
+        ckey = _page_key(key, 0, self.page_size)
         node.ckey = (node.namespace, ckey) if node.namespace and parent is self.root else ckey
         parent.children[node.ckey] = node
         self._evictable_size += len(key)
