@@ -47,12 +47,15 @@ class Assembly:
     """
 
     def __init__(
-        self, wiring: Wiring, container: containers.DynamicContainer, order: list[str]
+        self,
+        wiring: Wiring,
+        container: containers.DynamicContainer,
+        edges: dict[str, list[str]],
     ) -> None:
         self.wiring = wiring
         self.container = container
-        self.order = order
-        self._edges = eager_edges(wiring)
+        self.order = topological_order(edges)
+        self._edges = edges
         self._cells: dict[str, list] = {name: [_NotBuilt(name)] for name in wiring.components}
         self._shutdown_errors: list[Exception] = []
         self._shut_down = False
@@ -236,9 +239,9 @@ def build(wiring: Wiring | Mapping, overrides: Mapping[str, object] | None = Non
         raise WiringError(unknown)
 
     edges = eager_edges(wiring)
-    order = topological_order(edges)
     container = containers.DynamicContainer()
-    assembly = Assembly(wiring, container, order)
+    assembly = Assembly(wiring, container, edges)
+    order = assembly.order
     for name in order:
         container.set_provider(
             name,
