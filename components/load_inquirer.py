@@ -1,7 +1,9 @@
 """The load inquirer: how busy the scheduler is, for load balancing and the ``get_loads`` request.
 
 Everything the host reassigns at run time (running batch, waiting queue, chunked request) and
-the metrics reporter's stats arrive as late-bound getters.
+the metrics reporter's stats arrive as late-bound getters. The waiting queue is a
+``WaitingQueue``, which keeps its token totals as requests come and go: a snapshot costs the
+same with ten waiting requests or fifty thousand.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 from schedkit.components.parallel_state import ParallelState
 from schedkit.components.protocols import KVAllocator, PrefixCache
 from schedkit.components.schedule_batch import Req, ScheduleBatch
+from schedkit.components.waiting_queue import WaitingQueue
 
 from schedkit.component import component
 
@@ -33,7 +36,7 @@ class LoadInquirer:
     tree_cache: PrefixCache
     parallel_state: ParallelState
     get_running_batch: Callable[[], ScheduleBatch]
-    get_waiting_queue: Callable[[], list[Req]]
+    get_waiting_queue: Callable[[], WaitingQueue]
     get_stats: Callable[[], Any]
     get_chunked_req: Callable[[], Req | None]
 
@@ -61,7 +64,7 @@ class LoadInquirer:
             "num_waiting_reqs": len(waiting),
             "num_used_tokens": used,
             "token_usage": round(used / capacity, 4) if capacity else 0.0,
-            "num_total_tokens": used + sum(req.seqlen for req in waiting),
+            "num_total_tokens": used + waiting.num_tokens,
             "num_waiting_uncached_tokens": self.num_waiting_uncached_tokens(),
             "gen_throughput": round(stats.gen_throughput, 2),
             "cache_hit_rate": round(stats.cache_hit_rate, 4),
@@ -80,14 +83,14 @@ class LoadInquirer:
             loads["queues"] = {
                 "waiting": len(waiting),
                 "chunked": int(self.get_chunked_req() is not None),
-                "retracted": sum(1 for req in waiting if req.is_retracted),
+                "retracted": waiting.num_retracted,
             }
         return loads
 
     def num_pending_tokens(self, chunk_deduct: int = 0) -> int:
         """Tokens waiting for prefill: every waiting request's length plus what the chunked
         request has left (less ``chunk_deduct``, the chunk already planned this step)."""
-        pending = sum(req.seqlen for req in self.get_waiting_queue())
+        pending = self.get_waiting_queue().num_tokens
         chunked = self.get_chunked_req()
         if chunked is not None:
             pending += chunked.seqlen - len(chunked.kv_indices) - chunk_deduct
@@ -95,7 +98,7 @@ class LoadInquirer:
 
     def num_waiting_uncached_tokens(self) -> int:
         """Tokens waiting for prefill that the prefix cache does not already hold."""
-        uncached = sum(max(0, req.seqlen - req.prefix_len) for req in self.get_waiting_queue())
+        uncached = self.get_waiting_queue().num_uncached_tokens
         chunked = self.get_chunked_req()
         if chunked is not None:
             uncached += max(0, chunked.seqlen - len(chunked.kv_indices))

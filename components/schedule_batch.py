@@ -108,6 +108,8 @@ class Req:
     is_retracted: bool = False
     retraction_count: int = 0
 
+    # When the request was first admitted to a prefill batch (its queue time ends there).
+    scheduled_time: float | None = None
     first_token_time: float | None = None
     last_token_time: float | None = None
     finish_time: float | None = None

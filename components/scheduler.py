@@ -37,6 +37,7 @@ from schedkit.components.prefill_adder import PrefillAdder
 from schedkit.components.protocols import KVAllocator, ModelRunner, PrefixCache, RequestReceiver
 from schedkit.components.schedule_batch import FinishAbort, ForwardMode, Req, ScheduleBatch
 from schedkit.components.schedule_policy import SchedulePolicy
+from schedkit.components.waiting_queue import WaitingQueue
 
 from schedkit.component import at_least, component
 from schedkit.kv_events.hashing import MAX_TOKEN_ID
@@ -50,6 +51,10 @@ def _noop() -> None:
     return None
 
 
+def _ignore(_req: Req) -> None:
+    return None
+
+
 @component("scheduler")
 class Scheduler:
     """Admits, batches, runs and retracts requests; see the module docstring.
@@ -57,6 +62,9 @@ class Scheduler:
     ``chunked_prefill_size`` None disables chunking. ``now`` stamps arrival times. The
     callbacks (``publish_kv_events``, ``maybe_log_idle_metrics``, ``on_pause``, ``get_loads``)
     are bound late to the KV-events publisher, metrics reporter and load inquirer.
+    ``on_finish(req)`` is called once for every request that finishes (done, refused or
+    aborted), after its final output went out. The waiting queue is a ``WaitingQueue``: it
+    keeps the waiting-token totals that ``get_loads`` reports.
     """
 
     request_receiver: RequestReceiver
@@ -70,6 +78,7 @@ class Scheduler:
     maybe_log_idle_metrics: Callable[[], None] = _noop
     on_pause: Callable[[], None] = _noop
     get_loads: Callable[[], dict] | None = None
+    on_finish: Callable[[Req], None] = _ignore
     max_running_requests: int = attrs.field(default=256, validator=at_least(1))
     max_prefill_tokens: int = attrs.field(default=16384, validator=at_least(1))
     chunked_prefill_size: int | None = 8192
@@ -78,7 +87,7 @@ class Scheduler:
     new_token_ratio_decay_steps: int = attrs.field(default=600, validator=at_least(1))
     sleep_on_idle_seconds: float = 0.001
 
-    waiting_queue: list[Req] = attrs.field(init=False, factory=list)
+    waiting_queue: WaitingQueue = attrs.field(init=False, factory=WaitingQueue)
     running_batch: ScheduleBatch = attrs.field(
         init=False, factory=lambda: ScheduleBatch(reqs=[], forward_mode=ForwardMode.DECODE)
     )
@@ -164,17 +173,22 @@ class Scheduler:
             running = self.running_batch.reqs
             for req in reqs:
                 if req.finished_reason is not None:
-                    self.finished_count += 1
-                    self._prefill_blocked = False
+                    self._finished(req)
                 elif req is not self.chunked_req:
                     running.append(req)
             self.peak_running_requests = max(self.peak_running_requests, len(running))
             return
         alive = [req for req in reqs if req.finished_reason is None]
         if len(alive) != len(reqs):
-            self.finished_count += len(reqs) - len(alive)
-            self._prefill_blocked = False
+            for req in reqs:
+                if req.finished_reason is not None:
+                    self._finished(req)
             batch.reqs = alive
+
+    def _finished(self, req: Req) -> None:
+        self.finished_count += 1
+        self._prefill_blocked = False
+        self.on_finish(req)
 
     # ---- requests ----------------------------------------------------------------------
 
@@ -234,9 +248,8 @@ class Scheduler:
     def _finish_aborted(self, req: Req, message: str) -> None:
         req.finished_reason = FinishAbort(message)
         req.is_chunked = False
-        self.finished_count += 1
-        self._prefill_blocked = False
         self.batch_result_processor.process_aborted([req])
+        self._finished(req)
 
     # ---- control -----------------------------------------------------------------------
 
@@ -318,13 +331,19 @@ class Scheduler:
         if chunked is not None and not adder.add_chunked_req(chunked):
             adder.new_chunked_req = chunked  # its next chunk waits for room
         if adder.new_chunked_req is None:
-            self.policy.calc_priority(self.waiting_queue)
+            waiting = self.waiting_queue
+            self.policy.calc_priority(waiting)
             admitted = 0
-            while admitted < len(self.waiting_queue) and adder.budget_left():
-                if not adder.add_one_req(self.waiting_queue[admitted]):
+            while admitted < len(waiting) and adder.budget_left():
+                if not adder.add_one_req(waiting[admitted]):
                     break
                 admitted += 1
-            del self.waiting_queue[:admitted]
+            if admitted:
+                now = self.now()
+                for req in waiting[:admitted]:
+                    if req.scheduled_time is None:
+                        req.scheduled_time = now
+                del waiting[:admitted]
         self.chunked_req = adder.new_chunked_req
         if not adder.batch.reqs:
             # Nothing fits until a running request leaves (decoding goes on meanwhile).

@@ -171,8 +171,16 @@ def drive(
     inflight: dict[str, Req] = {}
     tally = _Tally()
     start, wall_start = runner.now(), time.perf_counter()
-    seen_finished, idle_steps = scheduler.finished_count, 0
+    idle_steps = 0
     interrupted = False
+    finished: list[Req] = []
+    scheduler_on_finish = scheduler.on_finish
+
+    def collect(req: Req) -> None:
+        scheduler_on_finish(req)
+        finished.append(req)
+
+    scheduler.on_finish = collect
 
     def submit(at: float, req: Req) -> None:
         req.arrival_time = start + at
@@ -189,9 +197,8 @@ def drive(
                 at, _, req = heapq.heappop(follow_ups)
                 submit(at, req)
             ran = scheduler.step()
-            if scheduler.finished_count != seen_finished:
-                seen_finished = scheduler.finished_count
-                for req in [r for r in inflight.values() if r.finished_output]:
+            if finished:
+                for req in finished:
                     del inflight[req.rid]
                     tally.add(req)
                     if on_finish is not None:
@@ -199,6 +206,7 @@ def drive(
                     follow = workload.follow_up(req, runner.now() - start)
                     if follow is not None:
                         heapq.heappush(follow_ups, (follow.time, next(order), follow.req))
+                finished.clear()
                 if progress is not None:
                     progress(tally.done + tally.failed, runner.now() - start)
             if ran:
@@ -216,6 +224,8 @@ def drive(
                     )
     except KeyboardInterrupt:
         interrupted = True
+    finally:
+        scheduler.on_finish = scheduler_on_finish
 
     if "kv_events_publisher" in assembly:  # what the cache still holds goes out too
         assembly["kv_events_publisher"].publish_kv_events()

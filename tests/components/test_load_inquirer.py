@@ -6,6 +6,7 @@ from schedkit.components.allocator import TokenToKVPoolAllocator
 from schedkit.components.load_inquirer import LoadInquirer
 from schedkit.components.parallel_state import ParallelState
 from schedkit.components.schedule_batch import ForwardMode, Req, ScheduleBatch
+from schedkit.components.waiting_queue import WaitingQueue
 
 from schedkit.component import component_name
 
@@ -34,7 +35,7 @@ def host():
     """Stands in for the scheduler: the attributes it reassigns at run time."""
     return SimpleNamespace(
         running_batch=ScheduleBatch(reqs=[], forward_mode=ForwardMode.DECODE),
-        waiting_queue=[],
+        waiting_queue=WaitingQueue(),
         chunked_req=None,
         stats=SimpleNamespace(gen_throughput=0.0, cache_hit_rate=0.0),
     )
@@ -75,7 +76,7 @@ def test_core_loads(host):
     host.running_batch = ScheduleBatch(
         reqs=[req("a", 4, 2), req("b", 4, 1)], forward_mode=ForwardMode.DECODE
     )
-    host.waiting_queue = [req("w1", 10, prefix_len=4), req("w2", 6, output_len=2)]
+    host.waiting_queue = WaitingQueue([req("w1", 10, prefix_len=4), req("w2", 6, output_len=2)])
     host.stats = SimpleNamespace(gen_throughput=123.456, cache_hit_rate=0.33333)
     inquirer = make_inquirer(host, allocator=allocator, tree_cache=FakeTreeCache(evictable=4))
     assert inquirer.get_loads() == {
@@ -99,7 +100,7 @@ def test_dp_rank_comes_from_parallel_state(host):
 def test_late_getters_see_reassigned_host_state(host):
     inquirer = make_inquirer(host)
     assert inquirer.get_loads()["num_waiting_reqs"] == 0
-    host.waiting_queue = [req("w", 3)]
+    host.waiting_queue = WaitingQueue([req("w", 3)])
     host.running_batch = ScheduleBatch(reqs=[req("r", 2)], forward_mode=ForwardMode.DECODE)
     loads = inquirer.get_loads()
     assert (loads["num_waiting_reqs"], loads["num_running_reqs"]) == (1, 1)
@@ -109,7 +110,7 @@ def test_all_sections(host):
     allocator = TokenToKVPoolAllocator(size=32)
     allocator.alloc(8)
     retracted = req("x", 5, is_retracted=True)
-    host.waiting_queue = [retracted, req("y", 5)]
+    host.waiting_queue = WaitingQueue([retracted, req("y", 5)])
     host.chunked_req = req("c", 50)
     inquirer = make_inquirer(
         host, allocator=allocator, tree_cache=FakeTreeCache(evictable=3, protected=5)
@@ -134,7 +135,7 @@ def test_unknown_section_is_refused(host):
 
 
 def test_pending_tokens_include_the_chunked_remainder(host):
-    host.waiting_queue = [req("a", 10), req("b", 5, output_len=3)]
+    host.waiting_queue = WaitingQueue([req("a", 10), req("b", 5, output_len=3)])
     inquirer = make_inquirer(host)
     assert inquirer.num_pending_tokens() == 18
     chunked = req("c", 100)
@@ -145,7 +146,9 @@ def test_pending_tokens_include_the_chunked_remainder(host):
 
 
 def test_waiting_uncached_tokens_subtract_matched_prefixes(host):
-    host.waiting_queue = [req("a", 10, prefix_len=6), req("b", 4, prefix_len=9), req("c", 3)]
+    host.waiting_queue = WaitingQueue(
+        [req("a", 10, prefix_len=6), req("b", 4, prefix_len=9), req("c", 3)]
+    )
     inquirer = make_inquirer(host)
     assert inquirer.num_waiting_uncached_tokens() == 4 + 0 + 3
     chunked = req("d", 20)

@@ -68,6 +68,7 @@ def build(pool=512, page_size=1, policy=None, **settings):
     streamer = RecordingStreamer()
     runner = RecordingRunner()
     hooks = []
+    finished = []
     host = {}
     processor = BatchResultProcessor(
         allocator=allocator,
@@ -86,6 +87,7 @@ def build(pool=512, page_size=1, policy=None, **settings):
         publish_kv_events=lambda: hooks.append("publish_kv_events"),
         maybe_log_idle_metrics=lambda: hooks.append("maybe_log_idle_metrics"),
         on_pause=lambda: hooks.append("on_pause"),
+        on_finish=finished.append,
         **settings,
     )
     host["scheduler"] = scheduler
@@ -96,6 +98,7 @@ def build(pool=512, page_size=1, policy=None, **settings):
         streamer=streamer,
         runner=runner,
         hooks=hooks,
+        finished=finished,
         pool=pool,
     )
 
@@ -125,6 +128,8 @@ def assert_all_done(env, reqs, aborted=()):
         assert req.output_ids == [env.runner.inner.token(req.rid, p) for p in range(n)], req.rid
         assert env.streamer.finishes[req.rid] == 1, req.rid
     assert s.finished_count == len(reqs) + len(aborted)
+    # on_finish saw every request once, each after its final output
+    assert Counter(r.rid for r in env.finished) == Counter(r.rid for r in [*reqs, *aborted])
     assert not s.waiting_queue and not s.running_batch.reqs and s.chunked_req is None
     assert env.cache.protected_size() == 0
     assert env.allocator.available_size() + env.cache.total_size() == env.pool

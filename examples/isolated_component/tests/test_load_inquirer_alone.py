@@ -7,6 +7,7 @@ from schedkit.components.metrics_reporter import SchedulerStats
 from schedkit.components.parallel_state import ParallelState
 from schedkit.components.radix_cache import RadixCache
 from schedkit.components.schedule_batch import ForwardMode, Req, ScheduleBatch
+from schedkit.components.waiting_queue import WaitingQueue
 
 
 def _req(rid, prompt_len, prefix_len=0):
@@ -19,7 +20,7 @@ def test_loads_count_held_slots_and_waiting_work():
     allocator = TokenToKVPoolAllocator(size=100, page_size=1)
     cache = RadixCache(allocator=allocator, page_size=1)
     running = ScheduleBatch(reqs=[_req("r", 10)], forward_mode=ForwardMode.DECODE)
-    waiting = [_req("w1", 30, prefix_len=20), _req("w2", 5)]
+    waiting = WaitingQueue([_req("w1", 30, prefix_len=20), _req("w2", 5)])
     retracted = _req("w3", 8)
     retracted.is_retracted = True
     chunked = None
@@ -51,7 +52,7 @@ def test_loads_count_held_slots_and_waiting_work():
     assert loads["queues"] == {"waiting": 2, "chunked": 0, "retracted": 0}
 
     # The getters are read at each call: what the host reassigns is seen at once.
-    waiting = [*waiting, retracted]
+    waiting = WaitingQueue([*waiting, retracted])
     chunked = _req("c", 40)
     chunked.kv_indices = held[:6]  # 6 of its 40 tokens have KV already
     assert inquirer.get_loads(include="queues")["queues"] == {
