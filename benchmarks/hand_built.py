@@ -103,6 +103,7 @@ def hand_built() -> dict[str, Any]:
         maybe_log_idle_metrics=lambda: metrics_reporter.maybe_log_idle_metrics(),
         on_pause=lambda: metrics_reporter.on_pause(),
         get_loads=lambda: load_inquirer.get_loads(),
+        on_finish=lambda req: metrics_reporter.observe_finished_request(req),
         max_running_requests=256,
         max_prefill_tokens=16384,
         chunked_prefill_size=8192,

@@ -8,8 +8,10 @@ report, every ``decode_log_interval``-th decode report and every pause.
 
 Throughputs and the cache hit rate are kept current whether or not metrics are enabled (they
 cost a few additions); with ``enable_metrics`` the reporter also fills the pool and queue stats,
-logs a line per report through the collector, mirrors the stats into Prometheus gauges when
-``prometheus_port`` is set, and emits KV metrics.
+logs a line per report through the collector, keeps Prometheus metrics (gauges, token counters,
+and per finished request, through ``observe_finished_request``, which the scheduler calls:
+latency histograms and request and token counters) named as ``metrics_profile`` says
+(``sglang`` or ``vllm``), serves them when ``prometheus_port`` is set, and emits KV metrics.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, Literal
 
 import attrs
 from schedkit.components.metrics_collector import MetricsCollector, SchedulerStats
-from schedkit.components.schedule_batch import ScheduleBatch
+from schedkit.components.schedule_batch import Req, ScheduleBatch
 
 from schedkit.component import at_least, component
 
@@ -39,7 +41,9 @@ def _noop() -> None:
 class MetricsReporter:
     """Owns ``stats``, ``num_generated_tokens``, ``forward_ct_decode``, the throughputs and the
     collector. ``now`` is the scheduler's clock (virtual or wall); ``load_inquirer`` supplies
-    the pool and queue numbers and is required with ``enable_metrics``."""
+    the pool and queue numbers and is required with ``enable_metrics``. ``metrics_profile``
+    names the Prometheus metrics as SGLang (the default) or vLLM does; ``model_name`` labels
+    them, and under ``vllm`` so does ``dp_rank`` (as ``engine``)."""
 
     load_inquirer: Any = None
     emit_kv_metrics: Callable[[], None] = _noop
@@ -49,6 +53,9 @@ class MetricsReporter:
     enable_metrics: bool = False
     prometheus_port: int | None = None
     log_format: Literal["console", "json"] = "console"
+    metrics_profile: Literal["sglang", "vllm"] = "sglang"
+    model_name: str = "default"
+    dp_rank: int | None = None
 
     stats: SchedulerStats = attrs.field(init=False, factory=SchedulerStats)
     num_generated_tokens: int = attrs.field(init=False, default=0)
@@ -73,10 +80,23 @@ class MetricsReporter:
                 )
         if self.enable_metrics and self.load_inquirer is None:
             raise ValueError("enable_metrics needs a load_inquirer to read pool and queue stats")
+        labels = (self.model_name,)
+        if self.metrics_profile == "vllm":
+            labels += (str(self.dp_rank or 0),)
         self.collector = MetricsCollector(
-            now=self.now, log_format=self.log_format, prometheus_port=self.prometheus_port
+            now=self.now,
+            log_format=self.log_format,
+            export=self.enable_metrics,
+            prometheus_port=self.prometheus_port,
+            profile=self.metrics_profile,
+            label_values=labels,
         )
         self.last_prefill_stats_tic = self.last_decode_stats_tic = self.now()
+
+    def observe_finished_request(self, req: Req) -> None:
+        """With metrics on: a finished request's latencies and token counts into Prometheus."""
+        if self.enable_metrics:
+            self.collector.observe_finished(req)
 
     def increment_generated_tokens(self, n: int) -> None:
         """Count ``n`` newly generated tokens."""

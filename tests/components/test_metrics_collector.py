@@ -25,3 +25,22 @@ def test_a_busy_prometheus_port_is_named():
             ValueError, match=rf"cannot serve Prometheus metrics on 127\.0\.0\.1:{port}"
         ):
             MetricsCollector(now=lambda: 0.0, prometheus_port=port)
+
+
+def test_collectors_have_registries_of_their_own():
+    first = MetricsCollector(now=lambda: 0.0, export=True)
+    second = MetricsCollector(now=lambda: 0.0, export=True)  # same names: no clash
+    assert first.registry is not second.registry
+    assert MetricsCollector(now=lambda: 0.0).registry is None  # metrics off: no registry
+
+
+@pytest.mark.parametrize(
+    "kwargs, problem",
+    [
+        ({"profile": "tgi"}, "metrics profile must be one of 'sglang', 'vllm', got 'tgi'"),
+        ({"profile": "vllm", "label_values": ("m",)}, "labels metrics with model_name, engine"),
+    ],
+)
+def test_bad_profile_settings_are_refused(kwargs, problem):
+    with pytest.raises(ValueError, match=problem):
+        MetricsCollector(now=lambda: 0.0, export=True, **kwargs)

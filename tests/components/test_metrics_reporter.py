@@ -4,6 +4,7 @@ import urllib.request
 from types import SimpleNamespace
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from schedkit.components.metrics_reporter import FORWARD_CT_MOD, MetricsReporter, SchedulerStats
 from schedkit.components.schedule_batch import ForwardMode, Req, ScheduleBatch
 
@@ -35,6 +36,17 @@ def fake_inquirer(running=2, waiting=3, used=25, capacity=100):
         get_waiting_queue=lambda: [Req(rid=f"w{i}", origin_input_ids=[1]) for i in range(waiting)],
         get_running_batch=lambda: ScheduleBatch(reqs=reqs, forward_mode=ForwardMode.DECODE),
     )
+
+
+def scraped(body):
+    """Sample values by name (and by the ``mode`` label, where there is one) from a text
+    exposition, read with prometheus_client's own parser."""
+    samples = {}
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            mode = sample.labels.get("mode")
+            samples[sample.name if mode is None else (sample.name, mode)] = sample.value
+    return samples
 
 
 def make_reporter(**kwargs):
@@ -208,15 +220,13 @@ def test_prometheus_endpoint_serves_gauges_and_counters():
         reporter.report_prefill_stats(prefill_batch([3], [5]))
         with urllib.request.urlopen(url, timeout=5) as response:
             body = response.read().decode()
-        samples = dict(
-            line.rsplit(" ", 1) for line in body.splitlines() if line and not line.startswith("#")
-        )
-        assert float(samples["schedkit_gen_throughput"]) == 32.0
-        assert float(samples["schedkit_num_queue_reqs"]) == 3.0
-        assert float(samples["schedkit_token_usage"]) == 0.25
-        assert float(samples["schedkit_generation_tokens_total"]) == 16.0
-        assert float(samples["schedkit_prompt_tokens_total"]) == 5.0
-        assert float(samples["schedkit_cached_tokens_total"]) == 3.0
+        samples = scraped(body)
+        assert samples["sglang:gen_throughput"] == 32.0
+        assert samples["sglang:num_queue_reqs"] == 3.0
+        assert samples["sglang:token_usage"] == 0.25
+        assert samples["sglang:realtime_tokens_total", "decode"] == 16.0
+        assert samples["sglang:realtime_tokens_total", "prefill_compute"] == 5.0
+        assert samples["sglang:realtime_tokens_total", "prefill_cache"] == 3.0
     finally:
         reporter.shutdown()
     with pytest.raises(urllib.error.URLError):
@@ -241,9 +251,8 @@ def test_gauges_refresh_on_idle_once_requests_have_finished():
 
     def gauges():
         with urllib.request.urlopen(url, timeout=5) as response:
-            lines = response.read().decode().splitlines()
-        samples = dict(line.rsplit(" ", 1) for line in lines if line and line[0] != "#")
-        return {k: float(samples[f"schedkit_{k}"]) for k in ("num_running_reqs", "token_usage")}
+            samples = scraped(response.read().decode())
+        return {k: samples[f"sglang:{k}"] for k in ("num_running_reqs", "token_usage")}
 
     try:
         run_decode_steps(reporter, 2, tokens_per_step=8, seconds_per_step=0.25)
