@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import signal
 import socket
 import sys
@@ -23,6 +24,8 @@ from schedkit.components.schedule_batch import Req
 from schedkit.container import Assembly, build
 from schedkit.kv_events import KvEventsConfig
 from schedkit.sim.driver import StuckError, drive
+from schedkit.sim.plot import PlotUnavailable, plot_run, require_matplotlib
+from schedkit.sim.samples import RunSamples
 from schedkit.sim.workload import CHAT_RATE, SYNTHETIC, WorkloadError, load_jsonl, synthetic
 from schedkit.wiring import Wiring, load_wiring
 
@@ -65,6 +68,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--output",
         metavar="FILE.jsonl",
         help="write one JSON record per finished request (rid, tokens, ttft, latency, finish)",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw latency CDFs (TTFT, ITL, E2E) and running/queued requests over simulated "
+        "time into FILE (needs the plot extra: pip install 'schedkit[plot]')",
     )
     p.add_argument(
         "--kv-events-linger",
@@ -131,6 +140,18 @@ def _record(out: TextIO) -> Callable[[Req], None]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    samples = None
+    if args.plot:
+        try:
+            require_matplotlib()
+        except PlotUnavailable as exc:
+            print(f"schedkit run: --plot: {exc}", file=sys.stderr)
+            return 2
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        if not os.path.isdir(folder):
+            print(f"schedkit run: --plot: no such directory {folder}", file=sys.stderr)
+            return 2
+        samples = RunSamples()
     wiring = load_wiring(args.file, *args.overlay)
     busy = _busy_kv_events_overlay(wiring)
     if busy is not None:
@@ -169,6 +190,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     workload,
                     progress=show,
                     on_finish=None if out is None else _record(out),
+                    samples=samples,
                 )
             except StuckError as exc:
                 print(f"\nschedkit run: {exc}", file=sys.stderr)
@@ -178,6 +200,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                     print(file=sys.stderr)
         if args.kv_events_linger and publisher is not None and publisher.endpoint is not None:
             _linger(publisher, args.kv_events_linger)
+    if samples is not None:
+        plot_run(samples, args.plot)
+        print(f"schedkit run: plot written to {args.plot}", file=sys.stderr)
     if args.json:
         print(json.dumps(summary.to_dict()))
     else:

@@ -13,14 +13,14 @@ import math
 import resource
 import sys
 import time
-from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
-from schedkit.components.schedule_batch import FinishAbort, Req
+from schedkit.components.schedule_batch import Req
 from schedkit.container import Assembly
+from schedkit.sim.samples import RunSamples, percentiles
 from schedkit.sim.workload import Workload
 
 __all__ = ["RunSummary", "StuckError", "drive", "percentile"]
@@ -35,13 +35,7 @@ class StuckError(RuntimeError):
 
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0-100) of ``values`` by linear interpolation; NaN if empty."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+    return percentiles(values, (q,))[0]
 
 
 @attrs.define(kw_only=True)
@@ -61,6 +55,16 @@ class RunSummary:
     itl_p50: float
     itl_p90: float
     itl_p99: float
+    # Time per output token after the first (per request), end to end, time in the queue.
+    tpot_p50: float = math.nan
+    tpot_p90: float = math.nan
+    tpot_p99: float = math.nan
+    e2e_p50: float = math.nan
+    e2e_p90: float = math.nan
+    e2e_p99: float = math.nan
+    queue_time_p50: float = math.nan
+    queue_time_p90: float = math.nan
+    queue_time_p99: float = math.nan
     prefix_cache_hit_rate: float
     kv_events_published: int
     kv_events_dropped: int
@@ -99,6 +103,19 @@ class RunSummary:
                 "ITL p50 / p90 / p99 (ms)",
                 f"{self.itl_p50 * ms:.2f} / {self.itl_p90 * ms:.2f} / {self.itl_p99 * ms:.2f}",
             ),
+            (
+                "TPOT p50 / p90 / p99 (ms)",
+                f"{self.tpot_p50 * ms:.2f} / {self.tpot_p90 * ms:.2f} / {self.tpot_p99 * ms:.2f}",
+            ),
+            (
+                "E2E p50 / p90 / p99 (s)",
+                f"{self.e2e_p50:.2f} / {self.e2e_p90:.2f} / {self.e2e_p99:.2f}",
+            ),
+            (
+                "queue time p50 / p90 / p99 (s)",
+                f"{self.queue_time_p50:.2f} / {self.queue_time_p90:.2f} / "
+                f"{self.queue_time_p99:.2f}",
+            ),
             ("prefix-cache hit rate", f"{self.prefix_cache_hit_rate:.1%}"),
             (
                 "KV event batches published / dropped",
@@ -127,32 +144,12 @@ def peak_rss_mb() -> float:
     return peak / 1024 if sys.platform != "darwin" else peak / 2**20
 
 
-@attrs.define
-class _Tally:
-    """What the summary needs of the finished requests, a few numbers each."""
-
-    done: int = 0
-    failed: int = 0
-    output_tokens: int = 0
-    ttft: array = attrs.Factory(lambda: array("d"))
-    itl: array = attrs.Factory(lambda: array("d"))
-
-    def add(self, req: Req) -> None:
-        if isinstance(req.finished_reason, FinishAbort):
-            self.failed += 1
-            return
-        self.done += 1
-        self.output_tokens += len(req.output_ids)
-        if req.first_token_time is not None:
-            self.ttft.append(req.first_token_time - req.arrival_time)
-        self.itl.extend(req.itl)
-
-
 def drive(
     assembly: Assembly,
     workload: Workload,
     progress: Callable[[int, float], None] | None = None,
     on_finish: Callable[[Req], None] | None = None,
+    samples: RunSamples | None = None,
 ) -> RunSummary:
     """Run ``workload`` to completion (or until Ctrl-C: ``interrupted`` in the summary) on
     ``assembly`` and summarise it.
@@ -160,7 +157,9 @@ def drive(
     Arrivals are pulled from the workload as the clock reaches them, and a finished request
     leaves only a few numbers behind (``on_finish(req)`` sees it first), so memory does not
     grow with the number of requests. ``progress(finished, simulated_seconds)`` is called
-    after steps that finish requests.
+    after steps that finish requests. The per-request figures and the timeline of running and
+    queued requests (sampled each step, bounded) go to ``samples`` (a new ``RunSamples`` if
+    None), where a caller can read them after the run (``--plot`` does).
     """
     scheduler = assembly["scheduler"]
     runner = assembly["model_runner"]
@@ -169,7 +168,8 @@ def drive(
     upcoming = next(arrivals, None)
     follow_ups: list[tuple[float, int, Req]] = []
     inflight: dict[str, Req] = {}
-    tally = _Tally()
+    tally = RunSamples() if samples is None else samples
+    timeline = tally.timeline
     start, wall_start = runner.now(), time.perf_counter()
     idle_steps = 0
     interrupted = False
@@ -197,6 +197,11 @@ def drive(
                 at, _, req = heapq.heappop(follow_ups)
                 submit(at, req)
             ran = scheduler.step()
+            timeline.add(
+                runner.now() - start,
+                len(scheduler.running_batch.reqs),
+                len(scheduler.waiting_queue),
+            )
             if finished:
                 for req in finished:
                     del inflight[req.rid]
@@ -240,12 +245,11 @@ def drive(
         output_throughput=tally.output_tokens / simulated if simulated > 0 else math.nan,
         request_throughput_wall=tally.done / wall,
         output_throughput_wall=tally.output_tokens / wall,
-        ttft_p50=percentile(tally.ttft, 50),
-        ttft_p90=percentile(tally.ttft, 90),
-        ttft_p99=percentile(tally.ttft, 99),
-        itl_p50=percentile(tally.itl, 50),
-        itl_p90=percentile(tally.itl, 90),
-        itl_p99=percentile(tally.itl, 99),
+        **{
+            f"{name}_p{q}": value
+            for name in ("ttft", "itl", "tpot", "e2e", "queue_time")
+            for q, value in zip((50, 90, 99), percentiles(getattr(tally, name)), strict=True)
+        },
         prefix_cache_hit_rate=stats.cache_hit_rate if stats is not None else math.nan,
         kv_events_published=_counter(assembly, "kv_events_publisher", "accepted"),
         kv_events_dropped=_counter(assembly, "kv_events_publisher", "dropped"),

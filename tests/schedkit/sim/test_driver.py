@@ -18,6 +18,7 @@ from schedkit.components.schedule_batch import Req, SamplingParams
 
 import schedkit
 from schedkit.sim.driver import drive
+from schedkit.sim.samples import RunSamples, percentiles
 from schedkit.sim.workload import Arrival, GeneratedWorkload
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -135,3 +136,33 @@ def test_nonsense_numbers_are_refused(option, value):
     )
     assert result.returncode == 2
     assert f"argument {option}: expected" in result.stderr
+
+
+def test_summary_percentiles_and_samples_come_from_the_finished_requests(assembly):
+    scheduler = assembly["scheduler"]
+    wired_on_finish = scheduler.on_finish
+    reqs = [req(i) for i in range(30)]
+    samples = RunSamples()
+    summary = drive(
+        assembly,
+        GeneratedWorkload(lambda: (Arrival(0.05 * i, r) for i, r in enumerate(reqs))),
+        samples=samples,
+    )
+    assert scheduler.on_finish == wired_on_finish  # the driver's hook is removed again
+    assert summary.requests_done == samples.done == 30
+    e2e = [r.finish_time - r.arrival_time for r in reqs]
+    queue = [r.scheduled_time - r.arrival_time for r in reqs]
+    tpot = [(r.finish_time - r.first_token_time) / (len(r.output_ids) - 1) for r in reqs]
+    for name, values in (("e2e", e2e), ("queue_time", queue), ("tpot", tpot)):
+        assert sorted(getattr(samples, name)) == pytest.approx(sorted(values)), name
+        expected = percentiles(values)
+        got = [getattr(summary, f"{name}_p{q}") for q in (50, 90, 99)]
+        assert got == pytest.approx(expected), name
+    assert min(queue) >= 0 and max(tpot) > 0
+    as_json = summary.to_dict()
+    assert {"tpot_p50", "e2e_p99", "queue_time_p90", "ttft_p50", "itl_p99"} <= set(as_json)
+    table = summary.table()
+    assert "TPOT p50 / p90 / p99 (ms)" in table and "queue time p50 / p90 / p99 (s)" in table
+    # the timeline saw the queue fill and drain, one sample per step (the run is short)
+    assert samples.timeline.stride == 1 and max(samples.timeline.running) > 1
+    assert list(samples.timeline.seconds) == sorted(samples.timeline.seconds)
