@@ -167,7 +167,7 @@ def drive(
     arrivals = iter(workload.initial())
     upcoming = next(arrivals, None)
     follow_ups: list[tuple[float, int, Req]] = []
-    inflight: dict[str, Req] = {}
+    inflight: dict[str, int] = {}  # rid -> submission number
     tally = RunSamples() if samples is None else samples
     timeline = tally.timeline
     start, wall_start = runner.now(), time.perf_counter()
@@ -184,7 +184,7 @@ def drive(
 
     def submit(at: float, req: Req) -> None:
         req.arrival_time = start + at
-        inflight[req.rid] = req
+        inflight[req.rid] = next(order)
         scheduler.submit(req)
 
     try:
@@ -203,6 +203,9 @@ def drive(
                 len(scheduler.waiting_queue),
             )
             if finished:
+                # In submission order: follow-ups (and the workload's draws for them) do not
+                # depend on the order requests finished within a step.
+                finished.sort(key=lambda r: inflight[r.rid])
                 for req in finished:
                     del inflight[req.rid]
                     tally.add(req)
