@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import structlog
+from bench_scheduler import calibration_ms
 
 import schedkit
 from schedkit.sim.driver import drive
@@ -46,16 +47,6 @@ OVERLAY = {
         }
     }
 }
-
-
-def calibration_ms() -> float:
-    """CPU milliseconds of ``sum(range(10**6))`` (best of 5): this machine's pure-Python speed."""
-    best = float("inf")
-    for _ in range(5):
-        start = time.process_time()
-        sum(range(10**6))
-        best = min(best, time.process_time() - start)
-    return best * 1e3
 
 
 def run(num_requests: int, rate: float, seed: int = 0) -> dict:
