@@ -7,7 +7,6 @@ import argparse
 import contextlib
 import json
 import math
-import os
 import signal
 import socket
 import sys
@@ -24,7 +23,7 @@ from schedkit.components.schedule_batch import Req
 from schedkit.container import Assembly, build
 from schedkit.kv_events import KvEventsConfig
 from schedkit.sim.driver import StuckError, drive
-from schedkit.sim.plot import PlotUnavailable, plot_run, require_matplotlib
+from schedkit.sim.plot import PlotError, check_plot_target, plot_run
 from schedkit.sim.samples import RunSamples
 from schedkit.sim.workload import CHAT_RATE, SYNTHETIC, WorkloadError, load_jsonl, synthetic
 from schedkit.wiring import Wiring, load_wiring
@@ -143,13 +142,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     samples = None
     if args.plot:
         try:
-            require_matplotlib()
-        except PlotUnavailable as exc:
+            check_plot_target(args.plot)
+        except PlotError as exc:
             print(f"schedkit run: --plot: {exc}", file=sys.stderr)
-            return 2
-        folder = os.path.dirname(os.path.abspath(args.plot))
-        if not os.path.isdir(folder):
-            print(f"schedkit run: --plot: no such directory {folder}", file=sys.stderr)
             return 2
         samples = RunSamples()
     wiring = load_wiring(args.file, *args.overlay)

@@ -8,22 +8,22 @@ from typing import Any
 
 from schedkit.sim.samples import RunSamples, cdf_points
 
-__all__ = ["PlotUnavailable", "plot_data", "plot_run", "require_matplotlib"]
+__all__ = ["PlotError", "check_plot_target", "plot_data", "plot_run", "require_matplotlib"]
 
 INSTALL_HINT = "pip install 'schedkit[plot]'"
 
 
-class PlotUnavailable(RuntimeError):
-    """matplotlib is not installed."""
+class PlotError(RuntimeError):
+    """The plot cannot be drawn: matplotlib is not installed, or its folder does not exist."""
 
 
 def require_matplotlib() -> Any:
     """The ``matplotlib.pyplot`` module on the non-interactive Agg backend, or
-    ``PlotUnavailable`` saying which extra to install."""
+    ``PlotError`` saying which extra to install."""
     try:
         import matplotlib
     except ImportError:
-        raise PlotUnavailable(
+        raise PlotError(
             f"plotting needs matplotlib, which is not installed; install the plot extra: "
             f"{INSTALL_HINT}"
         ) from None
@@ -31,6 +31,14 @@ def require_matplotlib() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def check_plot_target(path: str | Path) -> None:
+    """Before a run: ``PlotError`` if the plot could not be drawn into ``path`` after it."""
+    require_matplotlib()
+    folder = Path(path).resolve().parent
+    if not folder.is_dir():
+        raise PlotError(f"no such directory {folder}")
 
 
 def plot_data(samples: RunSamples, max_points: int = 1000) -> dict[str, Any]:

@@ -39,7 +39,7 @@ def test_plot_data_holds_the_cdfs_and_the_timeline():
 
 def test_without_matplotlib_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as if absent
-    with pytest.raises(plot.PlotUnavailable, match=r"pip install 'schedkit\[plot\]'"):
+    with pytest.raises(plot.PlotError, match=r"pip install 'schedkit\[plot\]'"):
         plot.require_matplotlib()
 
 
@@ -66,3 +66,18 @@ def test_plot_into_a_missing_directory_is_refused_before_the_run(tmp_path):
     )  # fmt: skip
     assert result.returncode == 2
     assert f"no such directory {missing.parent}" in result.stderr
+
+
+def test_run_with_plot_but_no_matplotlib_stops_at_once_naming_the_extra(tmp_path):
+    blocked = (
+        "import sys; sys.modules['matplotlib'] = None; "
+        "from schedkit.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", blocked, "run", str(ROOT / "wiring.yaml"),
+         "--num-requests", "5", "--plot", str(tmp_path / "run.png")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "install the plot extra: pip install 'schedkit[plot]'" in result.stderr
+    assert "requests done" not in result.stdout and not (tmp_path / "run.png").exists()
