@@ -70,12 +70,12 @@ def run(num_requests: int, rate: float, seed: int = 0) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2,000 requests, one run each")
+    parser.add_argument("--quick", action="store_true", help="1,000 requests, one run each")
     parser.add_argument("--num-requests", type=int, default=50000)
     parser.add_argument("--runs", type=int, default=1)
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
-    num_requests = 2000 if args.quick else args.num_requests
+    num_requests = 1000 if args.quick else args.num_requests
     runs = 1 if args.quick else args.runs
 
     print(f"calibration: sum(range(10**6)) takes {calibration_ms():.1f} ms of CPU here")

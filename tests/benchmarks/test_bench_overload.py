@@ -18,9 +18,9 @@ def test_quick_run_prints_both_costs_and_the_ratio():
     out = result.stdout
     expected = [
         rf"^calibration: sum\(range\(10\*\*6\)\) takes {NUMBER} ms of CPU here$",
-        rf"^sustainable: chat, 2000 requests, 4 conversations/s: {NUMBER} us CPU per generated "
+        rf"^sustainable: chat, 1000 requests, 4 conversations/s: {NUMBER} us CPU per generated "
         rf"token \(\d+ tokens, ",
-        rf"^overloaded: chat, 2000 requests, 64 conversations/s: {NUMBER} us CPU per generated "
+        rf"^overloaded: chat, 1000 requests, 64 conversations/s: {NUMBER} us CPU per generated "
         rf"token \(\d+ tokens, ",
         rf"^ratio \(overloaded / sustainable per token\) = {NUMBER}  target <= 1\.3: "
         r"(met|NOT met)$",
