@@ -121,6 +121,10 @@ class WaitingQueue(list):
         self.recount()
         return self
 
+    def __reduce__(self) -> tuple:
+        # copy, deepcopy and pickle rebuild the queue through __init__, which counts.
+        return (type(self), (list(self),))
+
     # ---- reordering --------------------------------------------------------------------
 
     def sort(self, *, key=None, reverse: bool = False) -> None:

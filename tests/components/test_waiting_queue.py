@@ -1,6 +1,8 @@
 """WaitingQueue keeps exact totals: checked against a walk over the queue after every change,
 for random sequences of list operations and for the scheduler under random workloads."""
 
+import copy
+import pickle
 from types import SimpleNamespace
 
 from hypothesis import given, settings
@@ -118,6 +120,14 @@ def test_totals_match_a_walk_after_every_operation(start, operations):
             queue.clear()
         assert totals(queue) == walked(queue), op
     assert isinstance(queue, list)
+
+
+def test_copies_and_pickles_count_afresh():
+    queue = WaitingQueue([new_req(1, 5, 1, 2, True), new_req(2, 7, 0, 0, False)])
+    for other in (copy.copy(queue), copy.deepcopy(queue), pickle.loads(pickle.dumps(queue))):
+        assert type(other) is WaitingQueue and totals(other) == totals(queue) == walked(other)
+        other.pop()
+        assert totals(other) == walked(other) and totals(queue) == walked(queue)
 
 
 def test_a_copy_is_a_plain_list_and_multiplying_recounts():
