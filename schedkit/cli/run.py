@@ -18,13 +18,13 @@ from typing import Any, TextIO
 import msgspec
 import structlog
 
-from schedkit.cli.args import add_wiring_args, number
+from schedkit.cli.args import add_wiring_args, number, wiring_from_args
 from schedkit.components.schedule_batch import Req
 from schedkit.container import Assembly, build
 from schedkit.kv_events import KvEventsConfig
 from schedkit.sim.driver import StuckError, drive
 from schedkit.sim.workload import CHAT_RATE, SYNTHETIC, WorkloadError, load_jsonl, synthetic
-from schedkit.wiring import Wiring, load_wiring
+from schedkit.wiring import Wiring
 
 __all__ = ["add_parsers"]
 
@@ -131,10 +131,10 @@ def _record(out: TextIO) -> Callable[[Req], None]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    wiring = load_wiring(args.file, *args.overlay)
+    wiring = wiring_from_args(args)
     busy = _busy_kv_events_overlay(wiring)
     if busy is not None:
-        wiring = load_wiring(args.file, *args.overlay, busy)
+        wiring = wiring_from_args(args, busy)
     try:
         if args.workload:
             workload = load_jsonl(args.workload, rate=args.rate, seed=args.seed)
@@ -234,7 +234,7 @@ def _linger(publisher: Any, seconds: float) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    wiring = load_wiring(args.file, *args.overlay)
+    wiring = wiring_from_args(args)
     stop = threading.Event()
     with build(wiring) as assembly:
         if getattr(assembly["request_receiver"], "bound_endpoint", None) is None:
