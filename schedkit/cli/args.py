@@ -77,7 +77,8 @@ def wiring_from_args(args: argparse.Namespace, *extra: Mapping) -> Wiring:
         )
     except presets.PresetError as exc:
         raise WiringError(f"--model/--gpu/--tp: {exc}") from None
-    print(f"schedkit: preset {line}", file=sys.stderr)
+    if not extra:  # a reload with a command's own adjustments says it once only
+        print(f"schedkit: preset {line}", file=sys.stderr)
     return load_wiring(file, preset, *args.overlay, *extra)
 
 

@@ -5,6 +5,7 @@ import yaml
 
 from schedkit.cli import main
 from schedkit.sim.presets import GPUS, MODELS, kv_pool_tokens, runner_args
+from tests.schedkit.cli.test_cli import _RefLoader
 
 
 def _config(capsys, *argv):
@@ -12,14 +13,6 @@ def _config(capsys, *argv):
     captured = capsys.readouterr()
     data = yaml.load(captured.out, Loader=_RefLoader)["components"]
     return data, captured.err
-
-
-class _RefLoader(yaml.SafeLoader):
-    pass
-
-
-for _tag in ("!ref", "!late", "!call"):
-    _RefLoader.add_constructor(_tag, lambda loader, node, t=_tag: f"{t} {node.value}")
 
 
 def test_config_shows_what_a_preset_sets(capsys):
