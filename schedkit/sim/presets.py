@@ -47,6 +47,8 @@ Derivations, per GPU of a ``tp``-way tensor-parallel group (weights, FLOPs and K
 
 Tensor-parallel all-reduce time is not modelled. For measured figures, fit the coefficients
 with ``schedkit calibrate``.
+
+(Longer than 300 lines: half of it is the spec tables and their sources.)
 """
 
 from __future__ import annotations
@@ -227,9 +229,14 @@ def gpu(name: str) -> GpuSpec:
     return GPUS[name]
 
 
+def _splits(m: ModelSpec, tp: int) -> bool:
+    """Whether ``tp`` GPUs can share the model's heads (KV heads split or replicated)."""
+    return tp >= 1 and not m.heads % tp and not (m.kv_heads % tp and tp % m.kv_heads)
+
+
 def _check_tp(m: ModelSpec, tp: int) -> None:
-    if tp < 1 or m.heads % tp or (m.kv_heads % tp and tp % m.kv_heads):
-        valid = [t for t in (1, 2, 4, 8, 16) if not m.heads % t]
+    if not _splits(m, tp):
+        valid = [t for t in (1, 2, 4, 8, 16) if _splits(m, t)]
         raise PresetError(
             f"{m.name} cannot be split {tp} ways ({m.heads} heads, {m.kv_heads} KV heads); "
             f"valid tensor-parallel sizes: {', '.join(map(str, valid))}"
@@ -249,10 +256,11 @@ def kv_pool_tokens(m: ModelSpec, g: GpuSpec, tp: int = 1, page_size: int = 1) ->
     free = g.memory_bytes * MEM_FRACTION_STATIC - weights
     tokens = int(free // kv_bytes_per_token(m, tp)) // page_size * page_size
     if tokens < page_size:
+        room = g.memory_bytes * MEM_FRACTION_STATIC - kv_bytes_per_token(m) * page_size
         fits = [
             t
             for t in (2, 4, 8, 16)
-            if t > tp and not m.heads % t and m.params * _BF16_BYTES / t < g.memory_bytes * 0.8
+            if t > tp and _splits(m, t) and m.params * _BF16_BYTES / t < room
         ]
         hint = f"; use --tp {fits[0]}" if fits else "; use a GPU with more memory"
         raise PresetError(

@@ -68,7 +68,7 @@ def test_unknown_names_and_impossible_splits_say_what_is_valid():
         presets.gpu("b200")
     with pytest.raises(PresetError, match=r"cannot be split 3 ways.*valid tensor-parallel sizes"):
         runner_args(MODELS["llama3-70b"], GPUS["h100"], 3)
-    with pytest.raises(PresetError, match=r"141\.1 GB of weights per GPU.*use --tp 4"):
+    with pytest.raises(PresetError, match=r"141\.1 GB of weights per GPU.*use --tp 2"):
         kv_pool_tokens(MODELS["llama3-70b"], GPUS["h100"], 1)
 
 
