@@ -22,11 +22,9 @@ approximation for scheduling studies, not a performance model of any particular 
   2 bytes = 128 KiB, read once per step at 3.35 TB/s.
 - ``prefill_fixed`` 5 ms (the weight reads of a short prefill) and ``prefill_per_token`` 40 us
   (2 x params FLOPs per token at 400 TFLOP/s).
-- ``attention_coeff`` 1.3e-12 s, a thousandth of the QK^T and AV cost: 4 x layers x hidden =
-  5.2e5 FLOPs per (new token, context token) pair at 400 TFLOP/s is 1.3e-9 s, the figure the
-  presets use. The default keeps attention negligible, as the figures in README.md were
-  measured with it. Counting the full ``context_len`` for every new token over-counts the
-  causal half of the new part; accepted for simplicity.
+- ``attention_coeff`` 1.3e-9 s: 4 x layers x hidden = 5.2e5 FLOPs per (new token, context
+  token) pair for QK^T and AV, at 400 TFLOP/s. Counting the full ``context_len`` for every new
+  token over-counts the causal half of the new part; accepted for simplicity.
 
 ``step_overhead`` and ``request_overhead`` are the scheduler's own CPU time around each forward
 pass (batch building, sampling, bookkeeping), per step and per request in the batch; they
@@ -90,7 +88,7 @@ class SimulatedModelRunner:
     zero_cost: bool = False
     prefill_fixed: float = 5e-3
     prefill_per_token: float = 4e-5
-    attention_coeff: float = 1.3e-12
+    attention_coeff: float = 1.3e-9
     decode_fixed: float = 7e-3
     decode_per_seq: float = 4e-5
     decode_per_kv_token: float = 3.9e-8
