@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import msgspec
 
 from schedkit.sim.workload import WorkloadError
@@ -30,23 +31,34 @@ _SHOWN_KINDS = 20
 _SHOWN_LINES = 5
 
 
+@attrs.define(slots=True)
+class _Kind:
+    first_line: int
+    message: str
+    more_lines: list[int]
+    more: int = 0
+
+
 class ProblemLog:
     """The problems and skipped records of one file, each kind kept as its first line and a
     count, so a file with a million bad lines reports a few lines."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = path
-        self._problems: dict[str, list] = {}  # kind -> [first line, message, other lines]
-        self._skips: dict[str, list] = {}  # reason -> [first line, count]
-        self.count = 0
+        self._problems: dict[str, _Kind] = {}
+        self._skips: dict[str, list[int]] = {}  # reason -> [first line, count]
 
     def add(self, line: int, problem: str, kind: str | None = None) -> None:
         """Record ``problem`` at ``line``; problems of the same ``kind`` (by default the text
         with its numbers left out) are reported together."""
-        self.count += 1
-        entry = self._problems.setdefault(kind or _NUMBERS.sub("#", problem), [line, problem, []])
-        if entry[0] != line:
-            entry[2].append(line) if len(entry[2]) < _SHOWN_LINES else entry.append(None)
+        key = kind or _NUMBERS.sub("#", problem)
+        found = self._problems.get(key)
+        if found is None:
+            self._problems[key] = _Kind(line, problem, [])
+            return
+        found.more += 1
+        if len(found.more_lines) < _SHOWN_LINES:
+            found.more_lines.append(line)
 
     def skip(self, line: int, reason: str) -> None:
         """Record a well-formed record that cannot run (e.g. zero output tokens)."""
@@ -58,12 +70,14 @@ class ProblemLog:
     def errors(self) -> list[str]:
         """``FILE:LINE: problem`` for each kind of problem, with how many more lines have it."""
         out = []
-        for line, message, *rest in list(self._problems.values())[:_SHOWN_KINDS]:
-            more = len(rest[0]) + len(rest) - 1
-            if more:
-                lines = ", ".join(map(str, rest[0])) + (", ..." if more > len(rest[0]) else "")
-                message += f" (and {more} more line{'s' * (more > 1)} like it: {lines})"
-            out.append(f"{self.path}:{line}: {message}")
+        for kind in list(self._problems.values())[:_SHOWN_KINDS]:
+            message = kind.message
+            if kind.more:
+                lines = ", ".join(map(str, kind.more_lines))
+                lines += ", ..." if kind.more > len(kind.more_lines) else ""
+                plural = "s" if kind.more > 1 else ""
+                message += f" (and {kind.more} more line{plural} like it: {lines})"
+            out.append(f"{self.path}:{kind.first_line}: {message}")
         hidden = len(self._problems) - _SHOWN_KINDS
         if hidden > 0:
             out.append(f"{self.path}: {hidden} more kinds of problem not shown")
@@ -77,6 +91,7 @@ class ProblemLog:
         ]
 
     def raise_if_any(self) -> None:
+        """Raise ``WorkloadError`` with ``errors()`` if there are problems."""
         if self:
             raise WorkloadError(self.errors())
 
@@ -203,7 +218,7 @@ def iter_json_array(
                     yield item_line, buf[start:pos]
                     gap = pos
                 elif depth <= 0:
-                    if buf[gap:i].strip() not in ("", ","):
-                        got = buf[gap:i].strip()[:20]
-                        log.add(line_of(i), f"expected an object, got {got!r}")
+                    got = buf[gap:i].strip().lstrip(",").strip()
+                    if got:
+                        log.add(line_of(i), f"expected an object, got {got[:20]!r}")
                     return

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import attrs
 
+from schedkit.components.schedule_batch import Req
 from schedkit.sim.trace_formats import FORMATS
 from schedkit.sim.trace_io import ProblemLog
 from schedkit.sim.workload import Arrival, StaticWorkload, WorkloadError, _arrival_times
@@ -64,7 +65,7 @@ class TraceWorkload:
         """The arrivals in time order, each request made when it is pulled."""
         return self._make()
 
-    def follow_up(self, req: object, now: float) -> Arrival | None:
+    def follow_up(self, req: Req, now: float) -> Arrival | None:
         return None
 
 
