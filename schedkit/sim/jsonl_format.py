@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 
 from schedkit.components.schedule_batch import Req, SamplingParams
-from schedkit.sim.trace_io import ProblemLog, describe_decode_error, iter_lines
+from schedkit.sim.trace_io import ProblemLog, decode_lines
 from schedkit.sim.workload import _tokens
 
 __all__ = ["JsonlLine", "jsonl_records", "jsonl_requests"]
@@ -65,14 +65,8 @@ def jsonl_records(
     path: Path, log: ProblemLog, block_size: int
 ) -> Iterator[tuple[int, float | None, JsonlLine]]:
     """Each good line with its arrival (None: from the rate); bad ones go to ``log``."""
-    decoder = msgspec.json.Decoder(JsonlLine)
     rids: set[str] = set()
-    for number, raw in iter_lines(path):
-        try:
-            line = decoder.decode(raw)
-        except msgspec.DecodeError as exc:
-            log.add(number, describe_decode_error(exc, JsonlLine))
-            continue
+    for number, line in decode_lines(path, JsonlLine, log):
         problem = _jsonl_problem(line)
         if problem is None and line.rid is not None:
             if line.rid in rids:

@@ -46,10 +46,10 @@ from schedkit.components.schedule_batch import Req, SamplingParams
 from schedkit.sim.jsonl_format import jsonl_records, jsonl_requests
 from schedkit.sim.trace_io import (
     ProblemLog,
+    decode_lines,
     describe_decode_error,
     iter_csv_rows,
     iter_json_array,
-    iter_lines,
 )
 from schedkit.sim.workload import VOCAB
 
@@ -116,13 +116,7 @@ class MooncakeLine(msgspec.Struct):
 
 
 def _mooncake_records(path: Path, log: ProblemLog, block_size: int) -> Iterator[Record]:
-    decoder = msgspec.json.Decoder(MooncakeLine)
-    for number, raw in iter_lines(path):
-        try:
-            row = decoder.decode(raw)
-        except msgspec.DecodeError as exc:
-            log.add(number, describe_decode_error(exc, MooncakeLine))
-            continue
+    for number, row in decode_lines(path, MooncakeLine, log):
         blocks = -(-row.input_length // block_size)
         if len(row.hash_ids) != blocks:
             log.add(

@@ -11,6 +11,7 @@ import csv
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 import msgspec
@@ -19,6 +20,7 @@ from schedkit.sim.workload import WorkloadError
 
 __all__ = [
     "ProblemLog",
+    "decode_lines",
     "describe_decode_error",
     "iter_csv_rows",
     "iter_json_array",
@@ -122,6 +124,19 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
             stripped = raw.strip()
             if stripped and not stripped.startswith(b"#"):
                 yield number, stripped
+
+
+def decode_lines(
+    path: str | Path, struct: type[msgspec.Struct], log: ProblemLog
+) -> Iterator[tuple[int, Any]]:
+    """``(line number, struct)`` of each JSONL line that decodes as ``struct``; the others go
+    to ``log`` with msgspec's message and the valid fields."""
+    decoder = msgspec.json.Decoder(struct)
+    for number, raw in iter_lines(path):
+        try:
+            yield number, decoder.decode(raw)
+        except msgspec.DecodeError as exc:
+            log.add(number, describe_decode_error(exc, struct))
 
 
 def iter_csv_rows(

@@ -4,28 +4,15 @@ the errors a user sees for a bad trace or options that do not apply."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.schedkit.sim.test_driver import run as start_run
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "SCHEDKIT_KV_EVENTS_ENDPOINT": "tcp://127.0.0.1:0",
-        "SCHEDKIT_KV_REPLAY_ENDPOINT": "tcp://127.0.0.1:0",
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "schedkit.cli", "run", "wiring.yaml", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = start_run(*args)
+    stdout, stderr = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def test_the_mooncake_sample_runs_with_prefix_cache_hits():
