@@ -251,10 +251,12 @@ def _sharegpt_records(path: Path, log: ProblemLog, block_size: int) -> Iterator[
 
 
 def _sharegpt_requests(rng: random.Random, block_size: int) -> MakeRequest:
+    index = itertools.count()  # several conversations may share a line
+
     def make(number: int, pair: tuple[str, str]) -> Req:
         prompt, answer = pair
         return Req(
-            rid=f"line{number}",
+            rid=f"conversation{next(index)}",
             origin_input_ids=text_tokens(prompt),
             sampling_params=_trace_params(-(-len(answer) // CHARS_PER_TOKEN)),
         )

@@ -62,7 +62,8 @@ class TraceWorkload:
     _make: Callable[[], Iterator[Arrival]]
 
     def initial(self) -> Iterator[Arrival]:
-        """The arrivals in time order, each request made when it is pulled."""
+        """The arrivals in time order, each request made when it is pulled; each call reads
+        the file again from the start."""
         return self._make()
 
     def follow_up(self, req: Req, now: float) -> Arrival | None:

@@ -206,6 +206,11 @@ def test_sharegpt_first_human_turn_and_its_answer(tmp_path):
     item_b = path.read_text().splitlines().index('    "id": "b",')  # the line before, 0-based
     assert f"the first at line {item_b}" in workload.notes[0]
     assert [a.time for a in open_trace(path, None).initial()] == [0.0, 0.0]  # no rate
+    path.write_text(json.dumps(conversations))  # all on one line
+    assert [a.req.rid for a in open_trace(path, None).initial()] == [
+        "conversation0",
+        "conversation1",
+    ]
 
 
 def test_sharegpt_bad_items_name_their_line(tmp_path):
