@@ -134,9 +134,11 @@ def decode_lines(
     decoder = msgspec.json.Decoder(struct)
     for number, raw in iter_lines(path):
         try:
-            yield number, decoder.decode(raw)
+            decoded = decoder.decode(raw)
         except msgspec.DecodeError as exc:
             log.add(number, describe_decode_error(exc, struct))
+            continue
+        yield number, decoded
 
 
 def iter_csv_rows(
@@ -145,7 +147,7 @@ def iter_csv_rows(
     """``(line number, values of columns)`` of each CSV row, the columns found by name in the
     header (others are ignored); a header without them is one problem and no rows."""
     try:
-        file = open(path, newline="", encoding="utf-8", errors="replace")  # noqa: SIM115
+        file = open(path, newline="", encoding="utf-8-sig", errors="replace")  # noqa: SIM115
     except OSError as exc:
         raise _open_error(path, exc) from None
     with file:
