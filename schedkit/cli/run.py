@@ -23,7 +23,9 @@ from schedkit.components.schedule_batch import Req
 from schedkit.container import Assembly, build
 from schedkit.kv_events import KvEventsConfig
 from schedkit.sim.driver import StuckError, drive
-from schedkit.sim.workload import CHAT_RATE, SYNTHETIC, WorkloadError, load_jsonl, synthetic
+from schedkit.sim.trace_formats import FORMATS
+from schedkit.sim.traces import open_trace
+from schedkit.sim.workload import CHAT_RATE, SYNTHETIC, WorkloadError, synthetic
 from schedkit.wiring import Wiring
 
 __all__ = ["add_parsers"]
@@ -36,7 +38,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a workload through the scheduler and print a summary")
     add_wiring_args(p)
     source = p.add_mutually_exclusive_group()
-    source.add_argument("--workload", metavar="FILE.jsonl", help="JSONL workload file")
+    source.add_argument(
+        "--workload", metavar="FILE", help="a workload or trace file, in the --format given"
+    )
     source.add_argument(
         "--synthetic",
         choices=sorted(SYNTHETIC),
@@ -44,17 +48,39 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="built-in workload (default: chat)",
     )
     p.add_argument(
+        "--format",
+        choices=list(FORMATS),
+        help="format of the --workload file: "
+        + "; ".join(f"{name}: {spec.describe}" for name, spec in FORMATS.items())
+        + ". Default: jsonl, except that a .json file is taken as sharegpt (a .csv file needs "
+        "--format azure or burstgpt)",
+    )
+    p.add_argument(
+        "--trace-block-size",
+        type=number(int),
+        metavar="TOKENS",
+        help="tokens per hash id of a mooncake trace (default 512)",
+    )
+    p.add_argument(
+        "--speedup",
+        type=number(float),
+        metavar="X",
+        help="divide the --workload file's arrival times by X (default 1)",
+    )
+    p.add_argument(
         "--num-requests",
         type=number(int),
-        default=400,
-        help="requests of a synthetic workload (default 400)",
+        default=None,
+        help="requests of a synthetic workload (default 400), or the first N of --workload "
+        "(default all)",
     )
     p.add_argument(
         "--rate",
         type=number(float, allow_inf=True),
         default=None,
         help=f"arrivals per second, Poisson (chat: conversation starts, default {CHAT_RATE:g}; "
-        "inf: all at once; a JSONL file's lines without 'arrival': all at once by default)",
+        "inf: all at once; for a jsonl file's lines without 'arrival' and a sharegpt file: "
+        "all at once by default; timestamped traces take --speedup instead)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -135,17 +161,37 @@ def cmd_run(args: argparse.Namespace) -> int:
     busy = _busy_kv_events_overlay(wiring)
     if busy is not None:
         wiring = wiring_from_args(args, busy)
+    trace_only = {"--format": args.format, "--trace-block-size": args.trace_block_size}
+    trace_only["--speedup"] = args.speedup
+    given = [flag for flag, value in trace_only.items() if value is not None]
+    if given and not args.workload:
+        print(f"schedkit run: {', '.join(given)} apply to --workload only", file=sys.stderr)
+        return 2
     try:
         if args.workload:
-            workload = load_jsonl(args.workload, rate=args.rate, seed=args.seed)
+            workload = open_trace(
+                args.workload,
+                args.format,
+                block_size=args.trace_block_size or 512,
+                speedup=args.speedup or 1.0,
+                rate=args.rate,
+                seed=args.seed,
+                num_requests=args.num_requests,
+            )
+            for note in workload.notes:
+                print(f"schedkit run: note: {note}", file=sys.stderr)
+            total = workload.num_requests
         else:
-            workload = synthetic(args.synthetic, args.num_requests, args.rate, args.seed)
+            total = args.num_requests or 400
+            workload = synthetic(args.synthetic, total, args.rate, args.seed)
     except WorkloadError as exc:
         print(f"schedkit run: {len(exc.errors)} problem(s) in the workload:", file=sys.stderr)
         for error in exc.errors:
             print(f"  {error}", file=sys.stderr)
         return 2
-    total = len(workload.arrivals) if args.workload else args.num_requests
+    except ValueError as exc:
+        print(f"schedkit run: {exc}", file=sys.stderr)
+        return 2
     quiet = args.json or args.no_progress or not sys.stderr.isatty()
     show = None if quiet else _progress_bar(total)
     with build(wiring) as assembly:
