@@ -236,15 +236,15 @@ def test_history_the_replay_no_longer_has_is_the_cause_of_what_follows(faulty_kv
         endpoint="tcp://127.0.0.1:0", replay_endpoint="tcp://127.0.0.1:0", buffer_steps=3
     )
     pub = faulty_kv_publisher(config)
-    chain(pub, 1, 6)  # before the check joins; the replay keeps seqs 3..5
-    running = Running(pub, "--count", "4")
-    chain(pub, 7, 7)
+    chain(pub, 1, 6)  # seqs 0..5, before the check joins
+    running = Running(pub, "--count", "3")
+    chain(pub, 7, 7)  # seq 6: the replay now keeps seqs 4..6
     code, out, _ = running.result(capsys)
     assert code == 1
     assert out == [
-        "NOT conformant: 4 batches, 4 events, 1 problems (+1 that follow from them), 4 pages held",
-        "  seqs 0..2 lost: the replay's history starts at seq 3",
-        "    then 1 problems that follow from it, e.g. seq 3: parent 3 of 4 not stored",
+        "NOT conformant: 3 batches, 3 events, 1 problems (+1 that follow from them), 3 pages held",
+        "  seqs 0..3 lost: the replay's history starts at seq 4",
+        "    then 1 problems that follow from it, e.g. seq 4: parent 4 of 5 not stored",
     ]
 
 
