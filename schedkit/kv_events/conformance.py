@@ -219,7 +219,7 @@ class StreamChecker:
         first = notice.expected
         if notice.replay_start is not None:
             return (
-                f"seqs {first}..{notice.replay_start - 1} lost: the replay's history starts "
+                f"{_seqs(first, notice.replay_start - 1)} lost: the replay's history starts "
                 f"at seq {notice.replay_start}"
             )
         if self.has_replay:
@@ -228,9 +228,9 @@ class StreamChecker:
             return f"seq {first} onwards lost (no replay endpoint)"
         last = self._live[0] - 1
         if first == 0:
-            what = f"the first seq seen was {last + 1}: seqs 0..{last} not seen"
+            what = f"the first seq seen was {last + 1}: {_seqs(0, last)} not seen"
             return f"{what}; a replay endpoint (--replay) would recover the start"
-        return f"seqs {first}..{last} missed; a replay endpoint (--replay) would recover them"
+        return f"{_seqs(first, last)} missed; a replay endpoint (--replay) would recover them"
 
     # -- filing ---------------------------------------------------------------------------
 
@@ -314,6 +314,10 @@ class StreamChecker:
                     f"{finding.follow_example}"
                 )
         return lines
+
+
+def _seqs(first: int, last: int) -> str:
+    return f"seq {first}" if first >= last else f"seqs {first}..{last}"
 
 
 def _rank_of(kind: str) -> int:
