@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import contextlib
 
-import attrs
 import msgspec
 
+from schedkit.kv_events.findings import Findings
 from schedkit.kv_events.structs import (
     PROFILES,
     AllBlocksCleared,
@@ -39,39 +39,14 @@ from schedkit.kv_events.structs import (
 from schedkit.kv_events.subscriber import HistoryLost, KvEventSubscriber, Notice, PublisherRestarted
 from schedkit.kv_events.wire_shape import shape_problems
 
-__all__ = ["CheckedSubscriber", "Finding", "StreamChecker"]
+__all__ = ["CheckedSubscriber", "StreamChecker"]
 
-_SEQS_SHOWN = 5  # seqs listed for the further instances of one kind of problem
 _SEEN_LIMIT = 100_000  # live seqs remembered to tell a duplicate from a rewind
-# Report order: what breaks everything first, page rules last.
-_ORDER = (
-    "frames",
-    "shape",
-    "lost",
-    "duplicated",
-    "rewound",
-    "reordered",
-    "rank",
-    "hashes",
-    "tokens",
-)
-
-
-@attrs.define
-class Finding:
-    """One kind of problem: the first instance's text, how many more there were (the first
-    few of their seqs), and the problems that followed from it."""
-
-    text: str
-    more: int = 0
-    seqs: list[int] = attrs.Factory(list)
-    follow: int = 0
-    follow_example: str = ""
 
 
 class StreamChecker:
-    """Follows one rank's stream and keeps what breaks the rules in ``findings``, grouped by
-    kind and cause; ``conformant`` when batches came and nothing broke."""
+    """Follows one rank's stream and keeps what breaks the rules in ``findings``;
+    ``conformant`` when batches came and nothing broke."""
 
     def __init__(
         self, profile: str = "sglang", *, dp_rank: int | None = None, has_replay: bool = True
@@ -82,13 +57,11 @@ class StreamChecker:
         self.held: set[int] = set()
         self.batches = 0
         self.events = 0
-        self.findings: dict[str, Finding] = {}
-        self._unsure: Finding | None = None  # the cause the page set is incomplete by
+        self.findings = Findings()
         self._misfits = dict.fromkeys(PROFILES, 0)  # payloads each profile does not send
         self._seen: dict[int, int] = {}  # live seq -> payload hash, this publisher
         self._live_top: int | None = None
         self._live: tuple[int, bytes] | None = None  # the live frame being handled
-        self._window: list[tuple] = []  # what was found while handling it
         self._restarted = False
         self._live_applied = False
 
@@ -97,23 +70,22 @@ class StreamChecker:
     def begin_live(self, seq: int, payload: bytes) -> None:
         """A live frame arrived; what the subscriber does with it comes next."""
         self._live = (seq, payload)
-        self._window, self._restarted, self._live_applied = [], False, False
+        self._restarted = self._live_applied = False
+        self.findings.hold()
 
     def end_live(self) -> None:
         """The subscriber is done with the live frame: judge its place in the live order.
         An anomaly is the cause of whatever its handling turned up."""
         seq, payload = self._live
-        window, self._live = self._window, None
+        self._live = None
         anomaly = self._order(seq, payload)
         if anomaly is None:
-            for entry in window:
-                self._file(*entry)
+            self.findings.release()
             return
+        # The page set is incomplete after it if the subscriber started over or dropped new
+        # content under an old seq.
         kind, text = anomaly
-        cause = self._file(kind, seq, text, False, self._restarted or kind == "rewound")
-        cause.follow += len(window)
-        if window and not cause.follow_example:
-            cause.follow_example = window[0][2]
+        self.findings.release((kind, seq, text, self._restarted or kind == "rewound"))
         if not self._live_applied:
             # Undecodable: the recovered stream has this seq's payload and reports it.
             with contextlib.suppress(msgspec.DecodeError):
@@ -123,10 +95,10 @@ class StreamChecker:
         """What the subscriber noticed: lost history is a cause; a restart starts the page
         set over (and, outside a live frame, the live order)."""
         if isinstance(notice, HistoryLost):
-            self._record("lost", notice.expected, self._lost(notice), cause=True)
+            self.findings.record("lost", notice.expected, self._lost(notice), cause=True)
         elif isinstance(notice, PublisherRestarted):
             self.held.clear()
-            self._unsure = None
+            self.findings.known_again()
             if self._live is None:
                 self._seen.clear()
                 self._live_top = None
@@ -142,7 +114,7 @@ class StreamChecker:
             self._misfits[name] += problem is not None
         if shapes[self.profile] is not None:
             text = f"seq {seq}: not what {self.profile} sends: {shapes[self.profile]}"
-            self._record("shape", seq, text, follows=False, cause=batch is None)
+            self.findings.record("shape", seq, text, follows=False, cause=batch is None)
         if batch is None:
             return
         self.batches += 1
@@ -154,17 +126,18 @@ class StreamChecker:
             elif type(event) is BlockRemoved:
                 for h in event.block_hashes:
                     if h not in self.held:
-                        self._record("removed", seq, f"seq {seq}: removed {h}, which is not stored")
+                        text = f"seq {seq}: removed {h}, which is not stored"
+                        self.findings.record("removed", seq, text)
                     self.held.discard(h)
             elif type(event) is AllBlocksCleared:
                 self.held.clear()
-                self._unsure = None
+                self.findings.known_again()
 
     def bad_frames(self, count: int) -> None:
         """``count`` live messages were not ``[topic, 8-byte seq, payload]``."""
         if count:
             text = f"{count} messages not framed as [topic, 8-byte seq, payload]"
-            self.findings["frames"] = Finding(text)
+            self.findings.add("frames", text)
 
     # -- the rules ------------------------------------------------------------------------
 
@@ -194,25 +167,28 @@ class StreamChecker:
             self.dp_rank = rank
         elif rank != self.dp_rank:
             text = f"seq {seq}: attn_dp_rank {rank}, the stream's rank is {self.dp_rank}"
-            self._record(f"rank {rank}", seq, text, follows=False)
+            self.findings.record(f"rank {rank}", seq, text, follows=False)
 
     def _stored(self, seq: int, event: BlockStored) -> None:
         hashes = event.block_hashes
         if not hashes:
-            self._record("hashes", seq, f"seq {seq}: a BlockStored with no hashes", follows=False)
+            text = f"seq {seq}: a BlockStored with no hashes"
+            self.findings.record("hashes", seq, text, follows=False)
             return
         if event.block_size < 1 or len(event.token_ids) != event.block_size * len(hashes):
             text = (
                 f"seq {seq}: {len(event.token_ids)} token ids for {len(hashes)} hashes of "
                 f"block_size {event.block_size}"
             )
-            self._record("tokens", seq, text, follows=False)
+            self.findings.record("tokens", seq, text, follows=False)
         parent = event.parent_block_hash
         if parent is not None and parent not in self.held:
-            self._record("parent", seq, f"seq {seq}: parent {parent} of {hashes[0]} not stored")
+            text = f"seq {seq}: parent {parent} of {hashes[0]} not stored"
+            self.findings.record("parent", seq, text)
         for h in hashes:
             if h in self.held:
-                self._record("stored", seq, f"seq {seq}: {h} stored again without being removed")
+                text = f"seq {seq}: {h} stored again without being removed"
+                self.findings.record("stored", seq, text)
             self.held.add(h)
 
     def _lost(self, notice: HistoryLost) -> str:
@@ -232,36 +208,6 @@ class StreamChecker:
             return f"{what}; a replay endpoint (--replay) would recover the start"
         return f"{_seqs(first, last)} missed; a replay endpoint (--replay) would recover them"
 
-    # -- filing ---------------------------------------------------------------------------
-
-    def _record(
-        self, kind: str, seq: int, text: str, *, follows: bool = True, cause: bool = False
-    ) -> None:
-        """Note a problem. ``follows``: a page problem that may follow from an earlier
-        cause; ``cause``: the page set is incomplete from here on."""
-        entry = (kind, seq, text, follows and not cause, cause)
-        if self._live is not None:
-            self._window.append(entry)
-        else:
-            self._file(*entry)
-
-    def _file(self, kind: str, seq: int, text: str, follows: bool, cause: bool) -> Finding:
-        if follows and self._unsure is not None:
-            finding = self._unsure
-            finding.follow += 1
-            finding.follow_example = finding.follow_example or text
-            return finding
-        finding = self.findings.get(kind)
-        if finding is None:
-            finding = self.findings[kind] = Finding(text)
-        else:
-            finding.more += 1
-            if len(finding.seqs) < _SEQS_SHOWN:
-                finding.seqs.append(seq)
-        if cause:
-            self._unsure = finding
-        return finding
-
     # -- verdict --------------------------------------------------------------------------
 
     @property
@@ -274,7 +220,7 @@ class StreamChecker:
     @property
     def problem_count(self) -> int:
         """Problems found, not counting those that follow from another."""
-        return sum(1 + f.more for f in self.findings.values())
+        return self.findings.count
 
     @property
     def conformant(self) -> bool:
@@ -289,7 +235,7 @@ class StreamChecker:
                 f"NOT conformant: the stream decodes as profile {other}, not {self.profile}; "
                 f"rerun with --profile {other}"
             ]
-        follow = sum(f.follow for f in self.findings.values())
+        follow = self.findings.follow
         problems = f"{self.problem_count} problems"
         if follow:
             problems += f" (+{follow} that follow from them)"
@@ -300,29 +246,11 @@ class StreamChecker:
         ]
         if self.batches == 0:
             lines.append("  no batch arrived")
-        for kind in sorted(self.findings, key=_rank_of):
-            finding = self.findings[kind]
-            line = f"  {finding.text}"
-            if finding.more:
-                seqs = ", ".join(map(str, finding.seqs))
-                etc = ", ..." if finding.more > len(finding.seqs) else ""
-                line += f" (and {finding.more} more like it: seqs {seqs}{etc})"
-            lines.append(line)
-            if finding.follow:
-                lines.append(
-                    f"    then {finding.follow} problems that follow from it, e.g. "
-                    f"{finding.follow_example}"
-                )
-        return lines
+        return lines + self.findings.lines()
 
 
 def _seqs(first: int, last: int) -> str:
     return f"seq {first}" if first >= last else f"seqs {first}..{last}"
-
-
-def _rank_of(kind: str) -> int:
-    head = kind.split()[0]
-    return _ORDER.index(head) if head in _ORDER else len(_ORDER)
 
 
 class CheckedSubscriber(KvEventSubscriber):

@@ -26,7 +26,7 @@ def shape_problems(payload: bytes) -> dict[str, str | None]:
     sends, else the first reason it is not (naming the place, e.g. ``$[1][0]``)."""
     try:
         sent = _decode_generic(payload)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         return dict.fromkeys(PROFILES, f"not msgpack ({exc})")
     # The batch's rank is optional: an engine that leaves defaults out sends [ts, events].
     if isinstance(sent, list) and len(sent) == 2:

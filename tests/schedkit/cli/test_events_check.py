@@ -21,6 +21,7 @@ from schedkit.kv_events import (
     KVEventBatch,
     KvEventsConfig,
     ZmqEventPublisher,
+    encode_batch,
 )
 from schedkit.kv_events.conformance import CheckedSubscriber, StreamChecker
 from tests.schedkit.kv_events import engine_structs as engine
@@ -411,17 +412,23 @@ def test_malformed_batches_are_reported_not_raised(profile, faulty_kv_publisher,
         endpoint="tcp://127.0.0.1:0", replay_endpoint="tcp://127.0.0.1:0", profile=profile
     )
     pub = faulty_kv_publisher(config)
-    running = Running(pub, "--profile", profile, "--count", "5")
+    running = Running(pub, "--profile", profile, "--count", "5")  # 7 published, 5 decode
     pub.publish(KVEventBatch(0.0, [BlockStored([], None, [], 4, None, "GPU")]))
     pub.publish(KVEventBatch(0.0, [BlockStored([1], None, [1], 0, None, "GPU")]))
     pub.publish(KVEventBatch(0.0, [BlockStored([2], 2, [1] * 4, -4, None, "GPU")]))
     pub.publish(KVEventBatch(0.0, [BlockRemoved([]), AllBlocksCleared(), BlockRemoved([5])]))
     pub.publish_raw(b"\x93\xcb\x00\x00\x00\x00\x00\x00\x00\x00\x91\xc0\x00")  # an event of nil
+    medium_not_utf8 = encode_batch(KVEventBatch(0.0, [BlockRemoved([9], "\x00")], 0), profile)
+    pub.publish_raw(medium_not_utf8.replace(b"\xa1\x00", b"\xa1\x80"))
     pub.publish(KVEventBatch(0.0, []))
     code, out, err = running.result(capsys)
     assert code == 1
     assert "  seq 0: a BlockStored with no hashes" in out
     assert "  seq 1: 1 token ids for 1 hashes of block_size 0 (and 1 more like it: seqs 2)" in out
     assert "  seq 3: removed 5, which is not stored" in out
-    assert any(line.startswith(f"  seq 4: not what {profile} sends: ") for line in out)
+    assert any(
+        line.startswith(f"  seq 4: not what {profile} sends: ")
+        and line.endswith("(and 1 more like it: seqs 5)")
+        for line in out
+    )
     assert err == ""

@@ -5,7 +5,7 @@ every event type under every profile, and with arbitrary msgpack and bytes)."""
 from __future__ import annotations
 
 import msgspec
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from schedkit.kv_events import (
@@ -255,7 +255,16 @@ steps = st.lists(
 )
 
 
+NO_HASHES = encode_batch(KVEventBatch(0.0, [BlockStored([], 1, [], 0, None)], 0))
+
+
 @settings(max_examples=200, deadline=None)
+@example(  # a string that is not UTF-8
+    steps=[("live", 0, b"\xa1\x80", [])], profile="sglang", has_replay=False, dp_rank=None, frames=0
+)
+@example(  # a BlockStored with no hashes
+    steps=[("replayed", 0, NO_HASHES, [])], profile="vllm", has_replay=True, dp_rank=0, frames=1
+)
 @given(
     steps=steps,
     profile=st.sampled_from(PROFILES),

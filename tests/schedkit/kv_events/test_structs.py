@@ -236,3 +236,14 @@ def without(batch: ours.KVEventBatch, *fields: str) -> ours.KVEventBatch:
         for e in batch.events
     ]
     return ours.KVEventBatch(batch.ts, events, batch.attn_dp_rank)
+
+
+@pytest.mark.parametrize("profile", ours.PROFILES)
+def test_a_string_that_is_not_utf8_is_a_decode_error(profile):
+    medium = "\x00GPU"
+    payload = encode_batch(ours.KVEventBatch(1.0, [ours.BlockRemoved([1], medium)], 0), profile)
+    payload = payload.replace(b"\x00GPU", b"\x80GPU")  # the same length, not UTF-8
+    wire = ours.get_profile(profile)
+    for decode in (wire.decode, wire.strict_decode):
+        with pytest.raises(msgspec.DecodeError, match="not UTF-8"):
+            decode(payload)
