@@ -203,6 +203,8 @@ class StreamChecker:
         if self._live is None or self._live[0] <= first:
             return f"seq {first} onwards lost (no replay endpoint)"
         last = self._live[0] - 1
+        if first == 0 and self._live_top is not None:  # the subscriber started over
+            return f"started over at seq {last + 1} as after a restart: {_seqs(0, last)} missing"
         if first == 0:
             what = f"the first seq seen was {last + 1}: {_seqs(0, last)} not seen"
             return f"{what}; a replay endpoint (--replay) would recover the start"

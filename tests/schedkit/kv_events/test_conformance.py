@@ -105,8 +105,8 @@ def test_a_duplicate_taken_for_a_restart_is_the_cause_of_what_follows():
     assert checker.report() == [
         "NOT conformant: 4 batches, 4 events, 1 problems (+3 that follow from them), 1 pages held",
         "  seq 1 received twice (the same payload again)",
-        "    then 3 problems that follow from it, e.g. the first seq seen was 1: seq 0 not "
-        "seen; a replay endpoint (--replay) would recover the start",
+        "    then 3 problems that follow from it, e.g. started over at seq 1 as after a "
+        "restart: seq 0 missing",
     ]
 
 
