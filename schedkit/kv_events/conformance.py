@@ -208,7 +208,8 @@ class StreamChecker:
         if first == 0:
             what = f"the first seq seen was {last + 1}: {_seqs(0, last)} not seen"
             return f"{what}; a replay endpoint (--replay) would recover the start"
-        return f"{_seqs(first, last)} missed; a replay endpoint (--replay) would recover them"
+        them = "it" if first == last else "them"
+        return f"{_seqs(first, last)} missed; a replay endpoint (--replay) would recover {them}"
 
     # -- verdict --------------------------------------------------------------------------
 
