@@ -221,13 +221,13 @@ def cmd_tail(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Run ``schedkit events check``: 0 when the stream conforms, 1 when it does not."""
     checker = StreamChecker(args.profile, dp_rank=args.dp_rank, has_replay=args.replay is not None)
-    logging = structlog.get_config()
+    log_config = structlog.get_config()
     # The report says what the subscriber would log (bad frames, payloads, lost history).
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(CRITICAL))
     try:
         sub = CheckedSubscriber(checker, args.endpoint, args.replay, args.topic)
     except ValueError as exc:
-        structlog.configure(**logging)
+        structlog.configure(**log_config)
         print(f"schedkit events check: {exc}", file=sys.stderr)
         return 2
     deadline = time.monotonic() + args.timeout
@@ -239,7 +239,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         pass
     finally:
         sub.close()
-        structlog.configure(**logging)
+        structlog.configure(**log_config)
     checker.bad_frames(sub.frame_errors)
     for line in checker.report():
         print(line)

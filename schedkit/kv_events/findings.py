@@ -39,8 +39,9 @@ class Finding:
     follow_example: str = ""
 
 
-# kind, seq, text, follows (a page problem an earlier cause may explain), cause
-_Entry = tuple[str, int, str, bool, bool]
+# kind, seq, text, follows (a page problem an earlier cause may explain), cause; None where
+# the page set became known again
+_Entry = tuple[str, int, str, bool, bool] | None
 
 
 class Findings:
@@ -82,7 +83,10 @@ class Findings:
 
     def known_again(self) -> None:
         """The page set is known again (cleared, or a new publisher)."""
-        self.unsure = None
+        if self._held is None:
+            self.unsure = None
+        else:
+            self._held.append(None)
 
     def hold(self) -> None:
         """Keep what is recorded until ``release``."""
@@ -94,11 +98,16 @@ class Findings:
         held, self._held = self._held or [], None
         if cause is None:
             for entry in held:
-                self._file(*entry)
+                if entry is None:
+                    self.unsure = None
+                else:
+                    self._file(*entry)
             return
         kind, seq, text, unsure = cause
         finding = self._file(kind, seq, text, False, unsure)
         for entry in held:
+            if entry is None:  # the cause comes after the frame: it decides
+                continue
             if entry[3] or entry[4]:
                 finding.follow += 1
                 finding.follow_example = finding.follow_example or entry[2]

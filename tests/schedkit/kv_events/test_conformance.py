@@ -77,6 +77,19 @@ def test_page_problems_after_lost_history_count_under_it_until_a_clear():
     ]
 
 
+def test_a_clear_ends_a_cause_in_stream_order_within_a_frame():
+    checker = StreamChecker()
+    live(checker, 0, stored(1))
+    cleared_then_orphan = KVEventBatch(
+        0.0, [AllBlocksCleared(), BlockStored([9], 8, [9, 9], 2, None, "GPU")], 0
+    )
+    live(checker, 3, cleared_then_orphan, HistoryLost(1, 3))
+    assert checker.report()[1:] == [
+        "  seqs 1..2 lost: the replay's history starts at seq 3",
+        "  seq 3: parent 8 of 9 not stored",
+    ]
+
+
 def test_many_problems_of_one_kind_share_a_line():
     checker = StreamChecker()
     for seq in range(1000):
