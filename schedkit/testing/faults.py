@@ -6,14 +6,15 @@ replay ROUTER with the epoch query) and sends each batch at once from the caller
 Faults apply to the batches that follow the call that asks for them::
 
     pub = FaultyPublisher()                  # loopback, free ports
-    pub.publish_raw(payload)                 # any bytes as the next seq's payload
     pub.wait_subscribed()                    # a subscriber is connected
     pub.publish(batch)                       # seq 0, as usual
+    pub.publish_raw(payload)                 # any bytes as the next seq's payload
     pub.drop(2)                              # seqs 1-2 never go out live (replay has them)
     pub.drop(1, from_replay=True)            # seq 3 is gone for good
     pub.duplicate()                          # the next batch goes out twice
     pub.hold(3); ...; pub.release(reverse=True)   # delay three batches, send them reordered
     pub.restart()                            # a new publisher: new epoch, seq 0 again
+    pub.next_seq = 2                         # the same publisher sends old seqs again
     pub.burst(batches)                       # send many at once: past the HWM, some are lost
 
 The ``faulty_kv_publisher`` pytest fixture (schedkit's plugin) makes them and shuts them down.
