@@ -67,10 +67,8 @@ def cache_stream(pub: ZmqEventPublisher) -> None:
     assert pub.flush()
 
 
-def check(pub, capsys, *extra: str, replay: bool = True) -> tuple[int, list[str]]:
-    args = ["events", "check", pub.endpoint, "--timeout", "5"]
-    if replay:
-        args += ["--replay", pub.replay_endpoint]
+def check(pub, capsys, *extra: str) -> tuple[int, list[str]]:
+    args = ["events", "check", pub.endpoint, "--replay", pub.replay_endpoint, "--timeout", "5"]
     code = main([*args, *extra])
     out = capsys.readouterr().out
     return code, [line for line in out.splitlines() if not line.startswith("20")]
