@@ -17,7 +17,7 @@ import msgspec
 import structlog
 import yaml
 
-from schedkit.cli import events, run
+from schedkit.cli import events, fleet, run
 from schedkit.cli.args import add_wiring_args
 from schedkit.validate import iter_refs
 from schedkit.wiring import Ref, Wiring, WiringError, load_wiring
@@ -155,6 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_config)
     run.add_parsers(sub)
     events.add_parser(sub)
+    fleet.add_parser(sub)
     return parser
 
 

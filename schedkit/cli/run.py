@@ -23,10 +23,17 @@ from schedkit.components.schedule_batch import Req
 from schedkit.container import Assembly, build
 from schedkit.kv_events import KvEventsConfig
 from schedkit.sim.driver import StuckError, drive
-from schedkit.sim.workload import CHAT_RATE, SYNTHETIC, WorkloadError, load_jsonl, synthetic
+from schedkit.sim.workload import (
+    CHAT_RATE,
+    SYNTHETIC,
+    Workload,
+    WorkloadError,
+    load_jsonl,
+    synthetic,
+)
 from schedkit.wiring import Wiring, load_wiring
 
-__all__ = ["add_parsers"]
+__all__ = ["add_parsers", "add_workload_args", "progress_bar", "workload_from_args"]
 
 log = structlog.get_logger("schedkit.serve")
 
@@ -35,28 +42,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add the ``run`` and ``serve`` sub-commands."""
     p = sub.add_parser("run", help="run a workload through the scheduler and print a summary")
     add_wiring_args(p)
-    source = p.add_mutually_exclusive_group()
-    source.add_argument("--workload", metavar="FILE.jsonl", help="JSONL workload file")
-    source.add_argument(
-        "--synthetic",
-        choices=sorted(SYNTHETIC),
-        default="chat",
-        help="built-in workload (default: chat)",
-    )
-    p.add_argument(
-        "--num-requests",
-        type=number(int),
-        default=400,
-        help="requests of a synthetic workload (default 400)",
-    )
-    p.add_argument(
-        "--rate",
-        type=number(float, allow_inf=True),
-        default=None,
-        help=f"arrivals per second, Poisson (chat: conversation starts, default {CHAT_RATE:g}; "
-        "inf: all at once; a JSONL file's lines without 'arrival': all at once by default)",
-    )
-    p.add_argument("--seed", type=int, default=0)
+    add_workload_args(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument(
         "--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)"
@@ -87,7 +73,47 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=cmd_serve)
 
 
-def _progress_bar(total: int) -> Any:
+def add_workload_args(p: argparse.ArgumentParser) -> None:
+    """The workload options: a JSONL file or a built-in workload, its size, rate and seed."""
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--workload", metavar="FILE.jsonl", help="JSONL workload file")
+    source.add_argument(
+        "--synthetic",
+        choices=sorted(SYNTHETIC),
+        default="chat",
+        help="built-in workload (default: chat)",
+    )
+    p.add_argument(
+        "--num-requests",
+        type=number(int),
+        default=400,
+        help="requests of a synthetic workload (default 400)",
+    )
+    p.add_argument(
+        "--rate",
+        type=number(float, allow_inf=True),
+        default=None,
+        help=f"arrivals per second, Poisson (chat: conversation starts, default {CHAT_RATE:g}; "
+        "inf: all at once; a JSONL file's lines without 'arrival': all at once by default)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+
+
+def workload_from_args(args: argparse.Namespace, command: str) -> Workload | None:
+    """The workload the options ask for; None after printing every problem of a bad file."""
+    try:
+        if args.workload:
+            return load_jsonl(args.workload, rate=args.rate, seed=args.seed)
+        return synthetic(args.synthetic, args.num_requests, args.rate, args.seed)
+    except WorkloadError as exc:
+        print(f"schedkit {command}: {len(exc.errors)} problem(s) in the workload:", file=sys.stderr)
+        for error in exc.errors:
+            print(f"  {error}", file=sys.stderr)
+        return None
+
+
+def progress_bar(total: int) -> Any:
+    """A progress line on stderr: ``show(done, simulated_seconds)``."""
     started = time.monotonic()
     last = [0.0]
 
@@ -135,19 +161,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     busy = _busy_kv_events_overlay(wiring)
     if busy is not None:
         wiring = load_wiring(args.file, *args.overlay, busy)
-    try:
-        if args.workload:
-            workload = load_jsonl(args.workload, rate=args.rate, seed=args.seed)
-        else:
-            workload = synthetic(args.synthetic, args.num_requests, args.rate, args.seed)
-    except WorkloadError as exc:
-        print(f"schedkit run: {len(exc.errors)} problem(s) in the workload:", file=sys.stderr)
-        for error in exc.errors:
-            print(f"  {error}", file=sys.stderr)
+    workload = workload_from_args(args, "run")
+    if workload is None:
         return 2
     total = len(workload.arrivals) if args.workload else args.num_requests
     quiet = args.json or args.no_progress or not sys.stderr.isatty()
-    show = None if quiet else _progress_bar(total)
+    show = None if quiet else progress_bar(total)
     with build(wiring) as assembly:
         publisher = None
         if "kv_events_publisher" in assembly:
