@@ -1,4 +1,5 @@
-"""``schedkit fleet``: N schedulers behind a router, offline on one virtual timeline."""
+"""``schedkit fleet``: N schedulers behind a router, each its own process on the wall clock,
+or ``--offline`` all in this process on one virtual timeline."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ import sys
 
 from schedkit.cli.args import add_wiring_args, number
 from schedkit.cli.run import add_workload_args, progress_bar, workload_from_args
+from schedkit.fleet.live import LAUNCHERS, LiveFleet, WorkerStartError
 from schedkit.fleet.offline import run_offline
+from schedkit.fleet.summary import FleetSummary
 from schedkit.router import POLICIES
 from schedkit.sim.driver import StuckError
+from schedkit.sim.workload import Workload
 
 __all__ = ["add_parser"]
 
@@ -28,6 +32,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default="kv",
         help="routing policy (default kv: SGLang's cache-aware rule)",
     )
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="all workers in this process on one virtual timeline (deterministic, fast)",
+    )
+    p.add_argument(
+        "--launcher",
+        choices=sorted(LAUNCHERS),
+        default="process",
+        help="live workers as processes (default) or Ray actors (pip install 'schedkit[ray]')",
+    )
+    p.add_argument(
+        "--heartbeat-timeout",
+        type=number(float),
+        default=5.0,
+        metavar="SECONDS",
+        help="live: a worker silent this long is taken out of the routing (default 5)",
+    )
     add_workload_args(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument(
@@ -37,14 +59,45 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
+    if args.offline and args.launcher != "process":
+        print(
+            "schedkit fleet: --launcher applies to live workers; leave out --offline",
+            file=sys.stderr,
+        )
+        return 2
     workload = workload_from_args(args, "fleet")
     if workload is None:
         return 2
+    try:
+        summary = _offline(args, workload) if args.offline else _live(args, workload)
+    except (StuckError, WorkerStartError) as exc:
+        print(f"\nschedkit fleet: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary.to_dict()) if args.json else summary.table())
+    return 130 if summary.interrupted else 0
+
+
+def _live(args: argparse.Namespace, workload: Workload) -> FleetSummary:
+    with LiveFleet(
+        args.file,
+        args.workers,
+        args.router,
+        overlays=args.overlay,
+        launcher=args.launcher,
+        heartbeat_timeout=args.heartbeat_timeout,
+    ) as fleet:
+        summary = fleet.run(workload)
+    for rank, why in sorted(fleet.deaths.items()):
+        print(f"schedkit fleet: worker {rank} was taken out: {why}", file=sys.stderr)
+    return summary
+
+
+def _offline(args: argparse.Namespace, workload: Workload) -> FleetSummary:
     total = len(workload.arrivals) if args.workload else args.num_requests
     quiet = args.json or args.no_progress or not sys.stderr.isatty()
     show = None if quiet else progress_bar(total)
     try:
-        summary = run_offline(
+        return run_offline(
             args.file,
             workload,
             args.workers,
@@ -52,11 +105,6 @@ def cmd_fleet(args: argparse.Namespace) -> int:
             overlays=args.overlay,
             progress=show,
         )
-    except StuckError as exc:
-        print(f"\nschedkit fleet: {exc}", file=sys.stderr)
-        return 1
     finally:
         if show is not None:
             print(file=sys.stderr)
-    print(json.dumps(summary.to_dict()) if args.json else summary.table())
-    return 130 if summary.interrupted else 0

@@ -22,6 +22,7 @@ from schedkit.cli.args import add_wiring_args, number
 from schedkit.components.schedule_batch import Req
 from schedkit.container import Assembly, build
 from schedkit.kv_events import KvEventsConfig
+from schedkit.serving import drain
 from schedkit.sim.driver import StuckError, drive
 from schedkit.sim.workload import (
     CHAT_RATE,
@@ -267,7 +268,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             signal.signal(sig, lambda *_: stop.set())
         _announce(assembly)
         assembly["scheduler"].serve(stop)
-        _drain(assembly, args.grace)
+        drain(assembly, args.grace)
     log.info("schedkit serve stopped")
     return 0
 
@@ -280,20 +281,3 @@ def _announce(assembly: Assembly) -> None:
         endpoints["kv_events"] = getattr(assembly["kv_events_publisher"], "endpoint", None)
     log.info("schedkit serve ready", **{k: v for k, v in endpoints.items() if v})
     print(json.dumps({"ready": endpoints}), flush=True)
-
-
-def _drain(assembly: Assembly, grace: float) -> None:
-    """Finish in-flight requests within ``grace`` seconds, then abort what is left."""
-    scheduler = assembly["scheduler"]
-    scheduler.continue_generation()
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and scheduler.step():
-        pass
-    left = [r.rid for r in scheduler.waiting_queue] + [r.rid for r in scheduler.running_batch.reqs]
-    if scheduler.chunked_req is not None:
-        left.append(scheduler.chunked_req.rid)
-    for rid in left:
-        scheduler.abort_request(rid)
-    scheduler.on_idle()
-    if left:
-        log.warning("aborted in-flight requests at shutdown", count=len(left))
