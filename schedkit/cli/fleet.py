@@ -65,11 +65,12 @@ def cmd_fleet(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    workload = workload_from_args(args, "fleet")
-    if workload is None:
+    loaded = workload_from_args(args, "fleet")
+    if loaded is None:
         return 2
+    workload, total = loaded
     try:
-        summary = _offline(args, workload) if args.offline else _live(args, workload)
+        summary = _offline(args, workload, total) if args.offline else _live(args, workload)
     except (StuckError, WorkerStartError) as exc:
         print(f"\nschedkit fleet: {exc}", file=sys.stderr)
         return 1
@@ -92,8 +93,7 @@ def _live(args: argparse.Namespace, workload: Workload) -> FleetSummary:
     return summary
 
 
-def _offline(args: argparse.Namespace, workload: Workload) -> FleetSummary:
-    total = len(workload.arrivals) if args.workload else args.num_requests
+def _offline(args: argparse.Namespace, workload: Workload, total: int) -> FleetSummary:
     quiet = args.json or args.no_progress or not sys.stderr.isatty()
     show = None if quiet else progress_bar(total)
     try:

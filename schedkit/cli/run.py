@@ -24,14 +24,9 @@ from schedkit.container import Assembly, build
 from schedkit.kv_events import KvEventsConfig
 from schedkit.serving import drain
 from schedkit.sim.driver import StuckError, drive
-from schedkit.sim.workload import (
-    CHAT_RATE,
-    SYNTHETIC,
-    Workload,
-    WorkloadError,
-    load_jsonl,
-    synthetic,
-)
+from schedkit.sim.trace_formats import FORMATS
+from schedkit.sim.traces import open_trace
+from schedkit.sim.workload import CHAT_RATE, SYNTHETIC, Workload, WorkloadError, synthetic
 from schedkit.wiring import Wiring, load_wiring
 
 __all__ = ["add_parsers", "add_workload_args", "progress_bar", "workload_from_args"]
@@ -75,9 +70,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def add_workload_args(p: argparse.ArgumentParser) -> None:
-    """The workload options: a JSONL file or a built-in workload, its size, rate and seed."""
+    """The workload options: a workload or trace file or a built-in workload, its size, rate
+    and seed."""
     source = p.add_mutually_exclusive_group()
-    source.add_argument("--workload", metavar="FILE.jsonl", help="JSONL workload file")
+    source.add_argument(
+        "--workload", metavar="FILE", help="a workload or trace file, in the --format given"
+    )
     source.add_argument(
         "--synthetic",
         choices=sorted(SYNTHETIC),
@@ -85,32 +83,75 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
         help="built-in workload (default: chat)",
     )
     p.add_argument(
+        "--format",
+        choices=list(FORMATS),
+        help="format of the --workload file: "
+        + "; ".join(f"{name}: {spec.describe}" for name, spec in FORMATS.items())
+        + ". Default: jsonl, except that a .json file is taken as sharegpt (a .csv file needs "
+        "--format azure or burstgpt)",
+    )
+    p.add_argument(
+        "--trace-block-size",
+        type=number(int),
+        metavar="TOKENS",
+        help="tokens per hash id of a mooncake trace (default 512)",
+    )
+    p.add_argument(
+        "--speedup",
+        type=number(float),
+        metavar="X",
+        help="divide the --workload file's arrival times by X (default 1)",
+    )
+    p.add_argument(
         "--num-requests",
         type=number(int),
-        default=400,
-        help="requests of a synthetic workload (default 400)",
+        default=None,
+        help="requests of a synthetic workload (default 400), or the first N of --workload "
+        "(default all)",
     )
     p.add_argument(
         "--rate",
         type=number(float, allow_inf=True),
         default=None,
         help=f"arrivals per second, Poisson (chat: conversation starts, default {CHAT_RATE:g}; "
-        "inf: all at once; a JSONL file's lines without 'arrival': all at once by default)",
+        "inf: all at once; for a jsonl file's lines without 'arrival' and a sharegpt file: "
+        "all at once by default; timestamped traces take --speedup instead)",
     )
     p.add_argument("--seed", type=int, default=0)
 
 
-def workload_from_args(args: argparse.Namespace, command: str) -> Workload | None:
-    """The workload the options ask for; None after printing every problem of a bad file."""
+def workload_from_args(args: argparse.Namespace, command: str) -> tuple[Workload, int] | None:
+    """The workload the options ask for and its number of requests; None after printing
+    every problem (of the file, or options that do not go together)."""
+    trace_only = {"--format": args.format, "--trace-block-size": args.trace_block_size}
+    trace_only["--speedup"] = args.speedup
+    given = [flag for flag, value in trace_only.items() if value is not None]
+    if given and not args.workload:
+        print(f"schedkit {command}: {', '.join(given)} apply to --workload only", file=sys.stderr)
+        return None
     try:
         if args.workload:
-            return load_jsonl(args.workload, rate=args.rate, seed=args.seed)
-        return synthetic(args.synthetic, args.num_requests, args.rate, args.seed)
+            workload = open_trace(
+                args.workload,
+                args.format,
+                block_size=args.trace_block_size or 512,
+                speedup=args.speedup or 1.0,
+                rate=args.rate,
+                seed=args.seed,
+                num_requests=args.num_requests,
+            )
+            for note in workload.notes:
+                print(f"schedkit {command}: note: {note}", file=sys.stderr)
+            return workload, workload.num_requests
+        total = args.num_requests or 400
+        return synthetic(args.synthetic, total, args.rate, args.seed), total
     except WorkloadError as exc:
         print(f"schedkit {command}: {len(exc.errors)} problem(s) in the workload:", file=sys.stderr)
         for error in exc.errors:
             print(f"  {error}", file=sys.stderr)
-        return None
+    except ValueError as exc:
+        print(f"schedkit {command}: {exc}", file=sys.stderr)
+    return None
 
 
 def progress_bar(total: int) -> Any:
@@ -162,10 +203,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     busy = _busy_kv_events_overlay(wiring)
     if busy is not None:
         wiring = load_wiring(args.file, *args.overlay, busy)
-    workload = workload_from_args(args, "run")
-    if workload is None:
+    loaded = workload_from_args(args, "run")
+    if loaded is None:
         return 2
-    total = len(workload.arrivals) if args.workload else args.num_requests
+    workload, total = loaded
     quiet = args.json or args.no_progress or not sys.stderr.isatty()
     show = None if quiet else progress_bar(total)
     with build(wiring) as assembly:
