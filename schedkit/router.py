@@ -23,6 +23,9 @@ Policies (``POLICIES``):
 - ``least_loaded``: the rank with the fewest requests in flight, the lowest among equals.
 - ``longest_prefix``: the most matched pages; ties to the least loaded, then the rank chosen
   least recently (the KV-router example's rule).
+
+(Longer than 300 lines: the policies, the router and the router that follows the event
+streams share ``Route`` and ``Candidates`` and are read together.)
 """
 
 from __future__ import annotations

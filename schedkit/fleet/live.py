@@ -10,8 +10,8 @@ answers no ``get_loads`` heartbeat for ``heartbeat_timeout`` seconds, is taken o
 routing and its requests in flight are reported failed (a worker process's exit is seen at
 once: its sentinel is polled with the sockets).
 
-(Just over 300 lines: starting, driving and stopping the workers share the sockets and the
-bookkeeping of requests in flight.)
+(Longer than 300 lines: starting, driving and stopping the workers share the sockets and
+the bookkeeping of requests in flight.)
 """
 
 from __future__ import annotations
@@ -20,14 +20,12 @@ import contextlib
 import heapq
 import itertools
 import math
-import multiprocessing
 import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import attrs
 import msgspec
 import zmq
 
@@ -41,70 +39,14 @@ from schedkit.components.io_struct import (
     encode,
 )
 from schedkit.components.schedule_batch import FinishAbort, Req
-from schedkit.fleet.summary import FleetSummary, merge_tallies, worker_figures
-from schedkit.fleet.worker import LOOPBACK_ANY_PORT, WorkerSpec, worker_main
+from schedkit.fleet.launch import LAUNCHERS, WorkerStartError
+from schedkit.fleet.summary import FleetSummary, fleet_summary
+from schedkit.fleet.worker import LOOPBACK_ANY_PORT, WorkerSpec
 from schedkit.router import KvRouter, Router, make_policy
 from schedkit.sim.driver import Tally
 from schedkit.sim.workload import Workload
 
 __all__ = ["LAUNCHERS", "LiveFleet", "WorkerStartError"]
-
-
-class WorkerStartError(RuntimeError):
-    """A worker could not start (its message says why)."""
-
-
-def launch_process(spec: WorkerSpec) -> Any:
-    """Start ``worker_main(spec)`` in a spawned process."""
-    process = multiprocessing.get_context("spawn").Process(
-        target=worker_main, args=(spec,), name=f"schedkit-fleet-worker-{spec.rank}", daemon=True
-    )
-    process.start()
-    return process
-
-
-class _RayWorker:
-    def run(self, spec: WorkerSpec) -> None:
-        worker_main(spec)
-
-
-@attrs.define
-class RayHandle:
-    """A worker running as a Ray actor, with the process handle's methods."""
-
-    actor: Any
-    done: Any
-
-    def is_alive(self) -> bool:
-        import ray
-
-        ready, _ = ray.wait([self.done], timeout=0)
-        return not ready
-
-    def kill(self) -> None:
-        import ray
-
-        ray.kill(self.actor)
-
-    def join(self, timeout: float | None = None) -> None:
-        import ray
-
-        ray.wait([self.done], timeout=timeout)
-
-
-def launch_ray(spec: WorkerSpec) -> RayHandle:
-    """Start ``worker_main(spec)`` in a Ray actor (``pip install 'schedkit[ray]'``)."""
-    try:
-        import ray
-    except ImportError:
-        raise WorkerStartError("--launcher ray needs Ray: pip install 'schedkit[ray]'") from None
-    if not ray.is_initialized():
-        ray.init(include_dashboard=False, log_to_driver=False)
-    actor = ray.remote(num_cpus=0)(_RayWorker).remote()
-    return RayHandle(actor, actor.run.remote(attrs.evolve(spec, parent_pid=None)))
-
-
-LAUNCHERS: dict[str, Callable[[WorkerSpec], Any]] = {"process": launch_process, "ray": launch_ray}
 
 
 def _bind(context: zmq.Context, kind: int) -> tuple[zmq.Socket, str]:
@@ -262,13 +204,13 @@ class LiveFleet:
                 now = time.monotonic()
                 elapsed = now - start
                 while upcoming is not None and upcoming.time <= elapsed:
-                    self._send(upcoming.time, upcoming.req, start)
+                    self._send(upcoming.time, upcoming.req)
                     upcoming, sent = next(arrivals, None), sent + 1
                     if on_route is not None:
                         on_route(self, sent)
                 while follow_ups and follow_ups[0][0] <= elapsed:
                     at, _, req = heapq.heappop(follow_ups)
-                    self._send(at, req, start)
+                    self._send(at, req)
                 if now >= next_heartbeat:
                     self._check_workers(now)
                     next_heartbeat = now + self.heartbeat_interval
@@ -295,7 +237,7 @@ class LiveFleet:
         self.close()
         return self._summary(wall, interrupted)
 
-    def _send(self, at: float, req: Req, start: float) -> None:
+    def _send(self, at: float, req: Req) -> None:
         req.arrival_time = at
         try:
             rank = self.router.route(req.origin_input_ids).rank
@@ -428,36 +370,18 @@ class LiveFleet:
         self._context.term()
 
     def _summary(self, wall: float, interrupted: bool) -> FleetSummary:
-        workers = []
-        for rank in range(self.num_workers):
-            stats = self.stats.get(rank, {})
-            workers.append(
-                worker_figures(
-                    str(rank),
-                    self._tallies[rank],
-                    routed=self.routed[rank],
-                    cached_tokens=stats.get("cached_tokens", 0),
-                    computed_tokens=stats.get("computed_tokens", 0),
-                    wall_seconds=stats.get("uptime_seconds", math.nan),
-                    peak_rss_mb=stats.get("peak_rss_mb", math.nan),
-                    alive=self.alive[rank],
-                )
-            )
-        fleet = worker_figures(
-            "fleet",
-            merge_tallies([*self._tallies, self._unrouted]),
-            routed=sum(self.routed),
-            cached_tokens=sum(s.get("cached_tokens", 0) for s in self.stats.values()),
-            computed_tokens=sum(s.get("computed_tokens", 0) for s in self.stats.values()),
-            wall_seconds=wall,
-            peak_rss_mb=max((s["peak_rss_mb"] for s in self.stats.values()), default=math.nan),
-        )
-        return FleetSummary(
+        stats = [self.stats.get(rank, {}) for rank in range(self.num_workers)]
+        return fleet_summary(
             policy=self.policy,
             mode="live",
-            workers=workers,
-            fleet=fleet,
+            tallies=self._tallies,
+            routed=self.routed,
+            tokens=[(s.get("cached_tokens", 0), s.get("computed_tokens", 0)) for s in stats],
+            walls=[s.get("uptime_seconds", math.nan) for s in stats],
+            rss=[s.get("peak_rss_mb", math.nan) for s in stats],
+            alive=self.alive,
             simulated_seconds=math.nan,
             wall_seconds=wall,
             interrupted=interrupted,
+            unrouted=self._unrouted,
         )

@@ -25,7 +25,7 @@ import msgspec
 
 from schedkit.container import Assembly, build
 from schedkit.fleet.events import attach
-from schedkit.fleet.summary import FleetSummary, merge_tallies, worker_figures
+from schedkit.fleet.summary import FleetSummary, fleet_summary
 from schedkit.kv_events import KvEventsConfig
 from schedkit.kv_events.structs import get_profile
 from schedkit.router import Router, make_policy
@@ -199,41 +199,27 @@ class OfflineFleet:
         return self._summary(time.perf_counter() - wall_start, interrupted)
 
     def _summary(self, wall: float, interrupted: bool) -> FleetSummary:
-        rss = peak_rss_mb()
-        workers, cached, computed = [], 0, 0
-        for rank, (assembly, stepper) in enumerate(
-            zip(self.assemblies, self.steppers, strict=True)
-        ):
-            hits = misses = 0
+        tokens = []
+        for assembly in self.assemblies:
+            reporter = None
             if "metrics_reporter" in assembly:
                 reporter = assembly["metrics_reporter"]
-                hits, misses = reporter.total_cached_tokens, reporter.total_prefill_tokens
-            cached, computed = cached + hits, computed + misses
-            workers.append(
-                worker_figures(
-                    str(rank),
-                    stepper.tally,
-                    routed=self.routed[rank],
-                    cached_tokens=hits,
-                    computed_tokens=misses,
-                    wall_seconds=self.step_wall[rank],
-                    peak_rss_mb=rss,
+            tokens.append(
+                (
+                    getattr(reporter, "total_cached_tokens", 0),
+                    getattr(reporter, "total_prefill_tokens", 0),
                 )
             )
-        fleet = worker_figures(
-            "fleet",
-            merge_tallies([s.tally for s in self.steppers]),
-            routed=sum(self.routed),
-            cached_tokens=cached,
-            computed_tokens=computed,
-            wall_seconds=wall,
-            peak_rss_mb=rss,
-        )
-        return FleetSummary(
+        n = len(self.steppers)
+        return fleet_summary(
             policy=self.policy,
             mode="offline",
-            workers=workers,
-            fleet=fleet,
+            tallies=[s.tally for s in self.steppers],
+            routed=self.routed,
+            tokens=tokens,
+            walls=self.step_wall,
+            rss=[peak_rss_mb()] * n,  # one process: every worker's figure is the fleet's
+            alive=[True] * n,
             simulated_seconds=max(s.elapsed() for s in self.steppers),
             wall_seconds=wall,
             interrupted=interrupted,

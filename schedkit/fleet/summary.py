@@ -10,7 +10,13 @@ import attrs
 
 from schedkit.sim.driver import Tally, percentile
 
-__all__ = ["FleetSummary", "WorkerFigures", "merge_tallies", "worker_figures"]
+__all__ = [
+    "FleetSummary",
+    "WorkerFigures",
+    "fleet_summary",
+    "merge_tallies",
+    "worker_figures",
+]
 
 
 @attrs.define(kw_only=True)
@@ -175,3 +181,55 @@ class FleetSummary:
         if self.interrupted:
             lines.insert(0, "interrupted: figures cover the requests finished so far")
         return "\n".join(lines)
+
+
+def fleet_summary(
+    *,
+    policy: str,
+    mode: str,
+    tallies: Sequence[Tally],
+    routed: Sequence[int],
+    tokens: Sequence[tuple[int, int]],
+    walls: Sequence[float],
+    rss: Sequence[float],
+    alive: Sequence[bool],
+    simulated_seconds: float,
+    wall_seconds: float,
+    interrupted: bool = False,
+    unrouted: Tally | None = None,
+) -> FleetSummary:
+    """A ``FleetSummary`` from each worker's tally, requests routed to it, (cached, computed)
+    prompt tokens, wall seconds, peak RSS and liveness; ``unrouted`` holds the requests no
+    worker took (they count for the fleet only)."""
+    workers = [
+        worker_figures(
+            str(rank),
+            tallies[rank],
+            routed=routed[rank],
+            cached_tokens=tokens[rank][0],
+            computed_tokens=tokens[rank][1],
+            wall_seconds=walls[rank],
+            peak_rss_mb=rss[rank],
+            alive=alive[rank],
+        )
+        for rank in range(len(tallies))
+    ]
+    measured = [r for r in rss if not math.isnan(r)]
+    fleet = worker_figures(
+        "fleet",
+        merge_tallies([*tallies, *([unrouted] if unrouted is not None else [])]),
+        routed=sum(routed),
+        cached_tokens=sum(t[0] for t in tokens),
+        computed_tokens=sum(t[1] for t in tokens),
+        wall_seconds=wall_seconds,
+        peak_rss_mb=max(measured, default=math.nan),
+    )
+    return FleetSummary(
+        policy=policy,
+        mode=mode,
+        workers=workers,
+        fleet=fleet,
+        simulated_seconds=simulated_seconds,
+        wall_seconds=wall_seconds,
+        interrupted=interrupted,
+    )
