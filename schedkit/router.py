@@ -106,9 +106,11 @@ class RoutingPolicy(Protocol):
 class CacheAware:
     """SGLang model gateway's ``cache_aware`` rule (see the module docstring)."""
 
-    cache_threshold: float = 0.3
-    balance_abs_threshold: int = 64
-    balance_rel_threshold: float = 1.5
+    cache_threshold: float = attrs.field(
+        default=0.3, validator=[attrs.validators.ge(0), attrs.validators.le(1)]
+    )
+    balance_abs_threshold: int = attrs.field(default=64, validator=attrs.validators.ge(0))
+    balance_rel_threshold: float = attrs.field(default=1.5, validator=attrs.validators.ge(0))
     uses_prefix: bool = attrs.field(default=True, init=False)
 
     def choose(self, c: Candidates) -> tuple[int, str]:
@@ -175,11 +177,18 @@ POLICIES: dict[str, Callable[[], RoutingPolicy]] = {
 }
 
 
-def make_policy(name: str) -> RoutingPolicy:
-    """A fresh policy called ``name`` (a key of ``POLICIES``)."""
+def make_policy(name: str, **settings: float) -> RoutingPolicy:
+    """A fresh policy called ``name`` (a key of ``POLICIES``) with ``settings`` (``kv``:
+    ``cache_threshold``, ``balance_abs_threshold``, ``balance_rel_threshold``)."""
     if name not in POLICIES:
         raise ValueError(f"unknown routing policy {name!r}; valid: {', '.join(POLICIES)}")
-    return POLICIES[name]()
+    try:
+        return POLICIES[name](**settings)
+    except TypeError:
+        raise ValueError(
+            f"routing policy {name!r} takes no {', '.join(map(repr, settings))}"
+            + ("; kv takes cache_threshold, balance_abs_threshold, balance_rel_threshold")
+        ) from None
 
 
 class Router:

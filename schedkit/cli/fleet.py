@@ -12,7 +12,7 @@ from schedkit.cli.run import add_workload_args, progress_bar, workload_from_args
 from schedkit.fleet.live import LAUNCHERS, LiveFleet, WorkerStartError
 from schedkit.fleet.offline import run_offline
 from schedkit.fleet.summary import FleetSummary
-from schedkit.router import POLICIES
+from schedkit.router import POLICIES, make_policy
 from schedkit.sim.driver import StuckError
 from schedkit.sim.workload import Workload
 
@@ -31,6 +31,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         choices=sorted(POLICIES),
         default="kv",
         help="routing policy (default kv: SGLang's cache-aware rule)",
+    )
+    kv = p.add_argument_group("kv router settings (SGLang model gateway's cache-aware rule)")
+    kv.add_argument(
+        "--cache-threshold",
+        type=number(float, allow_minimum=True),
+        help="route by prefix when it covers more than this share of the prompt (default 0.3)",
+    )
+    kv.add_argument(
+        "--balance-abs-threshold",
+        type=number(int, allow_minimum=True),
+        help="imbalanced when max - min requests in flight exceeds this (default 64)",
+    )
+    kv.add_argument(
+        "--balance-rel-threshold",
+        type=number(float, allow_minimum=True),
+        help="... and max exceeds min times this (default 1.5)",
     )
     p.add_argument(
         "--offline",
@@ -65,6 +81,13 @@ def cmd_fleet(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    names = ("cache_threshold", "balance_abs_threshold", "balance_rel_threshold")
+    args.settings = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    try:
+        make_policy(args.router, **args.settings)
+    except ValueError as exc:
+        print(f"schedkit fleet: {exc}", file=sys.stderr)
+        return 2
     loaded = workload_from_args(args, "fleet")
     if loaded is None:
         return 2
@@ -84,6 +107,7 @@ def _live(args: argparse.Namespace, workload: Workload) -> FleetSummary:
         args.workers,
         args.router,
         overlays=args.overlay,
+        settings=args.settings,
         launcher=args.launcher,
         heartbeat_timeout=args.heartbeat_timeout,
     ) as fleet:
@@ -103,6 +127,7 @@ def _offline(args: argparse.Namespace, workload: Workload, total: int) -> FleetS
             args.workers,
             args.router,
             overlays=args.overlay,
+            settings=args.settings,
             progress=show,
         )
     finally:

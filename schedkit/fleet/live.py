@@ -22,7 +22,7 @@ import itertools
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,7 @@ class LiveFleet:
         policy: str = "kv",
         *,
         overlays: Sequence[str | os.PathLike] = (),
+        settings: Mapping[str, float] | None = None,
         launcher: str = "process",
         heartbeat_interval: float = 0.5,
         heartbeat_timeout: float = 5.0,
@@ -75,7 +76,8 @@ class LiveFleet:
             raise ValueError(f"a fleet needs at least one worker, got {num_workers}")
         if launcher not in LAUNCHERS:
             raise ValueError(f"unknown launcher {launcher!r}; valid: {', '.join(LAUNCHERS)}")
-        make_policy(policy)
+        self.settings = dict(settings or {})
+        make_policy(policy, **self.settings)
         # Absolute paths: a worker may run in another working directory (a Ray actor).
         self.file, self.num_workers, self.policy = str(Path(file).resolve()), num_workers, policy
         self.overlays = tuple(str(Path(o).resolve()) for o in overlays)
@@ -144,7 +146,7 @@ class LiveFleet:
                 self._sentinels[sentinel] = rank
         first = ready[0]
         page_size = first["page_size"] or 1
-        policy = make_policy(self.policy)
+        policy = make_policy(self.policy, **self.settings)
         if all(r["kv_events"] for r in ready.values()):
             endpoints = {rank: (r["kv_events"], r["replay"]) for rank, r in ready.items()}
             self.router = KvRouter(

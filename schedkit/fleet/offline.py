@@ -18,7 +18,7 @@ import itertools
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import msgspec
@@ -79,13 +79,16 @@ def run_offline(
     policy: str = "kv",
     *,
     overlays: Sequence[str | os.PathLike | dict] = (),
+    settings: Mapping[str, float] | None = None,
     progress: Callable[[int, float], None] | None = None,
 ) -> FleetSummary:
     """Route ``workload`` over ``num_workers`` schedulers built from ``file`` (+ overlays)
-    with the routing ``policy`` and summarise the run (see the module docstring)."""
+    with the routing ``policy`` (and its ``settings``, see ``make_policy``) and summarise the
+    run (see the module docstring)."""
     if num_workers < 1:
         raise ValueError(f"a fleet needs at least one worker, got {num_workers}")
-    make_policy(policy)  # an unknown name fails before anything is built
+    settings = dict(settings or {})
+    make_policy(policy, **settings)  # a bad name or setting fails before anything is built
     endpoint = f"inproc://schedkit-fleet-{os.getpid()}-{next(_runs)}"
     wirings = [
         worker_wiring(
@@ -105,7 +108,7 @@ def run_offline(
         )
     with contextlib.ExitStack() as stack:
         assemblies = [stack.enter_context(build(w)) for w in wirings]
-        return OfflineFleet(assemblies, workload, policy, found, progress).run()
+        return OfflineFleet(assemblies, workload, policy, found, progress, settings).run()
 
 
 class OfflineFleet:
@@ -120,6 +123,7 @@ class OfflineFleet:
         policy: str,
         events: tuple[str, KvEventsConfig] | None,
         progress: Callable[[int, float], None] | None = None,
+        settings: Mapping[str, float] | None = None,
     ) -> None:
         self.assemblies = assemblies
         self.workload = workload
@@ -140,7 +144,7 @@ class OfflineFleet:
         self.router = Router(
             range(len(assemblies)),
             page_size,
-            make_policy(policy),
+            make_policy(policy, **(settings or {})),
             lambda rank: len(steppers[rank].inflight),
         )
 

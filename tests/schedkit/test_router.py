@@ -96,6 +96,14 @@ def test_make_policy_names_the_valid_ones():
     assert isinstance(make_policy("kv"), CacheAware)
     with pytest.raises(ValueError, match="unknown routing policy 'kvv'; valid: kv, round_robin"):
         make_policy("kvv")
+    library = make_policy(
+        "kv", cache_threshold=0.5, balance_abs_threshold=32, balance_rel_threshold=1.1
+    )
+    assert (library.cache_threshold, library.balance_abs_threshold) == (0.5, 32)
+    with pytest.raises(ValueError, match="'round_robin' takes no 'cache_threshold'; kv takes"):
+        make_policy("round_robin", cache_threshold=0.5)
+    with pytest.raises(ValueError, match="'cache_threshold' must be <= 1"):
+        make_policy("kv", cache_threshold=1.5)
 
 
 def stored(tokens: list[int]) -> KVEventBatch:

@@ -52,6 +52,7 @@ def test_bad_workload_file_is_reported(tmp_path, capsys):
     [
         (["--workers", "0"], "expected a whole number > 0"),
         (["--router", "random"], "invalid choice: 'random'"),
+        (["--cache-threshold", "-1"], "expected a number >= 0"),
     ],
 )
 def test_bad_options_are_refused(option, message, capsys):
@@ -74,3 +75,16 @@ def test_live_json_summary(capsys):
 def test_launcher_is_for_live_workers(capsys):
     assert main(["fleet", WIRING, "--offline", "--launcher", "ray"]) == 2
     assert "--launcher applies to live workers" in capsys.readouterr().err
+
+
+def test_kv_settings_reach_the_policy_and_others_refuse_them(capsys):
+    args = ["fleet", WIRING, "--offline", "--json", *SMALL, "--balance-abs-threshold", "0"]
+    assert main([*args, "--balance-rel-threshold", "0"]) == 0
+    # Every routing is "imbalanced" unless all loads are equal: the least loaded each time.
+    data = json.loads(capsys.readouterr().out)
+    assert data["load_imbalance"] < 1.1
+    assert (
+        main(["fleet", WIRING, "--offline", "--router", "least_loaded", "--cache-threshold", "0.5"])
+        == 2
+    )
+    assert "routing policy 'least_loaded' takes no 'cache_threshold'" in capsys.readouterr().err
