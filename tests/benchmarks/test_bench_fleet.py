@@ -8,6 +8,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_fleet.py"
 PCT = r"\d+\.\d%"
 NUMBER = r"\d+\.\d+"
+ROW = rf"{NUMBER} \| {NUMBER} \| {NUMBER} \| {NUMBER} \| \d+ \|$"  # TTFTs, imbalance, wall, RSS
 
 
 def test_small_run_prints_kv_and_round_robin_figures():
@@ -23,8 +24,8 @@ def test_small_run_prints_kv_and_round_robin_figures():
         r"^trace: 150 Mooncake-shaped requests at 32/s, seed 0$",
         r"^\(a\) offline, 8 workers$",
         *(
-            rf"^\| {policy} \| {PCT} \| {NUMBER} \| {NUMBER} \| {NUMBER} \| {NUMBER} \| \d+ \|$"
-            for policy in ("kv", "round_robin")
+            rf"^\| {re.escape(policy)} \| {PCT} \| {ROW}"
+            for policy in ("kv", "round_robin", "kv 0.5/32/1.1")
         ),
         *(rf"^\| {rank} \| \d+, {PCT}, " for rank in range(8)),
         r"^(plot written to /dev/null|no plot: matplotlib is not installed)",
