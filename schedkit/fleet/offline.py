@@ -7,7 +7,8 @@ simulation over the workers' virtual clocks: the busy worker furthest behind ste
 an arrival is routed once every busy worker's clock has reached it (idle workers' clocks
 jump there), so the router sees every event published up to then (and, from a busy worker
 whose last step ended after the arrival, those of that step too). The same wiring, workload
-and seed give the same numbers.
+and seed give the same numbers. The wiring's model runner should run on the virtual clock
+(the default); on the wall clock every step would also take its time.
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ def run_offline(
     if num_workers < 1:
         raise ValueError(f"a fleet needs at least one worker, got {num_workers}")
     settings = dict(settings or {})
-    make_policy(policy, **settings)  # a bad name or setting fails before anything is built
+    # A bad name or setting fails before anything is built.
+    uses_prefix = make_policy(policy, **settings).uses_prefix
     endpoint = f"inproc://schedkit-fleet-{os.getpid()}-{next(_runs)}"
     wirings = [
         worker_wiring(
@@ -101,7 +103,7 @@ def run_offline(
         for rank in range(num_workers)
     ]
     found = kv_events_config(wirings[0])
-    if found is None and policy in ("kv", "longest_prefix"):
+    if found is None and uses_prefix:
         raise WiringError(
             f"{Path(file)}: routing by prefix needs the workers' KV events; give the "
             "kv_events_publisher a kv_events_config"

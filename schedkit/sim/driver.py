@@ -33,7 +33,7 @@ __all__ = [
     "summarize",
 ]
 
-# Steps in a row that run nothing while requests are in flight and none is due to arrive.
+# Steps in a row that run nothing while requests are in flight.
 _MAX_IDLE_STEPS = 1000
 
 
