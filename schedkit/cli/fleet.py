@@ -62,7 +62,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--heartbeat-timeout",
         type=number(float),
-        default=5.0,
+        default=None,
         metavar="SECONDS",
         help="live: a worker silent this long is taken out of the routing (default 5)",
     )
@@ -75,9 +75,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
-    if args.offline and args.launcher != "process":
+    live_only = {"--launcher": args.launcher != "process"}
+    live_only["--heartbeat-timeout"] = args.heartbeat_timeout is not None
+    given = [flag for flag, set_ in live_only.items() if set_]
+    if args.offline and given:
         print(
-            "schedkit fleet: --launcher applies to live workers; leave out --offline",
+            f"schedkit fleet: {', '.join(given)} apply to live workers; leave out --offline",
             file=sys.stderr,
         )
         return 2
@@ -109,7 +112,7 @@ def _live(args: argparse.Namespace, workload: Workload) -> FleetSummary:
         overlays=args.overlay,
         settings=args.settings,
         launcher=args.launcher,
-        heartbeat_timeout=args.heartbeat_timeout,
+        heartbeat_timeout=args.heartbeat_timeout or 5.0,
     ) as fleet:
         summary = fleet.run(workload)
     for rank, why in sorted(fleet.deaths.items()):

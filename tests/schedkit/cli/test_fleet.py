@@ -72,9 +72,11 @@ def test_live_json_summary(capsys):
     assert all(w["alive"] and w["peak_rss_mb"] > 0 for w in data["workers"])
 
 
-def test_launcher_is_for_live_workers(capsys):
+def test_launcher_and_heartbeats_are_for_live_workers(capsys):
     assert main(["fleet", WIRING, "--offline", "--launcher", "ray"]) == 2
-    assert "--launcher applies to live workers" in capsys.readouterr().err
+    assert "--launcher apply to live workers" in capsys.readouterr().err
+    assert main(["fleet", WIRING, "--offline", "--heartbeat-timeout", "2"]) == 2
+    assert "--heartbeat-timeout apply to live workers" in capsys.readouterr().err
 
 
 def test_kv_settings_reach_the_policy_and_others_refuse_them(capsys):
