@@ -17,7 +17,7 @@ import msgspec
 import structlog
 import yaml
 
-from schedkit.cli import calibrate, events, init, run
+from schedkit.cli import calibrate, events, fleet, init, run
 from schedkit.cli.args import add_wiring_args, wiring_from_args
 from schedkit.validate import iter_refs
 from schedkit.wiring import Ref, Wiring, WiringError
@@ -157,6 +157,7 @@ def _parser() -> argparse.ArgumentParser:
     events.add_parser(sub)
     init.add_parser(sub)
     calibrate.add_parser(sub)
+    fleet.add_parser(sub)
     return parser
 
 

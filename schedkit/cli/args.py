@@ -8,13 +8,14 @@ import argparse
 import math
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from schedkit import wirings
 from schedkit.sim import presets
 from schedkit.wiring import Wiring, WiringError, load_wiring
 
-__all__ = ["add_wiring_args", "number", "wiring_from_args"]
+__all__ = ["add_wiring_args", "number", "wiring_from_args", "wiring_sources"]
 
 
 def _preset_name(lookup: Callable[[str], Any]) -> Callable[[str], str]:
@@ -65,21 +66,32 @@ def add_wiring_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def wiring_from_args(args: argparse.Namespace, *extra: Mapping) -> Wiring:
-    """Load the wiring that ``add_wiring_args`` options name: the file, then the preset's
-    overlay (if any), then ``-o`` overlays (which may adjust a preset), then ``extra``."""
+def wiring_sources(
+    args: argparse.Namespace, *, announce: bool = True
+) -> tuple[str | Path, list[str | Path | Mapping]]:
+    """The wiring file and the overlays (the preset's, if any, then ``-o`` ones) that
+    ``add_wiring_args`` options name, for a command that loads the wiring more than once;
+    ``announce`` prints the preset's figures."""
     file = args.file or wirings.path()
     if not (args.model or args.gpu or args.tp):
-        return load_wiring(file, *args.overlay, *extra)
+        return file, list(args.overlay)
     try:
         preset, line = presets.preset_overlay(
             load_wiring(file, *args.overlay), args.model, args.gpu, args.tp
         )
     except presets.PresetError as exc:
         raise WiringError(f"--model/--gpu/--tp: {exc}") from None
-    if not extra:  # a reload with a command's own adjustments says it once only
+    if announce:
         print(f"schedkit: preset {line}", file=sys.stderr)
-    return load_wiring(file, preset, *args.overlay, *extra)
+    return file, [preset, *args.overlay]
+
+
+def wiring_from_args(args: argparse.Namespace, *extra: Mapping) -> Wiring:
+    """Load the wiring that ``add_wiring_args`` options name: the file, then the preset's
+    overlay (if any), then ``-o`` overlays (which may adjust a preset), then ``extra``."""
+    # A reload with a command's own adjustments says the preset line only once.
+    file, overlays = wiring_sources(args, announce=not extra)
+    return load_wiring(file, *overlays, *extra)
 
 
 def number(

@@ -22,13 +22,14 @@ from schedkit.cli.args import add_wiring_args, number, wiring_from_args
 from schedkit.components.schedule_batch import Req
 from schedkit.container import Assembly, build
 from schedkit.kv_events import KvEventsConfig
+from schedkit.serving import drain
 from schedkit.sim.driver import StuckError, drive
 from schedkit.sim.trace_formats import FORMATS
 from schedkit.sim.traces import open_trace
-from schedkit.sim.workload import CHAT_RATE, SYNTHETIC, WorkloadError, synthetic
+from schedkit.sim.workload import CHAT_RATE, SYNTHETIC, Workload, WorkloadError, synthetic
 from schedkit.wiring import Wiring
 
-__all__ = ["add_parsers"]
+__all__ = ["add_parsers", "add_workload_args", "progress_bar", "workload_from_args"]
 
 log = structlog.get_logger("schedkit.serve")
 
@@ -37,6 +38,40 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add the ``run`` and ``serve`` sub-commands."""
     p = sub.add_parser("run", help="run a workload through the scheduler and print a summary")
     add_wiring_args(p)
+    add_workload_args(p)
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)"
+    )
+    p.add_argument(
+        "--output",
+        metavar="FILE.jsonl",
+        help="write one JSON record per finished request (rid, tokens, ttft, latency, finish)",
+    )
+    p.add_argument(
+        "--kv-events-linger",
+        type=number(float, allow_minimum=True),
+        default=0.0,
+        metavar="SECONDS",
+        help="keep the KV-event stream and its replay socket up this long after the run, so "
+        "that a router can catch up (Ctrl-C ends it early)",
+    )
+    p.set_defaults(run=cmd_run)
+
+    p = sub.add_parser("serve", help="serve requests on the receiver endpoint until stopped")
+    add_wiring_args(p)
+    p.add_argument(
+        "--grace",
+        type=number(float, allow_minimum=True),
+        default=5.0,
+        help="seconds to finish in-flight requests on shutdown before aborting them",
+    )
+    p.set_defaults(run=cmd_serve)
+
+
+def add_workload_args(p: argparse.ArgumentParser) -> None:
+    """The workload options: a workload or trace file or a built-in workload, its size, rate
+    and seed."""
     source = p.add_mutually_exclusive_group()
     source.add_argument(
         "--workload", metavar="FILE", help="a workload or trace file, in the --format given"
@@ -83,37 +118,44 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "all at once by default; timestamped traces take --speedup instead)",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    p.add_argument(
-        "--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)"
-    )
-    p.add_argument(
-        "--output",
-        metavar="FILE.jsonl",
-        help="write one JSON record per finished request (rid, tokens, ttft, latency, finish)",
-    )
-    p.add_argument(
-        "--kv-events-linger",
-        type=number(float, allow_minimum=True),
-        default=0.0,
-        metavar="SECONDS",
-        help="keep the KV-event stream and its replay socket up this long after the run, so "
-        "that a router can catch up (Ctrl-C ends it early)",
-    )
-    p.set_defaults(run=cmd_run)
-
-    p = sub.add_parser("serve", help="serve requests on the receiver endpoint until stopped")
-    add_wiring_args(p)
-    p.add_argument(
-        "--grace",
-        type=number(float, allow_minimum=True),
-        default=5.0,
-        help="seconds to finish in-flight requests on shutdown before aborting them",
-    )
-    p.set_defaults(run=cmd_serve)
 
 
-def _progress_bar(total: int) -> Any:
+def workload_from_args(args: argparse.Namespace, command: str) -> tuple[Workload, int] | None:
+    """The workload the options ask for and its number of requests; None after printing
+    every problem (of the file, or options that do not go together)."""
+    trace_only = {"--format": args.format, "--trace-block-size": args.trace_block_size}
+    trace_only["--speedup"] = args.speedup
+    given = [flag for flag, value in trace_only.items() if value is not None]
+    if given and not args.workload:
+        print(f"schedkit {command}: {', '.join(given)} apply to --workload only", file=sys.stderr)
+        return None
+    try:
+        if args.workload:
+            workload = open_trace(
+                args.workload,
+                args.format,
+                block_size=args.trace_block_size or 512,
+                speedup=args.speedup or 1.0,
+                rate=args.rate,
+                seed=args.seed,
+                num_requests=args.num_requests,
+            )
+            for note in workload.notes:
+                print(f"schedkit {command}: note: {note}", file=sys.stderr)
+            return workload, workload.num_requests
+        total = args.num_requests or 400
+        return synthetic(args.synthetic, total, args.rate, args.seed), total
+    except WorkloadError as exc:
+        print(f"schedkit {command}: {len(exc.errors)} problem(s) in the workload:", file=sys.stderr)
+        for error in exc.errors:
+            print(f"  {error}", file=sys.stderr)
+    except ValueError as exc:
+        print(f"schedkit {command}: {exc}", file=sys.stderr)
+    return None
+
+
+def progress_bar(total: int) -> Any:
+    """A progress line on stderr: ``show(done, simulated_seconds)``."""
     started = time.monotonic()
     last = [0.0]
 
@@ -161,39 +203,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     busy = _busy_kv_events_overlay(wiring)
     if busy is not None:
         wiring = wiring_from_args(args, busy)
-    trace_only = {"--format": args.format, "--trace-block-size": args.trace_block_size}
-    trace_only["--speedup"] = args.speedup
-    given = [flag for flag, value in trace_only.items() if value is not None]
-    if given and not args.workload:
-        print(f"schedkit run: {', '.join(given)} apply to --workload only", file=sys.stderr)
+    loaded = workload_from_args(args, "run")
+    if loaded is None:
         return 2
-    try:
-        if args.workload:
-            workload = open_trace(
-                args.workload,
-                args.format,
-                block_size=args.trace_block_size or 512,
-                speedup=args.speedup or 1.0,
-                rate=args.rate,
-                seed=args.seed,
-                num_requests=args.num_requests,
-            )
-            for note in workload.notes:
-                print(f"schedkit run: note: {note}", file=sys.stderr)
-            total = workload.num_requests
-        else:
-            total = args.num_requests or 400
-            workload = synthetic(args.synthetic, total, args.rate, args.seed)
-    except WorkloadError as exc:
-        print(f"schedkit run: {len(exc.errors)} problem(s) in the workload:", file=sys.stderr)
-        for error in exc.errors:
-            print(f"  {error}", file=sys.stderr)
-        return 2
-    except ValueError as exc:
-        print(f"schedkit run: {exc}", file=sys.stderr)
-        return 2
+    workload, total = loaded
     quiet = args.json or args.no_progress or not sys.stderr.isatty()
-    show = None if quiet else _progress_bar(total)
+    show = None if quiet else progress_bar(total)
     with build(wiring) as assembly:
         publisher = None
         if "kv_events_publisher" in assembly:
@@ -294,7 +309,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             signal.signal(sig, lambda *_: stop.set())
         _announce(assembly)
         assembly["scheduler"].serve(stop)
-        _drain(assembly, args.grace)
+        drain(assembly, args.grace)
     log.info("schedkit serve stopped")
     return 0
 
@@ -307,20 +322,3 @@ def _announce(assembly: Assembly) -> None:
         endpoints["kv_events"] = getattr(assembly["kv_events_publisher"], "endpoint", None)
     log.info("schedkit serve ready", **{k: v for k, v in endpoints.items() if v})
     print(json.dumps({"ready": endpoints}), flush=True)
-
-
-def _drain(assembly: Assembly, grace: float) -> None:
-    """Finish in-flight requests within ``grace`` seconds, then abort what is left."""
-    scheduler = assembly["scheduler"]
-    scheduler.continue_generation()
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and scheduler.step():
-        pass
-    left = [r.rid for r in scheduler.waiting_queue] + [r.rid for r in scheduler.running_batch.reqs]
-    if scheduler.chunked_req is not None:
-        left.append(scheduler.chunked_req.rid)
-    for rid in left:
-        scheduler.abort_request(rid)
-    scheduler.on_idle()
-    if left:
-        log.warning("aborted in-flight requests at shutdown", count=len(left))
