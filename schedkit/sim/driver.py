@@ -20,12 +20,20 @@ import attrs
 
 from schedkit.components.schedule_batch import Req
 from schedkit.container import Assembly
-from schedkit.sim.samples import RunSamples, percentiles
+from schedkit.sim.samples import Tally, percentiles
 from schedkit.sim.workload import Workload
 
-__all__ = ["RunSummary", "StuckError", "drive", "percentile"]
+__all__ = [
+    "RunSummary",
+    "Stepper",
+    "StuckError",
+    "Tally",
+    "drive",
+    "percentile",
+    "summarize",
+]
 
-# Steps in a row that run nothing while requests are in flight and none is due to arrive.
+# Steps in a row that run nothing while requests are in flight.
 _MAX_IDLE_STEPS = 1000
 
 
@@ -144,101 +152,102 @@ def peak_rss_mb() -> float:
     return peak / 1024 if sys.platform != "darwin" else peak / 2**20
 
 
-def drive(
-    assembly: Assembly,
-    workload: Workload,
-    progress: Callable[[int, float], None] | None = None,
-    on_finish: Callable[[Req], None] | None = None,
-    samples: RunSamples | None = None,
-) -> RunSummary:
-    """Run ``workload`` to completion (or until Ctrl-C: ``interrupted`` in the summary) on
-    ``assembly`` and summarise it.
+class Stepper:
+    """One assembly's side of a run: requests submitted at their arrival time on the
+    assembly's clock (seconds from ``start``), the scheduler stepped, and the requests that
+    finish handed back (their numbers go to ``tally``; ``on_finish(req)`` sees each first).
 
-    Arrivals are pulled from the workload as the clock reaches them, and a finished request
-    leaves only a few numbers behind (``on_finish(req)`` sees it first), so memory does not
-    grow with the number of requests. ``progress(finished, simulated_seconds)`` is called
-    after steps that finish requests. The per-request figures and the timeline of running and
-    queued requests (sampled each step, bounded) go to ``samples`` (a new ``RunSamples`` if
-    None), where a caller can read them after the run (``--plot`` does).
+    The scheduler reports each request that finishes through its ``on_finish``, which the
+    stepper chains onto until ``close()``; so a step costs the same however many requests
+    are in flight. Each step also samples the running and queued requests into
+    ``tally.timeline``.
     """
+
+    def __init__(
+        self,
+        assembly: Assembly,
+        on_finish: Callable[[Req], None] | None = None,
+        tally: Tally | None = None,
+    ) -> None:
+        self.assembly = assembly
+        self.scheduler = assembly["scheduler"]
+        self.runner = assembly["model_runner"]
+        self.on_finish = on_finish
+        self.start = self.runner.now()
+        self.inflight: dict[str, int] = {}  # rid -> submission number
+        self.tally = Tally() if tally is None else tally
+        self.idle_steps = 0
+        self._submitted = itertools.count()
+        self._finished: list[Req] = []
+        self._scheduler_on_finish = self.scheduler.on_finish
+        self.scheduler.on_finish = self._collect
+
+    def _collect(self, req: Req) -> None:
+        self._scheduler_on_finish(req)
+        self._finished.append(req)
+
+    def close(self) -> None:
+        """Give the scheduler back the ``on_finish`` it had."""
+        self.scheduler.on_finish = self._scheduler_on_finish
+
+    def elapsed(self) -> float:
+        """Seconds since the start on the assembly's clock."""
+        return self.runner.now() - self.start
+
+    def submit(self, at: float, req: Req) -> None:
+        """Hand ``req``, arriving ``at`` seconds from the start, to the scheduler."""
+        req.arrival_time = self.start + at
+        self.inflight[req.rid] = next(self._submitted)
+        self.scheduler.submit(req)
+
+    def wait_until(self, at: float) -> None:
+        """Let the clock reach ``at`` seconds from the start with nothing running."""
+        self.runner.wait_until(self.start + at)
+
+    def step(self) -> tuple[bool, list[Req]]:
+        """One scheduler step: whether a batch ran, and the requests that finished (in the
+        order they were submitted, so that what follows them does not depend on the order
+        they finished within the step).
+
+        StuckError when requests are in flight and nothing ran for ``_MAX_IDLE_STEPS`` steps
+        in a row."""
+        scheduler = self.scheduler
+        ran = scheduler.step()
+        self.tally.timeline.add(
+            self.elapsed(), len(scheduler.running_batch.reqs), len(scheduler.waiting_queue)
+        )
+        finished: list[Req] = []
+        if self._finished:
+            inflight = self.inflight
+            finished = [r for r in self._finished if r.rid in inflight]
+            self._finished = []
+            finished.sort(key=lambda r: inflight[r.rid])
+            for req in finished:
+                del inflight[req.rid]
+                self.tally.add(req)
+                if self.on_finish is not None:
+                    self.on_finish(req)
+        if ran or not self.inflight:
+            self.idle_steps = 0
+        else:
+            self.idle_steps += 1
+            if self.idle_steps > _MAX_IDLE_STEPS:
+                raise StuckError(
+                    f"{len(self.inflight)} requests in flight but the scheduler ran nothing "
+                    f"for {_MAX_IDLE_STEPS} steps (paused: {scheduler.paused})"
+                )
+        return ran, finished
+
+    def summary(self, wall: float, interrupted: bool = False) -> RunSummary:
+        """The run's figures so far (``wall``: the wall seconds it took)."""
+        return summarize(self.assembly, self.tally, self.elapsed(), wall, interrupted)
+
+
+def summarize(
+    assembly: Assembly, tally: Tally, simulated: float, wall: float, interrupted: bool = False
+) -> RunSummary:
+    """The ``RunSummary`` of ``tally`` on ``assembly`` (its cache, KV-event and batch figures)."""
     scheduler = assembly["scheduler"]
-    runner = assembly["model_runner"]
-    order = itertools.count()
-    arrivals = iter(workload.initial())
-    upcoming = next(arrivals, None)
-    follow_ups: list[tuple[float, int, Req]] = []
-    inflight: dict[str, int] = {}  # rid -> submission number
-    tally = RunSamples() if samples is None else samples
-    timeline = tally.timeline
-    start, wall_start = runner.now(), time.perf_counter()
-    idle_steps = 0
-    interrupted = False
-    finished: list[Req] = []
-    scheduler_on_finish = scheduler.on_finish
-
-    def collect(req: Req) -> None:
-        scheduler_on_finish(req)
-        finished.append(req)
-
-    scheduler.on_finish = collect
-
-    def submit(at: float, req: Req) -> None:
-        req.arrival_time = start + at
-        inflight[req.rid] = next(order)
-        scheduler.submit(req)
-
-    try:
-        while upcoming is not None or follow_ups or inflight:
-            elapsed = runner.now() - start
-            while upcoming is not None and upcoming.time <= elapsed:
-                submit(upcoming.time, upcoming.req)
-                upcoming = next(arrivals, None)
-            while follow_ups and follow_ups[0][0] <= elapsed:
-                at, _, req = heapq.heappop(follow_ups)
-                submit(at, req)
-            ran = scheduler.step()
-            timeline.add(
-                runner.now() - start,
-                len(scheduler.running_batch.reqs),
-                len(scheduler.waiting_queue),
-            )
-            if finished:
-                # In submission order: follow-ups (and the workload's draws for them) do not
-                # depend on the order requests finished within a step.
-                finished.sort(key=lambda r: inflight[r.rid])
-                for req in finished:
-                    del inflight[req.rid]
-                    tally.add(req)
-                    if on_finish is not None:
-                        on_finish(req)
-                    follow = workload.follow_up(req, runner.now() - start)
-                    if follow is not None:
-                        heapq.heappush(follow_ups, (follow.time, next(order), follow.req))
-                finished.clear()
-                if progress is not None:
-                    progress(tally.done + tally.failed, runner.now() - start)
-            if ran:
-                idle_steps = 0
-            elif upcoming is not None or follow_ups:
-                due = [upcoming.time] if upcoming is not None else []
-                due += [follow_ups[0][0]] if follow_ups else []
-                runner.wait_until(start + min(due))
-            else:
-                idle_steps += 1
-                if idle_steps > _MAX_IDLE_STEPS:
-                    raise StuckError(
-                        f"{len(inflight)} requests in flight but the scheduler ran nothing for "
-                        f"{_MAX_IDLE_STEPS} steps (paused: {scheduler.paused})"
-                    )
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        scheduler.on_finish = scheduler_on_finish
-
-    if "kv_events_publisher" in assembly:  # what the cache still holds goes out too
-        assembly["kv_events_publisher"].publish_kv_events()
-    simulated = runner.now() - start
-    wall = time.perf_counter() - wall_start
     stats = assembly["metrics_reporter"].stats if "metrics_reporter" in assembly else None
     return RunSummary(
         requests_done=tally.done,
@@ -246,8 +255,8 @@ def drive(
         output_tokens=tally.output_tokens,
         request_throughput=tally.done / simulated if simulated > 0 else math.nan,
         output_throughput=tally.output_tokens / simulated if simulated > 0 else math.nan,
-        request_throughput_wall=tally.done / wall,
-        output_throughput_wall=tally.output_tokens / wall,
+        request_throughput_wall=tally.done / wall if wall > 0 else math.nan,
+        output_throughput_wall=tally.output_tokens / wall if wall > 0 else math.nan,
         **{
             f"{name}_p{q}": value
             for name in ("ttft", "itl", "tpot", "e2e", "queue_time")
@@ -263,3 +272,59 @@ def drive(
         peak_rss_mb=peak_rss_mb(),
         interrupted=interrupted,
     )
+
+
+def drive(
+    assembly: Assembly,
+    workload: Workload,
+    progress: Callable[[int, float], None] | None = None,
+    on_finish: Callable[[Req], None] | None = None,
+    samples: Tally | None = None,
+) -> RunSummary:
+    """Run ``workload`` to completion (or until Ctrl-C: ``interrupted`` in the summary) on
+    ``assembly`` and summarise it.
+
+    Arrivals are pulled from the workload as the clock reaches them, and a finished request
+    leaves only a few numbers behind (``on_finish(req)`` sees it first), so memory does not
+    grow with the number of requests. ``progress(finished, simulated_seconds)`` is called
+    after steps that finish requests. The per-request figures and the timeline of running and
+    queued requests (sampled each step, bounded) go to ``samples`` (a new ``Tally`` if None),
+    where a caller can read them after the run (``--plot`` does).
+    """
+    stepper = Stepper(assembly, on_finish, samples)
+    order = itertools.count()
+    arrivals = iter(workload.initial())
+    upcoming = next(arrivals, None)
+    follow_ups: list[tuple[float, int, Req]] = []
+    wall_start = time.perf_counter()
+    interrupted = False
+
+    try:
+        while upcoming is not None or follow_ups or stepper.inflight:
+            elapsed = stepper.elapsed()
+            while upcoming is not None and upcoming.time <= elapsed:
+                stepper.submit(upcoming.time, upcoming.req)
+                upcoming = next(arrivals, None)
+            while follow_ups and follow_ups[0][0] <= elapsed:
+                at, _, req = heapq.heappop(follow_ups)
+                stepper.submit(at, req)
+            ran, finished = stepper.step()
+            if finished:
+                for req in finished:
+                    follow = workload.follow_up(req, stepper.elapsed())
+                    if follow is not None:
+                        heapq.heappush(follow_ups, (follow.time, next(order), follow.req))
+                if progress is not None:
+                    progress(stepper.tally.done + stepper.tally.failed, stepper.elapsed())
+            if not ran and (upcoming is not None or follow_ups):
+                due = [upcoming.time] if upcoming is not None else []
+                due += [follow_ups[0][0]] if follow_ups else []
+                stepper.wait_until(min(due))
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        stepper.close()
+
+    if "kv_events_publisher" in assembly:  # what the cache still holds goes out too
+        assembly["kv_events_publisher"].publish_kv_events()
+    return stepper.summary(time.perf_counter() - wall_start, interrupted)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from schedkit.sim.samples import RunSamples, cdf_points
+from schedkit.sim.samples import Tally, cdf_points
 
 __all__ = ["PlotError", "check_plot_target", "plot_data", "plot_run", "require_matplotlib"]
 
@@ -41,7 +41,7 @@ def check_plot_target(path: str | Path) -> None:
         raise PlotError(f"no such directory {folder}")
 
 
-def plot_data(samples: RunSamples, max_points: int = 1000) -> dict[str, Any]:
+def plot_data(samples: Tally, max_points: int = 1000) -> dict[str, Any]:
     """What the plot draws: ``cdf`` maps TTFT, ITL and E2E to (seconds, cumulative fraction)
     thinned to ``max_points``; ``timeline`` holds the sampled simulated seconds and running
     and queued request counts."""
@@ -59,7 +59,7 @@ def plot_data(samples: RunSamples, max_points: int = 1000) -> dict[str, Any]:
     }
 
 
-def plot_run(samples: RunSamples, path: str | Path) -> None:
+def plot_run(samples: Tally, path: str | Path) -> None:
     """Draw the run's latency CDFs and queue timeline into ``path`` (PNG, or any format
     matplotlib knows by the extension)."""
     plt = require_matplotlib()

@@ -11,7 +11,7 @@ import attrs
 
 from schedkit.components.schedule_batch import FinishAbort, Req
 
-__all__ = ["PERCENTILES", "RunSamples", "Timeline", "cdf_points", "percentiles"]
+__all__ = ["PERCENTILES", "Tally", "Timeline", "cdf_points", "percentiles"]
 
 PERCENTILES = (50, 90, 99)
 
@@ -85,12 +85,13 @@ class Timeline:
 
 
 @attrs.define
-class RunSamples:
-    """The finished requests' figures, a few numbers each, and the queue ``timeline``.
+class Tally:
+    """What a summary needs of the finished requests, a few numbers each (seconds on the
+    assembly's clock), and the queue ``timeline``.
 
     ``ttft``, ``e2e`` (arrival to finish) and ``queue_time`` (arrival to first admission) hold
     one value per completed request; ``tpot`` one per completed request of more than one
-    token (time per output token after the first); ``itl`` every inter-token latency.
+    token (decode time per output token after the first); ``itl`` every inter-token latency.
     Refused or aborted requests are only counted in ``failed``.
     """
 

@@ -18,7 +18,7 @@ from schedkit.components.schedule_batch import Req, SamplingParams
 
 import schedkit
 from schedkit.sim.driver import drive
-from schedkit.sim.samples import RunSamples, percentiles
+from schedkit.sim.samples import Tally, percentiles
 from schedkit.sim.workload import Arrival, GeneratedWorkload
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -142,7 +142,7 @@ def test_summary_percentiles_and_samples_come_from_the_finished_requests(assembl
     scheduler = assembly["scheduler"]
     wired_on_finish = scheduler.on_finish
     reqs = [req(i) for i in range(30)]
-    samples = RunSamples()
+    samples = Tally()
     summary = drive(
         assembly,
         GeneratedWorkload(lambda: (Arrival(0.05 * i, r) for i, r in enumerate(reqs))),

@@ -9,13 +9,13 @@ import pytest
 from schedkit.components.schedule_batch import FinishLength, Req
 
 from schedkit.sim import plot
-from schedkit.sim.samples import RunSamples
+from schedkit.sim.samples import Tally
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def samples_of(n):
-    samples = RunSamples()
+    samples = Tally()
     for i in range(n):
         req = Req(rid=f"r{i}", origin_input_ids=[1], arrival_time=0.0)
         req.scheduled_time, req.first_token_time, req.finish_time = 0.0, 0.01 * (i + 1), 1.0 + i

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from schedkit.components.schedule_batch import FinishAbort, FinishLength, Req
 
-from schedkit.sim.samples import RunSamples, Timeline, cdf_points, percentiles
+from schedkit.sim.samples import Tally, Timeline, cdf_points, percentiles
 
 
 def test_percentiles_interpolate_linearly():
@@ -66,7 +66,7 @@ def finished(rid, arrival, scheduled, first, finish, tokens, itl=()):
 
 
 def test_run_samples_keep_ttft_tpot_e2e_queue_time_and_itl():
-    samples = RunSamples()
+    samples = Tally()
     samples.add(finished("a", 1.0, 1.5, 2.0, 6.0, 5, itl=[1.0] * 4))
     samples.add(finished("b", 0.0, 0.0, 0.25, 0.25, 1))  # one token: no TPOT
     aborted = finished("c", 0.0, None, None, 1.0, 0)
