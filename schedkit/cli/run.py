@@ -21,6 +21,7 @@ import structlog
 from schedkit.cli.args import add_wiring_args, number
 from schedkit.components.schedule_batch import Req
 from schedkit.container import Assembly, build
+from schedkit.endpoints import seed_router_ids
 from schedkit.kv_events import KvEventsConfig
 from schedkit.sim.driver import StuckError, drive
 from schedkit.sim.workload import CHAT_RATE, SYNTHETIC, WorkloadError, load_jsonl, synthetic
@@ -131,6 +132,7 @@ def _record(out: TextIO) -> Callable[[Req], None]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    seed_router_ids()  # before any ROUTER (the KV-event replay's) is built
     wiring = load_wiring(args.file, *args.overlay)
     busy = _busy_kv_events_overlay(wiring)
     if busy is not None:
@@ -234,6 +236,7 @@ def _linger(publisher: Any, seconds: float) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    seed_router_ids()  # before any ROUTER (the KV-event replay's) is built
     wiring = load_wiring(args.file, *args.overlay)
     stop = threading.Event()
     with build(wiring) as assembly:
