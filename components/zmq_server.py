@@ -47,6 +47,7 @@ scheduler's ``request_receiver`` and the output streamer's ``sender``.
 from __future__ import annotations
 
 import os
+import time
 from functools import partial
 
 import attrs
@@ -77,6 +78,27 @@ log = structlog.get_logger(__name__)
 
 OutputMessage = BatchTokenIDOutput | BatchEmbeddingOutput
 VALID_MESSAGES = "valid messages: GenerateReqInput (kind 'generate'), ControlReq (kind 'control')"
+
+
+@attrs.define(slots=True)
+class _Warnings:
+    """Logs each kind of warning at most once per ``interval`` seconds, with how many were
+    left out since: a client that sends refused messages as fast as it can must not turn
+    the log (and a stderr pipe that fills) into the thing that stalls the loop."""
+
+    interval: float = 1.0
+    _last: dict[str, float] = attrs.Factory(dict)
+    _left_out: dict[str, int] = attrs.Factory(dict)
+
+    def warning(self, event: str, **fields: object) -> None:
+        """Log ``event`` unless one was logged less than ``interval`` seconds ago."""
+        now = time.monotonic()
+        if now - self._last.get(event, -self.interval) < self.interval:
+            self._left_out[event] = self._left_out.get(event, 0) + 1
+            return
+        self._last[event] = now
+        left_out = self._left_out.pop(event, 0)
+        log.warning(event, **fields, **({"not_logged_since": left_out} if left_out else {}))
 
 
 @attrs.define(slots=True, eq=False)
@@ -129,6 +151,7 @@ class ZmqServer:
     _socket: zmq.Socket = attrs.field(init=False, default=None, repr=False)
     _monitor: zmq.Socket = attrs.field(init=False, default=None, repr=False)
     _poller: zmq.Poller = attrs.field(init=False, factory=zmq.Poller, repr=False)
+    _warnings: _Warnings = attrs.field(init=False, factory=_Warnings, repr=False)
 
     def __attrs_post_init__(self) -> None:
         check_endpoint(self.endpoint, bind=True, allow_remote=self.allow_remote)
@@ -270,7 +293,7 @@ class ZmqServer:
 
     def _refuse(self, client: _Client, problem: str, rid: str | None = None) -> None:
         self.malformed_count += 1
-        log.warning("request refused", problem=problem[:500], peer=client.identity.hex())
+        self._warnings.warning("request refused", problem=problem[:500], peer=client.identity.hex())
         self._send(client, encode(ErrorReply(message=problem, rid=rid)))
         return None
 
@@ -330,7 +353,9 @@ class ZmqServer:
         for rid in client.rids:
             routes[rid].client = None
         self._to_abort += client.rids
-        log.warning("client dropped", why=why, peer=client.identity.hex(), aborted=len(client.rids))
+        self._warnings.warning(
+            "client dropped", why=why, peer=client.identity.hex(), aborted=len(client.rids)
+        )
         self.clients_dropped += 1
         client.rids = set()
         client.tokens = 0
