@@ -13,31 +13,42 @@ Wire protocol (a client connects a DEALER socket; every message is one msgpack f
   is wrong: not msgpack, not a known message, a bad field, a rid already in flight, a frame over
   ``max_message_bytes``, nesting deeper than the decoder's recursion limit, a waiting limit.
 
-Frames: a frame over ``max_message_bytes`` is refused by its length alone; libzmq disconnects,
-without a word, a peer whose frame exceeds 4 x ``max_message_bytes`` (``MAXMSGSIZE``). Frames
-are decoded only against the message schema (never schema-less), which builds nothing for the
-values it skips.
+Frames: one over ``max_message_bytes`` (8 MiB) is refused by its length alone; libzmq
+disconnects, without a word, a peer whose frame exceeds 4 x ``max_message_bytes``
+(``MAXMSGSIZE``), and buffers at most ``max_unread_per_client`` unread messages of a
+connection (TCP pushes back on the rest). Frames are decoded only against the message schema,
+never schema-less: skipped values build nothing, and nesting deeper than the interpreter's
+recursion limit stops the decoder (answered like any decode error).
 
 A client is one connection: its routing id and the socket descriptor its messages arrive on
-(``SRCFD``). A socket monitor reports each closed connection (read before every receive and
-every send): the connection's requests are aborted at once (their KV freed) and their outputs,
-the final one included, go nowhere (``departed_outputs``). A newcomer that takes a departed
-client's routing id, or the same descriptor, is a different client and never gets those
-outputs; a departed request's rid stays taken until its final output. Sends never block the
+(``SRCFD``). A socket monitor reports each closed connection; the reports are read before
+every message received and every output sent. A departed client's waiting requests are
+aborted at once (their KV freed) and their outputs, the final one included, go nowhere
+(``departed_outputs``); their rids stay taken until that final output. A newcomer that takes a
+departed client's routing id, or its descriptor, is a different client and gets none of them.
+(libzmq gives a routing id to one connection at a time, ignoring a second one that presents
+it, and emits a connection's close before its routing id or descriptor can be reused. What is
+left is a window of microseconds: a connection closing after the reports were read, and a
+newcomer with its routing id attached, both before the next send.) Sends never block the
 scheduler: each client has a queue of ``max_queued_per_client`` messages; a client whose queue
 is full (too slow) or that is gone has its requests aborted the same way. Either is counted in
-``clients_dropped``.
+``clients_dropped``. Control replies go to the connection that asked, or nowhere.
 
 Admission: requests taken and not yet finished ("waiting") are limited per client
-(``max_waiting_requests_per_client``, ``max_waiting_tokens_per_client``, prompt tokens) and in
-total (``max_waiting_requests``, ``max_waiting_tokens``); a request over a limit is refused
-with an ``ErrorReply`` naming it. Their prompts wait packed, 4 bytes a token.
+(``max_waiting_requests_per_client``, ``max_waiting_tokens_per_client``; tokens are prompt
+tokens) and in total (``max_waiting_requests``, ``max_waiting_tokens``); a request over a limit
+is refused with an ``ErrorReply`` naming the limit. Prompts reach the scheduler packed, 4 bytes
+a token, until it admits them into a batch. Control messages are never limited.
 
-Routing ids are never sent to clients, ``ROUTER_HANDOVER`` stays off (a peer presenting a
-routing id in use is ignored by libzmq), and the C library's ``rand()``, from which libzmq
-starts its automatic ids, is seeded from ``os.urandom`` before the socket is created
-(``schedkit.endpoints.seed_router_ids``): a peer can only crash libzmq 4.3 by taking the next
-automatic id as its own, and that now means guessing a 32-bit value; it remains a probability.
+Routing ids: never sent to clients; ``ROUTER_HANDOVER`` stays off. libzmq 4.3 aborts the
+process (a failed assertion) when it gives an anonymous peer an automatic routing id
+(``b"\\x00"`` + a 32-bit counter) that a peer already took as its explicit ``ROUTING_ID``, and
+it starts the counter from ``rand()``, which nothing seeds. ``rand()`` is seeded from
+``os.urandom`` before the socket is created (``schedkit.endpoints.seed_router_ids``), so the
+next automatic id must be guessed among 2^32 values: this stays a probability, not a
+guarantee (each squatting connection succeeds with a chance of about the anonymous connections
+still to come while it stays, over 2^32). Logged warnings (refusals, dropped clients) are
+limited to one a second of each kind.
 
 Outputs of requests that no client sent (submitted in process) have nowhere to go: they are
 counted in ``unrouted_outputs`` and the first is logged. Use it in a wiring as both the
@@ -130,6 +141,7 @@ class ZmqServer:
     allow_remote: bool = False
     max_recv_per_call: int = attrs.field(default=4096, validator=at_least(1))
     max_queued_per_client: int = attrs.field(default=1000, validator=at_least(1))
+    max_unread_per_client: int = attrs.field(default=64, validator=at_least(1))
     max_message_bytes: int = attrs.field(default=8 << 20, validator=at_least(1024))
     max_waiting_requests_per_client: int = attrs.field(default=1024, validator=at_least(1))
     max_waiting_tokens_per_client: int = attrs.field(default=1 << 20, validator=at_least(1))
@@ -161,6 +173,8 @@ class ZmqServer:
         # A send to a client that is gone fails (EHOSTUNREACH) instead of vanishing.
         socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
         socket.setsockopt(zmq.SNDHWM, self.max_queued_per_client)
+        # What a connection sends beyond this waits in its own buffers (TCP pushes back).
+        socket.setsockopt(zmq.RCVHWM, self.max_unread_per_client)
         # Frames between max_message_bytes and this get an ErrorReply; larger ones cost the
         # peer its connection before they are read.
         socket.setsockopt(zmq.MAXMSGSIZE, 4 * self.max_message_bytes)

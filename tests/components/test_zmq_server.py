@@ -441,3 +441,22 @@ def test_after_close_nothing_is_taken_and_replies_go_nowhere(server, connect):
 def test_rejects_bad_settings():
     with pytest.raises(ValueError, match="max_recv_per_call must be an integer >= 1"):
         ZmqServer(max_recv_per_call=0)
+
+
+def test_refusals_are_logged_at_most_once_a_second(capsys):
+    server = ZmqServer()
+    client = zmq.Context.instance().socket(zmq.DEALER)
+    try:
+        client.connect(server.bound_endpoint)
+        for _ in range(50):
+            client.send(b"\xc1")
+        deadline = time.monotonic() + 5
+        while server.malformed_count < 50:
+            assert time.monotonic() < deadline
+            server.wait(0.05)
+            server.recv_requests()
+        logged = capsys.readouterr()
+        assert 1 <= (logged.out + logged.err).count("request refused") <= 5  # not 50
+    finally:
+        client.close(linger=0)
+        server.close()
