@@ -231,7 +231,7 @@ class ZmqServer:
 
     def _parse(self, frames: list[zmq.Frame]) -> Req | ControlRequest | None:
         payload = frames[-1]
-        client = self._client(frames[0].bytes, payload.get(zmq.SRCFD))
+        client = self._client(frames[0].bytes, _source_fd(payload))
         if len(frames) != 2:
             return self._refuse(
                 client, f"expected one message frame from a DEALER, got {len(frames) - 1}"
@@ -347,7 +347,7 @@ class ZmqServer:
             except zmq.Again:
                 return
             client = self._by_fd.get(event["value"])
-            if client is not None:
+            if client is not None and event["event"] == zmq.EVENT_DISCONNECTED:
                 self._depart(client, "disconnected")
 
     def _depart(self, client: _Client, why: str) -> None:
@@ -439,6 +439,14 @@ class ZmqServer:
             self._socket.close(linger=self.linger_ms)
         if not self._monitor.closed:
             self._monitor.close()
+
+
+def _source_fd(frame: zmq.Frame) -> int:
+    """The socket descriptor a frame arrived on; -1 for inproc (libzmq knows none)."""
+    try:
+        return frame.get(zmq.SRCFD)
+    except zmq.ZMQError:
+        return -1
 
 
 def _rows(msg: OutputMessage, rows: list[int]) -> OutputMessage:

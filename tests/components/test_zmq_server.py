@@ -460,3 +460,17 @@ def test_refusals_are_logged_at_most_once_a_second(capsys):
     finally:
         client.close(linger=0)
         server.close()
+
+
+def test_serves_inproc_clients_too():
+    server = ZmqServer(endpoint="inproc://zmq-server-test")
+    client = zmq.Context.instance().socket(zmq.DEALER)
+    try:
+        client.connect("inproc://zmq-server-test")
+        client.send(generate("i1"))
+        assert [r.rid for r in receive(server, 1)] == ["i1"]
+        server.send(output(["i1"], finished=True))
+        assert read(client).rids == ["i1"]
+    finally:
+        client.close(linger=0)
+        server.close()
