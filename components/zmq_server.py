@@ -434,7 +434,7 @@ class ZmqServer:
     def close(self) -> None:
         """Close the socket (pending messages wait at most ``linger_ms``) and its monitor."""
         if not self._socket.closed:
-            # Closing a monitored socket without this first wedges libzmq's I/O thread.
+            # Closing a monitored socket first stalls later connections (libzmq 4.3.5).
             self._socket.disable_monitor()
             self._socket.close(linger=self.linger_ms)
         if not self._monitor.closed:
