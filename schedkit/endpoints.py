@@ -8,6 +8,7 @@ import ctypes
 import ctypes.util
 import ipaddress
 import os
+from collections.abc import Callable
 
 __all__ = ["check_endpoint", "seed_router_ids"]
 
@@ -62,7 +63,7 @@ def seed_router_ids() -> bool:
     process hands out ``00 6b 8b 45 67`` first. A peer that sets that value as its own
     ``ROUTING_ID`` makes libzmq abort the whole process (a failed assertion) when the next
     anonymous peer connects and is given the same id. Seeded, the counter starts at one of
-    2^32 values that no client sees (servers never send routing ids), so such a peer must
+    2^32 values that no client sees (``zmq_server`` never sends routing ids), so such a peer must
     guess it: each connection attempt succeeds with a probability of about (anonymous
     connections still to come while it stays connected) / 2^32. It stays a probability:
     libzmq 4.3 checks automatic ids against nothing. Call it right before creating a ROUTER
@@ -75,7 +76,7 @@ def seed_router_ids() -> bool:
     return True
 
 
-def _c_srand():
+def _c_srand() -> Callable[[int], None] | None:
     for name in (None, ctypes.util.find_library("c")):
         try:
             srand = ctypes.CDLL(name).srand
