@@ -22,7 +22,7 @@ from collections import deque
 import structlog
 import zmq
 
-from schedkit.endpoints import check_endpoint
+from schedkit.endpoints import check_endpoint, unpredictable_routing_ids
 from schedkit.kv_events.config import KvEventsConfig, offset_endpoint, register_publisher
 from schedkit.kv_events.replay import END_SEQ, ReplayServer
 from schedkit.kv_events.structs import EventBatch, KVEventBatch, get_profile
@@ -176,6 +176,7 @@ class ZmqEventPublisher:
             self._pub.setsockopt(zmq.SNDHWM, config.hwm)
             self.endpoint = self._open(self._pub, config.endpoint, config.mode)
             if config.replay_endpoint is not None:
+                unpredictable_routing_ids()  # before the ROUTER draws its first peer id
                 router = self._context.socket(zmq.ROUTER)
                 replay_endpoint = self._open(router, config.replay_endpoint, "bind")
                 self._replay = ReplayServer(

@@ -263,10 +263,8 @@ def test_a_replay_client_that_does_not_read_stalls_neither_live_nor_other_replay
             poll_until(sub, lambda g: g[-1][0] >= last, got)
         finally:
             stuck.close()
-        deadline = time.monotonic() + 5
-        while not any(log["event"] == "kv_events.replay_client_gone" for log in logs):
-            assert time.monotonic() < deadline, "the stuck client's replay was not pending"
-            time.sleep(0.01)
+    # Its replay was dropped once its queue was full, not served on and off for seconds.
+    assert any(log["event"] == "kv_events.replay_client_stalled" for log in logs)
     assert seqs(got) == list(range(last + 1))  # its own replay from 0 went through
     assert [b.ts for _, b in got[:3000]] == [float(i) for i in range(3000)]
 

@@ -1,0 +1,113 @@
+"""KvEventSubscriber against a publisher that dies or restarts, and a subscriber its owner
+forgets: poll keeps its timeout, a restart right after a batch is noticed, finalisation never
+blocks."""
+
+from __future__ import annotations
+
+import faulthandler
+import gc
+import statistics
+import time
+import weakref
+
+import pytest
+import zmq
+
+from schedkit.kv_events import (
+    AllBlocksCleared,
+    KVEventBatch,
+    KvEventsConfig,
+    KvEventSubscriber,
+    PublisherRestarted,
+    ZmqEventPublisher,
+)
+from tests.schedkit.kv_events.helpers import batch, config, poll_until, seqs, wait_live
+
+
+def subscriber_for(pub, **kwargs) -> KvEventSubscriber:
+    return KvEventSubscriber(pub.endpoint, pub.replay_endpoint, pub.config.topic, **kwargs)
+
+
+def test_poll_keeps_its_timeout_once_the_publisher_is_dead(closing):
+    pub = ZmqEventPublisher(config(replay=True))
+    sub = closing(subscriber_for(pub, epoch_check_interval=0.2, replay_timeout=5.0))
+    got = wait_live(pub, sub)
+    poll_until(sub, lambda g: g[-1][0] >= pub.last_seq, got)
+    pub.shutdown()
+
+    durations = []
+    end = time.monotonic() + 3.0  # 15 epoch checks are due, none is ever answered
+    while time.monotonic() < end:
+        start = time.perf_counter()
+        assert sub.poll(0) == []
+        durations.append(time.perf_counter() - start)
+        time.sleep(0.01)
+    assert statistics.median(durations) < 0.05
+    assert max(durations) < 0.2, max(durations)  # an epoch check used to wait 5 s
+    start = time.perf_counter()
+    sub.poll(100)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_a_restart_right_after_publishing_delivers_the_new_stream(closing):
+    pub = ZmqEventPublisher(config(replay=True))
+    sub = closing(subscriber_for(pub))
+    time.sleep(0.3)  # connected and subscribed, but it has not polled yet
+    for i in range(5):
+        pub.publish(batch(i))
+    pub.flush()
+    endpoint, replay_endpoint = pub.endpoint, pub.replay_endpoint
+    pub.shutdown()  # and at once a new publisher on the same endpoints
+    new = closing(
+        ZmqEventPublisher(
+            KvEventsConfig(endpoint=endpoint, replay_endpoint=replay_endpoint, heartbeat_interval=0)
+        )
+    )
+    new.publish(KVEventBatch(0.0, [AllBlocksCleared()]))  # as a cache's reset() announces
+    for i in range(1, 5):
+        new.publish(batch(100 + i))
+    new.flush()
+
+    got = wait_live(new, sub, timeout=10.0)
+    poll_until(sub, lambda g: any(isinstance(n, PublisherRestarted) for n in sub.notices), got)
+    poll_until(sub, lambda g: g[-1][0] >= new.last_seq, got)
+    restarts = [n for n in sub.notices if isinstance(n, PublisherRestarted)]
+    assert len(restarts) == 1 and restarts[0].last_seq >= 4
+    assert [b.ts for _, b in got[:5]] == [0.0, 1.0, 2.0, 3.0, 4.0]  # the old stream
+    new_stream = got[max(i for i, seq in enumerate(seqs(got)) if seq == 0) :]
+    assert seqs(new_stream) == list(range(new.last_seq + 1))
+    assert new_stream[0][1].events == [AllBlocksCleared()]
+    assert [b.ts for _, b in new_stream[1:5]] == [101.0, 102.0, 103.0, 104.0]
+
+
+class Owner:
+    """Holds a subscriber whose notice handler is one of its own methods: a reference cycle."""
+
+    def __init__(self, pub, context: zmq.Context | None = None) -> None:
+        self.sub = subscriber_for(pub, context=context, on_notice=self.on_notice)
+
+    def on_notice(self, notice) -> None:
+        pass
+
+
+@pytest.mark.parametrize("shared_context", [False, True])
+def test_a_subscriber_dropped_in_a_cycle_is_collected_without_blocking(closing, shared_context):
+    pub = closing(ZmqEventPublisher(config(replay=True)))
+    context = zmq.Context() if shared_context else None  # KvRouter's own context, say
+    owner = Owner(pub, context)
+    wait_live(pub, owner.sub)
+    collected = weakref.ref(owner.sub)
+    del owner
+    faulthandler.dump_traceback_later(20, exit=True)  # a hang must not hang the whole run
+    try:
+        with pytest.warns(ResourceWarning) as warned:
+            start = time.monotonic()
+            gc.collect()
+            elapsed = time.monotonic() - start
+            context = None  # the context's owner is gone too
+            gc.collect()
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    assert elapsed < 1.0
+    assert collected() is None
+    assert any("KvEventSubscriber" in str(w.message) and "close()" in str(w.message) for w in warned)
