@@ -1,9 +1,8 @@
 """A KV-event subscriber: decodes one publisher's stream in seq order, recovers gaps through
 the publisher's replay socket, and reports what it could not recover as typed notices.
 
-
-(Longer than 300 lines: the live path, replay and restart detection all update one
-sequencing state.)
+(Longer than 300 lines: the live path, the replay requests in flight and restart detection all
+update one sequencing state.)
 """
 
 from __future__ import annotations
@@ -11,6 +10,9 @@ from __future__ import annotations
 import math
 import threading
 import time
+import warnings
+import weakref
+from collections import deque
 from collections.abc import Callable, Iterator
 
 import attrs
@@ -33,6 +35,17 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 _MAX_READ = 4096  # live messages handled per poll() call
+
+# What a request on the replay socket is for.
+_LEARN = "learn"  # the epoch, before the first batch is judged
+_JUDGE = "judge"  # the epoch, because the live seq went back: a restart or a duplicate?
+_GAP = "gap"  # the epoch, because of a gap: a restart whose seqs ran past the old ones?
+_CHECK = "check"  # the epoch, every epoch_check_interval; live batches flow meanwhile
+_REPLAY = "replay"  # missed batches
+
+# What the replay socket said about the epoch of the batch at hand.
+_SAME = "same"  # the epoch known so far
+_UNKNOWN = "unknown"  # nothing that tells: judge by seq alone
 
 
 @attrs.frozen
@@ -78,6 +91,26 @@ class PublisherRestarted:
 Notice = GapDetected | GapFilled | HistoryLost | PublisherRestarted
 
 
+class _Request:
+    """A request sent on the replay socket and the replies collected for it so far."""
+
+    __slots__ = ("answer", "deadline", "kind", "received", "replies", "start", "trigger")
+
+    def __init__(self, kind: str, deadline: float, start: int, received: int | None, trigger):
+        self.kind = kind
+        self.deadline = deadline
+        self.start = start  # a replay's first seq
+        self.received = received  # the live seq that showed the gap a replay fills
+        self.trigger = trigger  # (seq, payload) of the live batch waiting for the answer
+        self.replies: list[tuple[int, bytes]] = []
+        self.answer: bytes | None = None  # the end marker's payload once it arrived
+
+    @property
+    def holds(self) -> bool:
+        """Live batches wait until this request is answered."""
+        return self.kind != _CHECK
+
+
 class KvEventSubscriber:
     """Subscribes to one publisher (one DP rank) and yields ``(seq, KVEventBatch)`` in seq
     order without duplicates.
@@ -89,12 +122,26 @@ class KvEventSubscriber:
     count in ``decode_errors``). Notices go to ``on_notice`` (default: appended to
     ``notices``).
 
+    ``poll`` never waits longer than its timeout: requests on the replay socket are sent and
+    their answers read by later calls (live batches stay queued in the socket while an
+    answer they depend on is awaited, at most ``replay_timeout`` seconds), so a dead
+    publisher costs its subscriber nothing. A request unanswered after ``replay_timeout``
+    seconds counts as not answered; the next one goes out under a new identity.
+
     A restarted publisher is noticed when its seq goes back, and, with a schedkit publisher's
-    replay socket, also when its epoch changes: checked on every gap and every
-    ``epoch_check_interval`` seconds, so a new publisher whose seqs run past the old ones (or
-    continue them exactly) is still told apart; the subscriber then replays the new one from
-    seq 0, its ``AllBlocksCleared`` included. Every batch, an empty heartbeat too, shows a
-    missed tail as a gap.
+    replay socket, also when its epoch changes. The epoch is asked for when the subscriber is
+    created, so that it is known before the first batch is judged; then on every gap, when
+    the seq goes back, and every ``epoch_check_interval`` seconds, so a new publisher whose
+    seqs run past the old ones (or continue them exactly) is still told apart. The subscriber
+    then discards the live batches queued so far (the old publisher's tail may be among
+    them), reports ``PublisherRestarted`` before any batch of that ``poll`` call, and replays
+    the new publisher from seq 0, its ``AllBlocksCleared`` included. Every batch, an empty
+    heartbeat too, shows a missed tail as a gap.
+
+    Close it (or use it as a context manager). One that is garbage-collected open closes its
+    sockets without lingering and warns (``ResourceWarning``); finalisation never blocks,
+    even inside a reference cycle. Without ``context`` it uses the process-wide
+    ``zmq.Context.instance()``, which it never terminates.
     """
 
     def __init__(
@@ -120,6 +167,7 @@ class KvEventSubscriber:
         wire = get_profile(profile)
         self._decode = wire.strict_decode if strict else wire.decode
         self._epoch: bytes | None = None
+        self._epoch_told: bool | None = None  # whether the replay socket tells an epoch
         self._epoch_interval = epoch_check_interval
         self._epoch_checked = time.monotonic()
         self._notice = self.notices.append if on_notice is None else on_notice
@@ -127,20 +175,25 @@ class KvEventSubscriber:
         self._poll_ms = max(1, int(poll_interval * 1000))
         self._last: int | None = None
         self._live_last: int | None = None
+        self._requests: deque[_Request] = deque()
+        self._holding = 0  # requests in flight that live batches wait for
         self._closed = False
-        self._sockets_open = True
         self._iterating: int | None = None
         self._lock = threading.Lock()
-        self._own_context = context is None
-        self._context = zmq.Context() if context is None else context
+        self._context = zmq.Context.instance() if context is None else context
         self._sub = self._context.socket(zmq.SUB)
-        self._sub.setsockopt(zmq.RCVHWM, hwm)
-        self._sub.setsockopt(zmq.SUBSCRIBE, topic.encode())
         self._dealer = None
+        # Whatever is open when the subscriber is collected unclosed; see _close_abandoned.
+        self._sockets: list[zmq.Socket] = [self._sub]
+        self._finalizer = weakref.finalize(self, _close_abandoned, self._sockets, endpoint)
         try:
+            self._sub.setsockopt(zmq.LINGER, 0)
+            self._sub.setsockopt(zmq.RCVHWM, hwm)
+            self._sub.setsockopt(zmq.SUBSCRIBE, topic.encode())
             self._sub.connect(endpoint)
             if replay_endpoint is not None:
-                self._dealer = self._new_dealer()
+                self._new_dealer()
+                self._ask(_LEARN)
         except zmq.ZMQError as exc:
             self._close_sockets()
             raise ValueError(
@@ -154,31 +207,32 @@ class KvEventSubscriber:
         return self._last
 
     def poll(self, timeout_ms: int = 0) -> list[tuple[int, KVEventBatch]]:
-        """Wait up to ``timeout_ms`` for live batches and return the ones now due, in order
-        (replayed batches included). Returns [] once closed."""
+        """Wait up to ``timeout_ms`` for batches and return the ones now due, in order
+        (replayed batches included); never blocks longer. Returns [] once closed."""
         out: list[tuple[int, KVEventBatch]] = []
         if self._closed:
             return out
-        if (
-            self._dealer is not None
-            and self._last is not None
-            and time.monotonic() - self._epoch_checked >= self._epoch_interval
-        ):
-            self._check_epoch(self._last, out)
-        if not self._sub.poll(timeout_ms):
-            return out
-        sub = self._sub
-        for _ in range(_MAX_READ):
-            try:
-                frames = sub.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            if len(frames) != 3 or len(frames[1]) != 8:
-                self.frame_errors += 1
-                log.warning("kv_events.bad_live_frames", frames=[len(f) for f in frames[:8]])
-                continue
-            self._on_live(int.from_bytes(frames[1], "big"), frames[2], out)
-        return out
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000
+        while True:
+            self._take_answers(out)
+            if not self._holding:
+                self._read_live(out)
+            if out:
+                return out
+            now = time.monotonic()
+            wait = deadline - now
+            if wait <= 0:
+                return out
+            if self._requests:
+                wait = min(wait, self._requests[0].deadline - now)
+            elif self._epoch_check_due(now):
+                continue  # _take_answers sends it
+            elif self._dealer is not None and self._live_last is not None:
+                wait = min(wait, self._epoch_checked + self._epoch_interval - now)
+            items = [(self._dealer, zmq.POLLIN)] if self._requests else []
+            if not self._holding:
+                items.append((self._sub, zmq.POLLIN))
+            zmq.zmq_poll(items, max(0, math.ceil(wait * 1000)))
 
     def __iter__(self) -> Iterator[tuple[int, KVEventBatch]]:
         return self.iter_batches()
@@ -208,8 +262,9 @@ class KvEventSubscriber:
                 self._close_sockets()
 
     def close(self) -> None:
-        """Close the sockets; safe to call more than once. Called from another thread while
-        that thread iterates, it only stops the iteration, which then closes the sockets."""
+        """Close the sockets (without lingering); safe to call more than once. Called from
+        another thread while that thread iterates, it only stops the iteration, which then
+        closes the sockets."""
         with self._lock:
             self._closed = True
             if self._iterating is not None and self._iterating != threading.get_ident():
@@ -224,77 +279,108 @@ class KvEventSubscriber:
 
     def _close_sockets(self) -> None:
         with self._lock:
-            if not self._sockets_open:
-                return
-            self._sockets_open = False
-        self._sub.close(linger=0)
-        if self._dealer is not None:
-            self._dealer.close(linger=0)
-        if self._own_context:
-            self._context.term()
+            sockets = list(self._sockets)
+            self._sockets.clear()
+        self._finalizer.detach()
+        for sock in sockets:
+            sock.close(linger=0)
 
     # -- sequencing -----------------------------------------------------------------------
 
-    def _on_live(self, seq: int, payload: bytes, out: list) -> None:
-        live_last = self._live_last
-        if live_last is not None and seq <= live_last:
-            if self._same_epoch():  # a duplicate or a late, reordered batch: seen already
-                if self._last is not None and seq <= self._last:
+    def _read_live(self, out: list) -> None:
+        sub = self._sub
+        for _ in range(_MAX_READ):
+            if self._holding:
+                return
+            try:
+                frames = sub.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frames) != 3 or len(frames[1]) != 8:
+                self.frame_errors += 1
+                log.warning("kv_events.bad_live_frames", frames=[len(f) for f in frames[:8]])
+                continue
+            self._sequence(int.from_bytes(frames[1], "big"), frames[2], out)
+
+    def _sequence(self, seq: int, payload: bytes, out: list, verdict: str | None = None) -> None:
+        """Apply one live batch, or ask first what the replay socket says about its epoch
+        (``verdict`` is that answer, once asked)."""
+        live_last, last = self._live_last, self._last
+        went_back = live_last is not None and seq <= live_last
+        expected = 0 if last is None else last + 1
+        if verdict is None and self._dealer is not None:
+            if self._epoch_told is None:
+                self._ask(_LEARN, trigger=(seq, payload))
+                return
+            if self._epoch is not None and (went_back or seq > expected):
+                self._ask(_JUDGE if went_back else _GAP, trigger=(seq, payload))
+                return
+        if went_back:
+            if verdict == _SAME:  # a duplicate or a late, reordered batch: seen already
+                if last is not None and seq <= last:
                     return
             else:
-                last = self._last if self._last is not None else live_last
-                self._notice(PublisherRestarted(last, seq))
-                self._last = None
+                self._notice(PublisherRestarted(last if last is not None else live_last, seq))
+                self._last = last = None
                 self._live_last = seq
+                expected = 0
         else:
             self._live_last = seq
-            if self._dealer is not None and (self._epoch is None or seq != live_last + 1):
-                self._check_epoch(seq, out)
-        last = self._last
         if last is not None and seq <= last:  # already delivered by a replay
             return
-        expected = 0 if last is None else last + 1
-        if seq != expected:
-            if self._dealer is None:
-                self._notice(HistoryLost(expected, None))
-            else:
-                if last is not None:
-                    self._notice(GapDetected(expected, seq))
-                self._replay(expected, seq, out)
-                if self._last is not None and seq <= self._last:
-                    return
-        self._apply(seq, payload, out)
+        if seq == expected:
+            self._apply(seq, payload, out)
+        elif self._dealer is None:
+            self._notice(HistoryLost(expected, None))
+            self._apply(seq, payload, out)
+        else:
+            if last is not None:
+                self._notice(GapDetected(expected, seq))
+            self._ask(_REPLAY, start=expected, received=seq, trigger=(seq, payload))
 
-    def _same_epoch(self) -> bool:
-        """True when the replay socket names the epoch seen so far (known, and unchanged);
-        a seq that goes back is then no restart. Without that knowledge it is one."""
-        if self._dealer is None or self._epoch is None:
-            return False
-        epoch = self._query_epoch()
-        if epoch is None or epoch != self._epoch:
+    def _epoch_answered(self, request: _Request, out: list) -> bool:
+        """Act on an epoch answer (None: no answer); False to leave it for the next poll."""
+        epoch = request.answer
+        if epoch is not None:
+            self._epoch_told = bool(epoch)
+        elif request.trigger is not None and self._epoch_told is None:
+            self._epoch_told = False  # a batch waited in vain: do not make the next wait too
+        if epoch and self._epoch is not None and epoch != self._epoch:
+            if out:  # report the restart before any batch of a poll, never after the old ones
+                return False
+            self._restarted(epoch, request)
+            return True
+        verdict = _SAME if epoch and self._epoch is not None else _UNKNOWN
+        if epoch:
             self._epoch = epoch
-            return False
+        if request.trigger is not None:
+            self._sequence(*request.trigger, out, verdict)
         return True
 
-    def _check_epoch(self, seq: int, out: list) -> None:
-        """Ask the replay socket for the publisher's epoch; on a new one, report the restart
-        and replay the new publisher from seq 0."""
-        epoch = self._query_epoch()
-        if epoch is None:
-            return
-        if self._epoch is not None and epoch != self._epoch and self._last is not None:
-            self._notice(PublisherRestarted(self._last, seq, "epoch"))
-            self._last = None
-            self._epoch = epoch
-            self._replay(0, 0, out)
-            return
+    def _restarted(self, epoch: bytes, request: _Request) -> None:
+        """A new publisher answers: report it, drop what is queued live (the old one's tail
+        may be there; the replay holds all the new one sent so far) and replay from 0."""
+        last = self._last
+        if last is not None:
+            if request.trigger is not None:
+                new_seq = request.trigger[0]
+            else:
+                new_seq = last if self._live_last is None else self._live_last
+            self._notice(PublisherRestarted(last, new_seq, "epoch"))
         self._epoch = epoch
+        self._last = self._live_last = None
+        while True:
+            try:
+                self._sub.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+        self._ask(_REPLAY, start=0)
 
-    def _replay(self, expected: int, received: int, out: list) -> None:
-        """Ask for ``expected`` onwards and apply the replies; report what stayed missing."""
-        replies = self._request_replay(expected)
+    def _replayed(self, request: _Request, out: list) -> None:
+        """Apply a replay's replies and report what stayed missing."""
+        expected, received = request.start, request.received
         lost = False
-        for seq, payload in replies:
+        for seq, payload in request.replies:
             if self._last is not None and seq <= self._last:
                 continue
             due = expected if self._last is None else self._last + 1
@@ -302,59 +388,16 @@ class KvEventSubscriber:
                 self._notice(HistoryLost(due, seq))
                 lost = True
             self._apply(seq, payload, out)
-        if self._last is None or self._last + 1 < received:
-            due = expected if self._last is None else self._last + 1
-            self._notice(HistoryLost(due, None))
-        elif not lost and received > expected:
-            self._notice(GapFilled(expected, received - 1))
-
-    def _new_dealer(self) -> zmq.Socket:
-        dealer = self._context.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, 0)
-        dealer.connect(self.replay_endpoint)
-        return dealer
-
-    def _query_epoch(self) -> bytes | None:
-        """The publisher's epoch, or None when its replay socket does not tell (an engine's
-        own publisher) or does not answer."""
-        self._epoch_checked = time.monotonic()
-        end: list[bytes] = []
-        self._exchange(EPOCH_REQUEST, end)
-        return end[0] if end and end[0] else None
-
-    def _request_replay(self, start: int) -> list[tuple[int, bytes]]:
-        return self._exchange(start.to_bytes(8, "big"), [])
-
-    def _exchange(self, request: bytes, end: list[bytes]) -> list[tuple[int, bytes]]:
-        """Send one request on the replay socket and collect the replies up to the end
-        marker, whose payload goes into ``end``."""
-        dealer = self._dealer
-        dealer.send_multipart((b"", request))
-        replies = []
-        deadline = time.monotonic() + self._replay_timeout
-        while True:
-            remaining_ms = math.ceil((deadline - time.monotonic()) * 1000)
-            if remaining_ms <= 0 or not dealer.poll(remaining_ms):
-                log.warning(
-                    "kv_events.replay_timeout",
-                    endpoint=self.replay_endpoint,
-                    request=request.hex(),
-                    received=len(replies),
-                )
-                # A new identity: late replies to this request cannot reach the next one.
-                dealer.close()
-                self._dealer = self._new_dealer()
-                return replies
-            frames = dealer.recv_multipart()
-            # ["", topic, seq, payload] (vLLM, schedkit) or ["", seq, payload] (SGLang)
-            if frames[0] != b"" or len(frames) not in (3, 4) or len(frames[-2]) != 8:
-                log.warning("kv_events.bad_replay_reply", frames=[len(f) for f in frames])
-                continue
-            seq = int.from_bytes(frames[-2], "big", signed=True)
-            if seq == -1:
-                end.append(frames[-1])
-                return replies
-            replies.append((seq, frames[-1]))
+        if received is not None:
+            if self._last is None or self._last + 1 < received:
+                due = expected if self._last is None else self._last + 1
+                self._notice(HistoryLost(due, None))
+            elif not lost and received > expected:
+                self._notice(GapFilled(expected, received - 1))
+        if request.trigger is not None:
+            seq, payload = request.trigger
+            if self._last is None or seq > self._last:
+                self._apply(seq, payload, out)
 
     def _apply(self, seq: int, payload: bytes, out: list) -> None:
         self._last = seq
@@ -363,3 +406,127 @@ class KvEventSubscriber:
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             self.decode_errors += 1
             log.error("kv_events.decode_failed", seq=seq, error=str(exc))
+
+    # -- the replay socket ----------------------------------------------------------------
+
+    def _new_dealer(self) -> None:
+        """A DEALER under a new identity: replies to earlier requests cannot reach it."""
+        if self._dealer is not None:
+            self._sockets.remove(self._dealer)
+            self._dealer.close(linger=0)
+        dealer = self._context.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.setsockopt(zmq.RCVHWM, 0)  # it holds only the answers to its own requests
+        dealer.connect(self.replay_endpoint)
+        self._dealer = dealer
+        self._sockets.append(dealer)
+
+    def _epoch_check_due(self, now: float) -> bool:
+        return (
+            self._dealer is not None
+            and not self._requests
+            and self._live_last is not None
+            and now - self._epoch_checked >= self._epoch_interval
+        )
+
+    def _ask(
+        self,
+        kind: str,
+        *,
+        start: int = 0,
+        received: int | None = None,
+        trigger: tuple[int, bytes] | None = None,
+    ) -> None:
+        """Send a request; its answer is handled by a later ``_take_answers``."""
+        now = time.monotonic()
+        request = _Request(kind, now + self._replay_timeout, start, received, trigger)
+        self._requests.append(request)
+        self._holding += request.holds
+        if kind == _REPLAY:
+            message = start.to_bytes(8, "big")
+        else:
+            message = EPOCH_REQUEST
+            self._epoch_checked = now
+        try:
+            self._dealer.send_multipart((b"", message), zmq.NOBLOCK)
+        except zmq.Again:  # its queue is full: it will time out like an unanswered one
+            log.warning("kv_events.replay_request_not_sent", endpoint=self.replay_endpoint)
+
+    def _take_answers(self, out: list) -> None:
+        """Read what the replay socket answered, act on each answer in request order, give
+        up on requests unanswered in time, and send the periodic epoch check when due."""
+        requests = self._requests
+        while requests and self._read_replies():
+            pass
+        while requests:
+            request = requests[0]
+            if request.answer is None and time.monotonic() >= request.deadline:
+                log.warning(
+                    "kv_events.replay_timeout",
+                    endpoint=self.replay_endpoint,
+                    request=request.kind,
+                    received=len(request.replies),
+                )
+                self._new_dealer()
+                timed_out = list(requests)
+                requests.clear()
+                self._holding = 0
+                for request in timed_out:
+                    self._answered(request, out)
+                continue
+            if request.answer is None or not self._answered(request, out, dequeue=True):
+                break
+        if self._epoch_check_due(time.monotonic()):
+            self._ask(_CHECK)
+
+    def _answered(self, request: _Request, out: list, dequeue: bool = False) -> bool:
+        if request.kind == _REPLAY:
+            handled = True
+        else:
+            handled = self._epoch_answered(request, out)
+            if not handled:
+                return False
+        if dequeue:
+            self._requests.popleft()
+            self._holding -= request.holds
+        if request.kind == _REPLAY:
+            self._replayed(request, out)
+        return True
+
+    def _read_replies(self) -> bool:
+        """Read one reply into the first unanswered request; False when none is waiting."""
+        try:
+            frames = self._dealer.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        # ["", topic, seq, payload] (vLLM, schedkit) or ["", seq, payload] (SGLang)
+        if frames[0] != b"" or len(frames) not in (3, 4) or len(frames[-2]) != 8:
+            log.warning("kv_events.bad_replay_reply", frames=[len(f) for f in frames])
+            return True
+        request = next((r for r in self._requests if r.answer is None), None)
+        if request is None:
+            log.warning("kv_events.unexpected_replay_reply", endpoint=self.replay_endpoint)
+            return True
+        request.deadline = time.monotonic() + self._replay_timeout  # it is making progress
+        seq = int.from_bytes(frames[-2], "big", signed=True)
+        if seq == -1:
+            request.answer = frames[-1]
+        else:
+            request.replies.append((seq, frames[-1]))
+        return True
+
+
+def _close_abandoned(sockets: list[zmq.Socket], endpoint: str) -> None:
+    """Close the sockets of a subscriber collected without ``close()``: no linger, no join,
+    no context termination, so that it never blocks whatever thread the collector runs on."""
+    if not sockets:
+        return
+    warnings.warn(
+        f"KvEventSubscriber for {endpoint} was collected without close(); close() it or use "
+        "it as a context manager",
+        ResourceWarning,
+        stacklevel=2,
+    )
+    for sock in sockets:
+        sock.close(linger=0)
+    sockets.clear()
