@@ -87,7 +87,10 @@ class ZmqEventPublisher:
     that a subscriber that missed the last batches notices the gap while nothing happens;
     every engine's consumer decodes an empty batch as a no-op. ``epoch`` (8 random bytes)
     names this publisher's lifetime; the replay socket tells it to subscribers that ask.
-    tcp endpoints are bound on loopback only, unless ``allow_remote``.
+    tcp endpoints are bound on loopback only, unless ``allow_remote``. libc's ``rand()`` is
+    seeded before the replay ROUTER is created (``unpredictable_routing_ids``), so that no
+    client can take the routing id libzmq gives the next anonymous client, which would abort
+    the process.
 
     Latency: while batches keep coming the sender looks at the queue every ``POLL_INTERVAL``
     (1 ms), so a batch is on the socket within about 1 ms of ``publish``, plus however long
