@@ -214,7 +214,8 @@ class KvEventSubscriber:
             return out
         deadline = time.monotonic() + max(0, timeout_ms) / 1000
         while True:
-            self._take_answers(out)
+            if not self._take_answers(out):
+                return out  # a restart is reported at the start of the next call
             if not self._holding:
                 self._read_live(out)
             if out:
@@ -366,7 +367,8 @@ class KvEventSubscriber:
                 new_seq = request.trigger[0]
             else:
                 new_seq = last if self._live_last is None else self._live_last
-            self._notice(PublisherRestarted(last, new_seq, "epoch"))
+            reason = "seq" if request.kind == _JUDGE else "epoch"
+            self._notice(PublisherRestarted(last, new_seq, reason))
         self._epoch = epoch
         self._last = self._live_last = None
         while True:
@@ -452,9 +454,10 @@ class KvEventSubscriber:
         except zmq.Again:  # its queue is full: it will time out like an unanswered one
             log.warning("kv_events.replay_request_not_sent", endpoint=self.replay_endpoint)
 
-    def _take_answers(self, out: list) -> None:
+    def _take_answers(self, out: list) -> bool:
         """Read what the replay socket answered, act on each answer in request order, give
-        up on requests unanswered in time, and send the periodic epoch check when due."""
+        up on requests unanswered in time, and send the periodic epoch check when due. False
+        when an answer that reveals a restart waits for the next ``poll`` call."""
         requests = self._requests
         while requests and self._read_replies():
             pass
@@ -474,10 +477,13 @@ class KvEventSubscriber:
                 for request in timed_out:
                     self._answered(request, out)
                 continue
-            if request.answer is None or not self._answered(request, out, dequeue=True):
+            if request.answer is None:
                 break
+            if not self._answered(request, out, dequeue=True):
+                return False
         if self._epoch_check_due(time.monotonic()):
             self._ask(_CHECK)
+        return True
 
     def _answered(self, request: _Request, out: list, dequeue: bool = False) -> bool:
         if request.kind == _REPLAY:
