@@ -41,6 +41,7 @@ _LEARN = "learn"  # the epoch, before the first batch is judged
 _JUDGE = "judge"  # the epoch, because the live seq went back: a restart or a duplicate?
 _GAP = "gap"  # the epoch, because of a gap: a restart whose seqs ran past the old ones?
 _CHECK = "check"  # the epoch, every epoch_check_interval; live batches flow meanwhile
+_RECONNECT = "reconnect"  # the epoch, because the live socket connected again
 _REPLAY = "replay"  # missed batches
 
 # What the replay socket said about the epoch of the batch at hand.
@@ -80,8 +81,9 @@ class HistoryLost:
 class PublisherRestarted:
     """A new publisher took over after ``last_seq``: its seq went back (``reason`` "seq",
     ``new_seq`` the seq received), or its replay socket names another epoch (``reason``
-    "epoch", ``new_seq`` the live seq at hand when it was noticed). What was built from the
-    old publisher is void; start over."""
+    "epoch", ``new_seq`` the live seq at hand when it was noticed, or without one the last
+    seq the new publisher's replay held). What was built from the old publisher is void;
+    start over."""
 
     last_seq: int
     new_seq: int
@@ -94,7 +96,16 @@ Notice = GapDetected | GapFilled | HistoryLost | PublisherRestarted
 class _Request:
     """A request sent on the replay socket and the replies collected for it so far."""
 
-    __slots__ = ("answer", "deadline", "kind", "received", "replies", "start", "trigger")
+    __slots__ = (
+        "answer",
+        "deadline",
+        "kind",
+        "received",
+        "replies",
+        "restart",
+        "start",
+        "trigger",
+    )
 
     def __init__(self, kind: str, deadline: float, start: int, received: int | None, trigger):
         self.kind = kind
@@ -104,6 +115,8 @@ class _Request:
         self.trigger = trigger  # (seq, payload) of the live batch waiting for the answer
         self.replies: list[tuple[int, bytes]] = []
         self.answer: bytes | None = None  # the end marker's payload once it arrived
+        # A replay of a new publisher: (last seq of the old one, seq at hand, reason).
+        self.restart: tuple[int, int | None, str] | None = None
 
     @property
     def holds(self) -> bool:
@@ -130,13 +143,15 @@ class KvEventSubscriber:
 
     A restarted publisher is noticed when its seq goes back, and, with a schedkit publisher's
     replay socket, also when its epoch changes. The epoch is asked for when the subscriber is
-    created, so that it is known before the first batch is judged; then on every gap, when
-    the seq goes back, and every ``epoch_check_interval`` seconds, so a new publisher whose
-    seqs run past the old ones (or continue them exactly) is still told apart. The subscriber
-    then discards the live batches queued so far (the old publisher's tail may be among
-    them), reports ``PublisherRestarted`` before any batch of that ``poll`` call, and replays
-    the new publisher from seq 0, its ``AllBlocksCleared`` included. Every batch, an empty
-    heartbeat too, shows a missed tail as a gap.
+    created, so that it is known before the first batch is judged; then whenever the live
+    socket connects again (before reading on), on every gap, when the seq goes back, and
+    every ``epoch_check_interval`` seconds, so a new publisher whose seqs run past the old
+    ones (or continue them exactly) is still told apart. The subscriber then discards the
+    live batches queued so far (the old publisher's tail may be among them: nothing tells
+    them apart), replays the new publisher from seq 0, its ``AllBlocksCleared`` included,
+    and reports ``PublisherRestarted`` (if it had delivered anything) just before the
+    replayed batches, never after other batches of the same ``poll`` call. Every batch, an
+    empty heartbeat too, shows a missed tail as a gap.
 
     Close it (or use it as a context manager). One that is garbage-collected open closes its
     sockets without lingering and warns (``ResourceWarning``); finalisation never blocks,
@@ -183,6 +198,8 @@ class KvEventSubscriber:
         self._context = zmq.Context.instance() if context is None else context
         self._sub = self._context.socket(zmq.SUB)
         self._dealer = None
+        self._monitor = None  # tells when the live socket (re)connects
+        self._connections = 0
         # Whatever is open when the subscriber is collected unclosed; see _close_abandoned.
         self._sockets: list[zmq.Socket] = [self._sub]
         self._finalizer = weakref.finalize(self, _close_abandoned, self._sockets, endpoint)
@@ -190,6 +207,10 @@ class KvEventSubscriber:
             self._sub.setsockopt(zmq.LINGER, 0)
             self._sub.setsockopt(zmq.RCVHWM, hwm)
             self._sub.setsockopt(zmq.SUBSCRIBE, topic.encode())
+            if replay_endpoint is not None:
+                self._monitor = self._sub.get_monitor_socket(zmq.EVENT_CONNECTED)
+                self._monitor.setsockopt(zmq.LINGER, 0)
+                self._sockets.append(self._monitor)
             self._sub.connect(endpoint)
             if replay_endpoint is not None:
                 self._new_dealer()
@@ -283,12 +304,15 @@ class KvEventSubscriber:
             sockets = list(self._sockets)
             self._sockets.clear()
         self._finalizer.detach()
-        for sock in sockets:
-            sock.close(linger=0)
+        _close_all(sockets)
 
     # -- sequencing -----------------------------------------------------------------------
 
     def _read_live(self, out: list) -> None:
+        if self._monitor is not None and self._reconnected():
+            # The batches queued from here on may come from a new publisher.
+            self._ask(_RECONNECT)
+            return
         sub = self._sub
         for _ in range(_MAX_READ):
             if self._holding:
@@ -359,16 +383,12 @@ class KvEventSubscriber:
         return True
 
     def _restarted(self, epoch: bytes, request: _Request) -> None:
-        """A new publisher answers: report it, drop what is queued live (the old one's tail
-        may be there; the replay holds all the new one sent so far) and replay from 0."""
+        """A new publisher answers: drop what is queued live (the old one's tail may be
+        there; the replay holds all the new one sent so far) and replay it from 0. The
+        restart is reported when the replay is answered, before its batches."""
         last = self._last
-        if last is not None:
-            if request.trigger is not None:
-                new_seq = request.trigger[0]
-            else:
-                new_seq = last if self._live_last is None else self._live_last
-            reason = "seq" if request.kind == _JUDGE else "epoch"
-            self._notice(PublisherRestarted(last, new_seq, reason))
+        trigger_seq = None if request.trigger is None else request.trigger[0]
+        reason = "seq" if request.kind == _JUDGE else "epoch"
         self._epoch = epoch
         self._last = self._live_last = None
         while True:
@@ -377,10 +397,17 @@ class KvEventSubscriber:
             except zmq.Again:
                 break
         self._ask(_REPLAY, start=0)
+        if last is not None:
+            self._requests[-1].restart = (last, trigger_seq, reason)
 
     def _replayed(self, request: _Request, out: list) -> None:
         """Apply a replay's replies and report what stayed missing."""
         expected, received = request.start, request.received
+        if request.restart is not None:
+            last, new_seq, reason = request.restart
+            if new_seq is None:  # the new publisher's last seq, as far as it tells
+                new_seq = request.replies[-1][0] if request.replies else 0
+            self._notice(PublisherRestarted(last, new_seq, reason))
         lost = False
         for seq, payload in request.replies:
             if self._last is not None and seq <= self._last:
@@ -422,6 +449,17 @@ class KvEventSubscriber:
         dealer.connect(self.replay_endpoint)
         self._dealer = dealer
         self._sockets.append(dealer)
+
+    def _reconnected(self) -> bool:
+        """Whether the live socket connected again since the last call (not the first time)."""
+        again = False
+        while True:
+            try:
+                self._monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return again
+            self._connections += 1
+            again = again or self._connections > 1
 
     def _epoch_check_due(self, now: float) -> bool:
         return (
@@ -533,6 +571,11 @@ def _close_abandoned(sockets: list[zmq.Socket], endpoint: str) -> None:
         ResourceWarning,
         stacklevel=2,
     )
-    for sock in sockets:
-        sock.close(linger=0)
+    _close_all(sockets)
     sockets.clear()
+
+
+def _close_all(sockets: list[zmq.Socket]) -> None:
+    """Close without lingering; the monitor's reader before the socket it watches."""
+    for sock in reversed(sockets):
+        sock.close(linger=0)
