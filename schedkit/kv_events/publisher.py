@@ -24,7 +24,7 @@ import zmq
 
 from schedkit.endpoints import check_endpoint, unpredictable_routing_ids
 from schedkit.kv_events.config import KvEventsConfig, offset_endpoint, register_publisher
-from schedkit.kv_events.replay import END_SEQ, ReplayServer
+from schedkit.kv_events.replay import END_SEQ, ReplayServer, replay_send_hwm
 from schedkit.kv_events.structs import EventBatch, KVEventBatch, get_profile
 
 __all__ = ["END_SEQ", "IDLE_AFTER", "POLL_INTERVAL", "NullEventPublisher", "ZmqEventPublisher"]
@@ -181,6 +181,7 @@ class ZmqEventPublisher:
             if config.replay_endpoint is not None:
                 unpredictable_routing_ids()  # before the ROUTER draws its first peer id
                 router = self._context.socket(zmq.ROUTER)
+                router.setsockopt(zmq.SNDHWM, replay_send_hwm(config.buffer_steps))
                 replay_endpoint = self._open(router, config.replay_endpoint, "bind")
                 self._replay = ReplayServer(
                     router,

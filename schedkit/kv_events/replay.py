@@ -22,7 +22,7 @@ from collections import deque
 import structlog
 import zmq
 
-__all__ = ["END_SEQ", "EPOCH_REQUEST", "MAX_PER_CLIENT", "ReplayServer"]
+__all__ = ["END_SEQ", "EPOCH_REQUEST", "MAX_PER_CLIENT", "ReplayServer", "replay_send_hwm"]
 
 log = structlog.get_logger(__name__)
 
@@ -31,6 +31,13 @@ EPOCH_REQUEST = b"epoch"
 MAX_PER_CLIENT = 2  # replays one client may have pending; more are refused
 _REPLAY_SLICE = 256  # frames sent to one client before serving the next
 _END = object()  # marks a queued end marker: [_END, payload, how many]
+
+
+def replay_send_hwm(buffer_steps: int) -> int:
+    """The SNDHWM to give the replay ROUTER before it binds: a whole replay of the ring and the
+    end markers queued behind it fit, so a send blocks only for a client that left more than
+    a whole replay unread, never for one that reads, however busy its machine."""
+    return max(1000, buffer_steps + 4 * MAX_PER_CLIENT)
 
 
 class _Ring:
@@ -80,9 +87,10 @@ class ReplayServer:
     together ``max_requests``; a request over either cap is answered with a bare end marker
     and counted in ``refused``. A pending replay holds only its client's identity and a
     position in the ring, so a flood of requests costs no memory. A client whose queue is full
-    (it does not read: a send would block) or that went away loses everything pending for it
-    at once, counted in ``stalled``, so it holds no place that another client could use. A bad
-    request is logged and skipped; nothing a client sends ends the thread.
+    (a send would block: with ``replay_send_hwm`` as the socket's SNDHWM, it left more than a
+    whole replay unread) or that went away loses everything pending for it at once, counted
+    in ``stalled``, so it holds no place that another client could use. A bad request is
+    logged and skipped; nothing a client sends ends the thread.
     """
 
     __slots__ = (

@@ -97,8 +97,10 @@ def stalled_client(endpoint: str, requests: int) -> zmq.Socket:
 
 
 def test_replayers_that_never_read_starve_no_one(closing):
-    pub = closing(ZmqEventPublisher(config(replay=True)))
-    for i in range(3000):  # ~9 MB: far more than a stalled client's queues and buffers take
+    # A client's queue takes one whole replay of the ring (so that one that reads is never
+    # taken for stalled): the first of the 16 fills it, the second would block.
+    pub = closing(ZmqEventPublisher(config(replay=True, buffer_steps=3000)))
+    for i in range(3000):  # ~9 MB
         pub.publish(batch(i, tokens=1000))
     pub.flush()
     with capture_logs() as logs:

@@ -17,15 +17,17 @@ from schedkit.kv_events import (
     AllBlocksCleared,
     KVEventBatch,
     KvEventsConfig,
-    KvEventSubscriber,
     PublisherRestarted,
     ZmqEventPublisher,
 )
-from tests.schedkit.kv_events.helpers import batch, config, poll_until, seqs, wait_live
-
-
-def subscriber_for(pub, **kwargs) -> KvEventSubscriber:
-    return KvEventSubscriber(pub.endpoint, pub.replay_endpoint, pub.config.topic, **kwargs)
+from tests.schedkit.kv_events.helpers import (
+    batch,
+    config,
+    poll_until,
+    seqs,
+    subscriber_for,
+    wait_live,
+)
 
 
 def test_poll_keeps_its_timeout_once_the_publisher_is_dead(closing):
