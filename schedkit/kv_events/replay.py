@@ -5,8 +5,8 @@ A client (DEALER) sends ``["", start_seq as 8 bytes big-endian]``; the answer is
 batch with seq >= start as ``["", topic, seq, payload]`` and then the end marker
 ``["", topic, -1 as signed 8 bytes, ""]``. A request the server will not serve (its client has
 ``max_per_client`` replays pending already, or ``max_requests`` replays are being served) is
-answered with the end marker alone, as if nothing were held: engines' clients stop reading at an
-end marker (vLLM's example at the empty payload, SGLang's and ours at seq -1). A client may also
+answered with the end marker alone, as if nothing were held: vLLM's example subscriber stops
+reading a replay at the empty payload, ours at seq -1, so neither mistakes it. A client may also
 send ``["", b"epoch"]``: the answer is one end marker whose payload is the publisher's epoch (8
 random bytes drawn when the publisher started), so that a subscriber tells a restarted publisher
 from a gap whatever the seqs. Engines' own replay servers answer that request with an empty end
