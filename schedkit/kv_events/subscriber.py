@@ -44,9 +44,8 @@ _CHECK = "check"  # the epoch, every epoch_check_interval; live batches flow mea
 _RECONNECT = "reconnect"  # the epoch, because the live socket connected again
 _REPLAY = "replay"  # missed batches
 
-# What the replay socket said about the epoch of the batch at hand.
-_SAME = "same"  # the epoch known so far
-_UNKNOWN = "unknown"  # nothing that tells: judge by seq alone
+_UNASKED = object()  # a live frame's epoch: no question asked
+_SILENT = object()  # a live frame's epoch: asked, not answered in time
 
 
 @attrs.frozen
@@ -93,34 +92,36 @@ class PublisherRestarted:
 Notice = GapDetected | GapFilled | HistoryLost | PublisherRestarted
 
 
+class _Frame:
+    """A live frame and what the replay socket answered so far for its handling."""
+
+    __slots__ = ("epoch", "payload", "replay", "seq")
+
+    def __init__(self, seq: int, payload: bytes) -> None:
+        self.seq = seq
+        self.payload = payload
+        self.epoch: object = _UNASKED  # or _SILENT, or the end marker's payload
+        self.replay: _Request | None = None
+
+
 class _Request:
     """A request sent on the replay socket and the replies collected for it so far."""
 
-    __slots__ = (
-        "answer",
-        "deadline",
-        "kind",
-        "received",
-        "replies",
-        "restart",
-        "start",
-        "trigger",
-    )
+    __slots__ = ("answer", "answered", "deadline", "frame", "kind", "replies", "restart", "start")
 
-    def __init__(self, kind: str, deadline: float, start: int, received: int | None, trigger):
+    def __init__(self, kind: str, deadline: float, start: int, frame: _Frame | None) -> None:
         self.kind = kind
         self.deadline = deadline
         self.start = start  # a replay's first seq
-        self.received = received  # the live seq that showed the gap a replay fills
-        self.trigger = trigger  # (seq, payload) of the live batch waiting for the answer
+        self.frame = frame  # the live frame whose handling waits for the answer, if any
         self.replies: list[tuple[int, bytes]] = []
-        self.answer: bytes | None = None  # the end marker's payload once it arrived
-        # A replay of a new publisher: (last seq of the old one, seq at hand, reason).
-        self.restart: tuple[int, int | None, str] | None = None
+        self.answered = False  # the end marker arrived
+        self.answer = b""  # its payload
+        self.restart: int | None = None  # a new publisher's replay: the old one's last seq
 
     @property
     def holds(self) -> bool:
-        """Live batches wait until this request is answered."""
+        """Live frames wait until this request is answered."""
         return self.kind != _CHECK
 
 
@@ -191,7 +192,8 @@ class KvEventSubscriber:
         self._last: int | None = None
         self._live_last: int | None = None
         self._requests: deque[_Request] = deque()
-        self._holding = 0  # requests in flight that live batches wait for
+        self._holding = 0  # requests in flight that live frames wait for
+        self._frame: _Frame | None = None  # the live frame whose answers are awaited
         self._closed = False
         self._iterating: int | None = None
         self._lock = threading.Lock()
@@ -239,11 +241,9 @@ class KvEventSubscriber:
                 return out  # a restart is reported at the start of the next call
             if not self._holding:
                 self._read_live(out)
-            if out:
-                return out
             now = time.monotonic()
             wait = deadline - now
-            if wait <= 0:
+            if wait <= 0 or (out and not self._holding):
                 return out
             if self._requests:
                 wait = min(wait, self._requests[0].deadline - now)
@@ -307,10 +307,13 @@ class KvEventSubscriber:
         _close_all(sockets)
 
     # -- sequencing -----------------------------------------------------------------------
+    # A live frame is read only while no answer is awaited. What its handling needs from the
+    # replay socket (the publisher's epoch, missed batches) is asked first, one question at
+    # a time, without blocking; _on_live then handles it at once with the answers in hand.
 
     def _read_live(self, out: list) -> None:
         if self._monitor is not None and self._reconnected():
-            # The batches queued from here on may come from a new publisher.
+            # The frames queued from here on may come from a new publisher.
             self._ask(_RECONNECT)
             return
         sub = self._sub
@@ -325,91 +328,146 @@ class KvEventSubscriber:
                 self.frame_errors += 1
                 log.warning("kv_events.bad_live_frames", frames=[len(f) for f in frames[:8]])
                 continue
-            self._sequence(int.from_bytes(frames[1], "big"), frames[2], out)
+            self._frame = _Frame(int.from_bytes(frames[1], "big"), frames[2])
+            self._prepare(out)
 
-    def _sequence(self, seq: int, payload: bytes, out: list, verdict: str | None = None) -> None:
-        """Apply one live batch, or ask first what the replay socket says about its epoch
-        (``verdict`` is that answer, once asked)."""
+    def _prepare(self, out: list) -> None:
+        """Ask the next question the pending live frame raises, or handle it if none is left."""
+        frame = self._frame
+        if frame.epoch is _UNASKED:
+            question = self._epoch_question(frame.seq)
+            if question is not None:
+                self._ask(question, frame=frame)
+                return
+        if frame.replay is None and frame.epoch is not _SILENT:
+            start = self._replay_start(frame.seq, frame.epoch)
+            if start is not None:
+                self._ask(_REPLAY, start=start, frame=frame)
+                return
+        self._on_live(frame.seq, frame.payload, out)
+        self._frame = None
+
+    def _epoch_question(self, seq: int) -> str | None:
+        """Why live frame ``seq`` needs the publisher's epoch before it is judged, if it does."""
+        if self._dealer is None:
+            return None
+        if self._epoch_told is None:
+            return _LEARN
+        if self._epoch is None:
+            return None
         live_last, last = self._live_last, self._last
-        went_back = live_last is not None and seq <= live_last
+        if live_last is not None and seq <= live_last:
+            return _JUDGE
+        return _GAP if seq > (0 if last is None else last + 1) else None
+
+    def _replay_start(self, seq: int, epoch: object) -> int | None:
+        """Where the replay that live frame ``seq`` needs starts (None: it needs none), as
+        ``_on_live`` will judge it with ``epoch``."""
+        if self._dealer is None:
+            return None
+        if self._new_epoch(epoch):
+            return 0
+        live_last, last = self._live_last, self._last
+        if live_last is not None and seq <= live_last:
+            if epoch == self._epoch:
+                return None  # seen already
+            last = None  # a restart
         expected = 0 if last is None else last + 1
-        if verdict is None and self._dealer is not None:
-            if self._epoch_told is None:
-                self._ask(_LEARN, trigger=(seq, payload))
-                return
-            if self._epoch is not None and (went_back or seq > expected):
-                self._ask(_JUDGE if went_back else _GAP, trigger=(seq, payload))
-                return
+        return expected if seq > expected else None
+
+    def _new_epoch(self, epoch: object) -> bool:
+        return isinstance(epoch, bytes) and bool(epoch) and self._epoch not in (None, epoch)
+
+    def _on_live(self, seq: int, payload: bytes, out: list) -> None:
+        """Handle one live frame, with what the replay socket answered for it in hand."""
+        frame = self._frame if self._frame is not None and self._frame.seq == seq else None
+        epoch = None if frame is None or not isinstance(frame.epoch, bytes) else frame.epoch
+        replay = None if frame is None else frame.replay
+        live_last = self._live_last
+        went_back = live_last is not None and seq <= live_last
+        if self._new_epoch(epoch):
+            self._new_publisher(seq, payload, epoch, replay, went_back, out)
+            return
         if went_back:
-            if verdict == _SAME:  # a duplicate or a late, reordered batch: seen already
-                if last is not None and seq <= last:
-                    return
-            else:
-                self._notice(PublisherRestarted(last if last is not None else live_last, seq))
-                self._last = last = None
-                self._live_last = seq
-                expected = 0
-        else:
-            self._live_last = seq
+            if epoch is not None and epoch == self._epoch:
+                return  # the same publisher: a duplicate or a late, reordered frame
+            last = self._last if self._last is not None else live_last
+            self._notice(PublisherRestarted(last, seq))
+            self._last = None
+        self._live_last = seq
+        if epoch and self._epoch is None:
+            self._epoch = epoch
+        last = self._last
         if last is not None and seq <= last:  # already delivered by a replay
             return
+        expected = 0 if last is None else last + 1
         if seq == expected:
             self._apply(seq, payload, out)
-        elif self._dealer is None:
+            return
+        if self._dealer is None:
             self._notice(HistoryLost(expected, None))
-            self._apply(seq, payload, out)
         else:
             if last is not None:
                 self._notice(GapDetected(expected, seq))
-            self._ask(_REPLAY, start=expected, received=seq, trigger=(seq, payload))
+            self._replayed(replay, expected, seq, out)
+        if self._last is None or seq > self._last:
+            self._apply(seq, payload, out)
 
-    def _epoch_answered(self, request: _Request, out: list) -> bool:
-        """Act on an epoch answer (None: no answer); False to leave it for the next poll."""
-        epoch = request.answer
-        if epoch is not None:
-            self._epoch_told = bool(epoch)
-        elif request.trigger is not None and self._epoch_told is None:
-            self._epoch_told = False  # a batch waited in vain: do not make the next wait too
-        if epoch and self._epoch is not None and epoch != self._epoch:
-            if out:  # report the restart before any batch of a poll, never after the old ones
-                return False
-            self._restarted(epoch, request)
-            return True
-        verdict = _SAME if epoch and self._epoch is not None else _UNKNOWN
-        if epoch:
-            self._epoch = epoch
-        if request.trigger is not None:
-            self._sequence(*request.trigger, out, verdict)
-        return True
-
-    def _restarted(self, epoch: bytes, request: _Request) -> None:
-        """A new publisher answers: drop what is queued live (the old one's tail may be
-        there; the replay holds all the new one sent so far) and replay it from 0. The
-        restart is reported when the replay is answered, before its batches."""
-        last = self._last
-        trigger_seq = None if request.trigger is None else request.trigger[0]
-        reason = "seq" if request.kind == _JUDGE else "epoch"
+    def _new_publisher(
+        self,
+        seq: int,
+        payload: bytes,
+        epoch: bytes,
+        replay: _Request | None,
+        went_back: bool,
+        out: list,
+    ) -> None:
+        """The replay socket names a new epoch for live frame ``seq``: report the restart and
+        apply the new publisher's replay from 0."""
+        last = self._last if self._last is not None else self._live_last
+        if last is not None:
+            self._notice(PublisherRestarted(last, seq, "seq" if went_back else "epoch"))
         self._epoch = epoch
         self._last = self._live_last = None
+        if not went_back:
+            # The frame came after a gap: it, and what is queued behind it, may be the old
+            # publisher's tail. The replay holds all that the new one sent before it.
+            self._drain_live()
+        self._replayed(replay, 0, seq if went_back else None, out)
+        if went_back and (self._last is None or seq > self._last):
+            self._apply(seq, payload, out)
+        self._live_last = self._last
+
+    def _restarted(self, epoch: bytes) -> None:
+        """A new publisher answers an epoch check: drop what is queued live (the old one's
+        tail may be there) and replay the new one from 0; the restart is reported with the
+        replay, before its batches."""
+        last = self._last
+        self._epoch = epoch
+        self._last = self._live_last = None
+        self._frame = None  # answers still due for it are ignored
+        self._drain_live()
+        self._ask(_REPLAY, start=0)
+        self._requests[-1].restart = last
+
+    def _drain_live(self) -> None:
         while True:
             try:
                 self._sub.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
-                break
-        self._ask(_REPLAY, start=0)
-        if last is not None:
-            self._requests[-1].restart = (last, trigger_seq, reason)
+                return
 
-    def _replayed(self, request: _Request, out: list) -> None:
-        """Apply a replay's replies and report what stayed missing."""
-        expected, received = request.start, request.received
-        if request.restart is not None:
-            last, new_seq, reason = request.restart
-            if new_seq is None:  # the new publisher's last seq, as far as it tells
-                new_seq = request.replies[-1][0] if request.replies else 0
-            self._notice(PublisherRestarted(last, new_seq, reason))
+    def _replayed(
+        self, request: _Request | None, expected: int, received: int | None, out: list
+    ) -> None:
+        """Apply a replay's replies (None: none came) from ``expected`` on and report what
+        stayed missing before ``received``, the live seq that showed the gap."""
+        replies = [] if request is None else request.replies
+        if request is not None and request.restart is not None:
+            new_seq = replies[-1][0] if replies else 0  # the new publisher's last, as told
+            self._notice(PublisherRestarted(request.restart, new_seq, "epoch"))
         lost = False
-        for seq, payload in request.replies:
+        for seq, payload in replies:
             if self._last is not None and seq <= self._last:
                 continue
             due = expected if self._last is None else self._last + 1
@@ -423,10 +481,6 @@ class KvEventSubscriber:
                 self._notice(HistoryLost(due, None))
             elif not lost and received > expected:
                 self._notice(GapFilled(expected, received - 1))
-        if request.trigger is not None:
-            seq, payload = request.trigger
-            if self._last is None or seq > self._last:
-                self._apply(seq, payload, out)
 
     def _apply(self, seq: int, payload: bytes, out: list) -> None:
         self._last = seq
@@ -469,21 +523,16 @@ class KvEventSubscriber:
             and now - self._epoch_checked >= self._epoch_interval
         )
 
-    def _ask(
-        self,
-        kind: str,
-        *,
-        start: int = 0,
-        received: int | None = None,
-        trigger: tuple[int, bytes] | None = None,
-    ) -> None:
+    def _ask(self, kind: str, *, start: int = 0, frame: _Frame | None = None) -> None:
         """Send a request; its answer is handled by a later ``_take_answers``."""
         now = time.monotonic()
-        request = _Request(kind, now + self._replay_timeout, start, received, trigger)
+        request = _Request(kind, now + self._replay_timeout, start, frame)
         self._requests.append(request)
         self._holding += request.holds
         if kind == _REPLAY:
             message = start.to_bytes(8, "big")
+            if frame is not None:
+                frame.replay = request
         else:
             message = EPOCH_REQUEST
             self._epoch_checked = now
@@ -497,11 +546,13 @@ class KvEventSubscriber:
         up on requests unanswered in time, and send the periodic epoch check when due. False
         when an answer that reveals a restart waits for the next ``poll`` call."""
         requests = self._requests
-        while requests and self._read_replies():
+        while requests and self._read_reply():
             pass
         while requests:
             request = requests[0]
-            if request.answer is None and time.monotonic() >= request.deadline:
+            if not request.answered:
+                if time.monotonic() < request.deadline:
+                    break
                 log.warning(
                     "kv_events.replay_timeout",
                     endpoint=self.replay_endpoint,
@@ -509,35 +560,44 @@ class KvEventSubscriber:
                     received=len(request.replies),
                 )
                 self._new_dealer()
-                timed_out = list(requests)
+                unanswered = list(requests)
                 requests.clear()
                 self._holding = 0
-                for request in timed_out:
+                for request in unanswered:
                     self._answered(request, out)
                 continue
-            if request.answer is None:
-                break
-            if not self._answered(request, out, dequeue=True):
-                return False
+            if request.frame is None and out and self._new_epoch(request.answer):
+                return False  # report the restart before any batch of a poll
+            requests.popleft()
+            self._holding -= request.holds
+            self._answered(request, out)
         if self._epoch_check_due(time.monotonic()):
             self._ask(_CHECK)
         return True
 
-    def _answered(self, request: _Request, out: list, dequeue: bool = False) -> bool:
+    def _answered(self, request: _Request, out: list) -> None:
+        """Act on a request taken off the queue, answered or given up on."""
         if request.kind == _REPLAY:
-            handled = True
-        else:
-            handled = self._epoch_answered(request, out)
-            if not handled:
-                return False
-        if dequeue:
-            self._requests.popleft()
-            self._holding -= request.holds
-        if request.kind == _REPLAY:
-            self._replayed(request, out)
-        return True
+            if request.frame is None:
+                self._replayed(request, 0, None, out)  # a new publisher's stream
+            elif request.frame is self._frame:
+                self._prepare(out)
+            return
+        answer = request.answer if request.answered else None
+        if answer is not None:
+            self._epoch_told = bool(answer)
+        elif request.frame is not None and self._epoch_told is None:
+            self._epoch_told = False  # a frame waited in vain: do not make the next wait too
+        if request.frame is not None:
+            if request.frame is self._frame:
+                self._frame.epoch = _SILENT if answer is None else answer
+                self._prepare(out)
+        elif self._new_epoch(answer):
+            self._restarted(answer)
+        elif answer and self._epoch is None:
+            self._epoch = answer
 
-    def _read_replies(self) -> bool:
+    def _read_reply(self) -> bool:
         """Read one reply into the first unanswered request; False when none is waiting."""
         try:
             frames = self._dealer.recv_multipart(zmq.NOBLOCK)
@@ -547,13 +607,14 @@ class KvEventSubscriber:
         if frames[0] != b"" or len(frames) not in (3, 4) or len(frames[-2]) != 8:
             log.warning("kv_events.bad_replay_reply", frames=[len(f) for f in frames])
             return True
-        request = next((r for r in self._requests if r.answer is None), None)
+        request = next((r for r in self._requests if not r.answered), None)
         if request is None:
             log.warning("kv_events.unexpected_replay_reply", endpoint=self.replay_endpoint)
             return True
         request.deadline = time.monotonic() + self._replay_timeout  # it is making progress
         seq = int.from_bytes(frames[-2], "big", signed=True)
         if seq == -1:
+            request.answered = True
             request.answer = frames[-1]
         else:
             request.replies.append((seq, frames[-1]))
