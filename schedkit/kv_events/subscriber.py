@@ -136,23 +136,24 @@ class KvEventSubscriber:
     count in ``decode_errors``). Notices go to ``on_notice`` (default: appended to
     ``notices``).
 
-    ``poll`` never waits longer than its timeout: requests on the replay socket are sent and
-    their answers read by later calls (live batches stay queued in the socket while an
-    answer they depend on is awaited, at most ``replay_timeout`` seconds), so a dead
-    publisher costs its subscriber nothing. A request unanswered after ``replay_timeout``
-    seconds counts as not answered; the next one goes out under a new identity.
+    ``poll`` never waits longer than its timeout: a live frame whose handling needs the
+    replay socket (its epoch, missed batches) waits, with the frames behind it queued in the
+    socket, until the answers are in, read by this call if they come in time or by a later
+    one; then it is handled at once. So a dead publisher costs ``poll(0)`` nothing. A request
+    unanswered for ``replay_timeout`` seconds counts as not answered (the frame is handled
+    without it); the next one goes out under a new identity.
 
     A restarted publisher is noticed when its seq goes back, and, with a schedkit publisher's
     replay socket, also when its epoch changes. The epoch is asked for when the subscriber is
     created, so that it is known before the first batch is judged; then whenever the live
     socket connects again (before reading on), on every gap, when the seq goes back, and
     every ``epoch_check_interval`` seconds, so a new publisher whose seqs run past the old
-    ones (or continue them exactly) is still told apart. The subscriber then discards the
-    live batches queued so far (the old publisher's tail may be among them: nothing tells
-    them apart), replays the new publisher from seq 0, its ``AllBlocksCleared`` included,
-    and reports ``PublisherRestarted`` (if it had delivered anything) just before the
-    replayed batches, never after other batches of the same ``poll`` call. Every batch, an
-    empty heartbeat too, shows a missed tail as a gap.
+    ones (or continue them exactly) is still told apart. The subscriber then reports
+    ``PublisherRestarted`` (if it had delivered anything) and replays the new publisher from
+    seq 0, its ``AllBlocksCleared`` included, right after the notice. Unless the seq went
+    back, it first discards the live frames queued so far: the old publisher's tail may be
+    among them and nothing tells them apart. Every batch, an empty heartbeat too, shows a
+    missed tail as a gap.
 
     Close it (or use it as a context manager). One that is garbage-collected open closes its
     sockets without lingering and warns (``ResourceWarning``); finalisation never blocks,
