@@ -50,7 +50,8 @@ _SILENT = object()  # a live frame's epoch: asked, not answered in time
 
 @attrs.frozen
 class GapDetected:
-    """Live seq ``received`` arrived while ``expected`` was due; a replay is being asked for."""
+    """Live seq ``received`` arrived while ``expected`` was due; the replay's outcome follows
+    (``GapFilled`` or ``HistoryLost``)."""
 
     expected: int
     received: int
