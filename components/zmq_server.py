@@ -44,7 +44,7 @@ Routing ids: never sent to clients; ``ROUTER_HANDOVER`` stays off. libzmq 4.3 ab
 process (a failed assertion) when it gives an anonymous peer an automatic routing id
 (``b"\\x00"`` + a 32-bit counter) that a peer already took as its explicit ``ROUTING_ID``, and
 it starts the counter from ``rand()``, which nothing seeds. ``rand()`` is seeded from
-``os.urandom`` before the socket is created (``schedkit.endpoints.seed_router_ids``), so the
+``os.urandom`` before the socket is created (``endpoints.unpredictable_routing_ids``), so the
 next automatic id must be guessed among 2^32 values: this stays a probability, not a
 guarantee (each squatting connection succeeds with a chance of about the anonymous connections
 still to come while it stays, over 2^32). Logged warnings (refusals, dropped clients) are
@@ -81,7 +81,7 @@ from schedkit.components.schedule_batch import Req
 from zmq.utils.monitor import parse_monitor_message
 
 from schedkit.component import at_least, component
-from schedkit.endpoints import seed_router_ids
+from schedkit.endpoints import unpredictable_routing_ids
 
 __all__ = ["ZmqServer"]
 
@@ -168,7 +168,7 @@ class ZmqServer:
     def __attrs_post_init__(self) -> None:
         check_endpoint(self.endpoint, bind=True, allow_remote=self.allow_remote)
         context = zmq.Context.instance()
-        seed_router_ids()
+        unpredictable_routing_ids()
         socket = context.socket(zmq.ROUTER)
         # A send to a client that is gone fails (EHOSTUNREACH) instead of vanishing.
         socket.setsockopt(zmq.ROUTER_MANDATORY, 1)

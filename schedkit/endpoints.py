@@ -1,16 +1,22 @@
 """ZeroMQ endpoints as the project accepts them: tcp, ipc or inproc, and bound on loopback
-unless remote listening is asked for; and ``seed_router_ids``, which every process that binds a
-ROUTER socket calls before creating it."""
+unless remote listening is asked for; and ``unpredictable_routing_ids``, to call before any
+ROUTER socket is created."""
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import ipaddress
 import os
-from collections.abc import Callable
+import threading
 
-__all__ = ["check_endpoint", "seed_router_ids"]
+import structlog
+
+__all__ = ["check_endpoint", "unpredictable_routing_ids"]
+
+log = structlog.get_logger(__name__)
+
+_seed_lock = threading.Lock()
+_seeded = False
 
 
 def check_endpoint(endpoint: str, *, bind: bool, allow_remote: bool = False) -> str:
@@ -53,36 +59,26 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def seed_router_ids() -> bool:
-    """Seed the C library's ``rand()`` from ``os.urandom``, so that the routing ids libzmq
-    gives the anonymous peers of ROUTER sockets created afterwards cannot be predicted; True
-    if it was seeded (False where no C library with ``srand`` is found).
+def unpredictable_routing_ids() -> None:
+    """Seed libc's ``rand()`` from ``os.urandom``, once per process; call it before creating a
+    ROUTER socket (later calls do nothing).
 
-    libzmq (4.3) starts each new ROUTER's counter of automatic routing ids (``b"\\x00"`` and a
-    32-bit counter) from ``rand()``, which nothing seeds: on glibc the first ROUTER of every
-    process hands out ``00 6b 8b 45 67`` first. A peer that sets that value as its own
-    ``ROUTING_ID`` makes libzmq abort the whole process (a failed assertion) when the next
-    anonymous peer connects and is given the same id. Seeded, the counter starts at one of
-    2^32 values that no client sees (``zmq_server`` never sends routing ids), so such a peer must
-    guess it: each connection attempt succeeds with a probability of about (anonymous
-    connections still to come while it stays connected) / 2^32. It stays a probability:
-    libzmq 4.3 checks automatic ids against nothing. Call it right before creating a ROUTER
-    (seeding again later changes no existing socket's counter).
+    libzmq (4.3) names a ROUTER's anonymous peers ``b"\\0"`` + a 32-bit counter that starts at
+    a value drawn from ``rand()``, which nothing seeds: every process's first ROUTER names its
+    first anonymous peer ``00 6b 8b 45 67``. A client that takes such a name as its own
+    ``ZMQ_ROUTING_ID`` makes libzmq fail an assertion, and abort the process, when the
+    anonymous peer meant to get it connects. Seeded, the counter starts where no client can
+    guess. Where libc cannot be reached (no ``srand`` symbol) a warning is logged.
     """
-    srand = _c_srand()
-    if srand is None:
-        return False
-    srand(int.from_bytes(os.urandom(4), "little"))
-    return True
-
-
-def _c_srand() -> Callable[[int], None] | None:
-    for name in (None, ctypes.util.find_library("c")):
+    global _seeded
+    with _seed_lock:
+        if _seeded:
+            return
+        _seeded = True
         try:
-            srand = ctypes.CDLL(name).srand
-        except (OSError, AttributeError, TypeError):
-            continue
+            srand = ctypes.CDLL(None).srand  # the process's libc: the one libzmq calls
+        except (OSError, AttributeError, TypeError) as exc:
+            log.warning("zmq.routing_ids_predictable", error=str(exc))
+            return
         srand.argtypes = [ctypes.c_uint]
-        srand.restype = None
-        return srand
-    return None
+        srand(int.from_bytes(os.urandom(4), "little"))

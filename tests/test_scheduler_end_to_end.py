@@ -258,7 +258,7 @@ def run_cli(
     )
 
 
-def test_schedkit_run_prints_the_summary_and_lpm_beats_fcfs_on_the_default_workload(tmp_path):
+def test_schedkit_run_summary_and_lpm_halves_fcfs_median_ttft(tmp_path):
     env = {
         "SCHEDKIT_KV_EVENTS_ENDPOINT": free_endpoint(),
         "SCHEDKIT_KV_REPLAY_ENDPOINT": free_endpoint(),
@@ -281,8 +281,10 @@ def test_schedkit_run_prints_the_summary_and_lpm_beats_fcfs_on_the_default_workl
     fifo = json.loads(run_cli("run", "wiring.yaml", "-o", str(fcfs), "--json", env=env).stdout)
     assert lpm["requests_done"] == fifo["requests_done"] == 400
     assert lpm["requests_failed"] == 0
-    assert lpm["prefix_cache_hit_rate"] > 0
-    assert lpm["prefix_cache_hit_rate"] > fifo["prefix_cache_hit_rate"]
+    assert lpm["prefix_cache_hit_rate"] > 0.5 and fifo["prefix_cache_hit_rate"] > 0.5
+    # LPM's gain is the median time to first token (README: 2-15x over five seeds); its hit
+    # rate is ahead on most seeds but not all, so it is not asserted here.
+    assert lpm["ttft_p50"] * 2 < fifo["ttft_p50"]
     assert lpm["kv_events_published"] > 0 and lpm["kv_events_dropped"] == 0
 
 

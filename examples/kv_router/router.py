@@ -1,7 +1,8 @@
 """A KV-aware router: follows the KV-event stream of every data-parallel rank and sends each
-request to the rank whose cache holds the longest prefix of it.
+request to the rank whose cache holds the longest prefix of it (``schedkit.router.KvRouter``
+with its default ``longest_prefix`` policy; ``--policy kv`` for SGLang's cache-aware rule).
 
-(Longer than 300 lines: a self-contained example, meant to be read and copied as one file.)
+(Longer than 300 lines: the two demos, meant to be read and copied as one file.)
 
 Run ``python examples/kv_router/router.py`` for a self-contained demo (two ranks, each a
 RadixCache with a KvEventsPublisher, in this process), ``--schedulers`` for two schedulers
@@ -28,169 +29,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import attrs
-import msgspec
 import structlog
-import zmq
-from schedkit.components.kv_events_publisher import KvEventsPublisher, KvMetrics
+from schedkit.components.kv_events_publisher import KvEventsPublisher
 from schedkit.components.metrics_reporter import SchedulerStats
 from schedkit.components.parallel_state import ParallelState
 from schedkit.components.radix_cache import RadixCache
 
 import schedkit
-from schedkit.kv_events import (
-    HistoryLost,
-    KvEventsConfig,
-    KvEventSubscriber,
-    KvIndex,
-    Notice,
-    PublisherRestarted,
-    offset_endpoint,
-)
-
-
-def rank_endpoints(
-    endpoint: str, replay_endpoint: str | None, dp_size: int
-) -> dict[int, tuple[str, str | None]]:
-    """Each DP rank's (live, replay) endpoints: base port + rank, as the publishers bind them."""
-    return {
-        rank: (
-            offset_endpoint(endpoint, rank),
-            None if replay_endpoint is None else offset_endpoint(replay_endpoint, rank),
-        )
-        for rank in range(dp_size)
-    }
-
-
-@attrs.frozen
-class Route:
-    """Where a request went and why: matched pages per rank and the load tie-break."""
-
-    rank: int
-    matched_pages: int
-    scores: dict[int, int]
-    tie_break: bool
-
-
-def _after_break(notice: Notice, last_seq: int | None, batches: list) -> list:
-    """The batches of one poll that follow a stream break (``last_seq``: the last seq the
-    subscriber had applied when it reported the break)."""
-    if isinstance(notice, HistoryLost):  # same stream: the seq only rises
-        return [item for item in batches if last_seq is None or item[0] > last_seq]
-    for i in range(1, len(batches)):  # a restart: the new stream starts where the seq drops
-        if batches[i][0] <= batches[i - 1][0]:
-            return batches[i:]
-    return batches
-
-
-class KvRouter:
-    """Routes token sequences to DP ranks by cached prefix, then by load.
-
-    One ``KvEventSubscriber`` per rank feeds a shared ``KvIndex``; lost history or a publisher
-    restart clears that rank's blocks. A rank's load is what it last reported on the metrics
-    socket (running + waiting requests; the router binds ``metrics_endpoint`` as a PULL
-    socket) plus the requests routed to it since. Ties on prefix go to the least loaded rank,
-    then to the one chosen least recently.
-    """
-
-    def __init__(
-        self,
-        endpoints: Mapping[int, tuple[str, str | None]],
-        page_size: int,
-        *,
-        metrics_endpoint: str | None = None,
-        topic: str = "",
-        profile: str = "sglang",
-    ) -> None:
-        self.page_size = page_size
-        self.index = KvIndex()
-        self.ranks = sorted(endpoints)
-        self.notices: list[tuple[int, Notice]] = []
-        self.reported: dict[int, KvMetrics] = {}
-        self.routed_since_report = dict.fromkeys(self.ranks, 0)
-        self._last_chosen = dict.fromkeys(self.ranks, -1)
-        self._routes = 0
-        self._breaks: dict[int, list] = {rank: [] for rank in self.ranks}
-        self._context = zmq.Context()
-        self._metrics = None
-        self.subscribers = {
-            rank: KvEventSubscriber(
-                live,
-                replay,
-                topic,
-                profile,
-                context=self._context,
-                on_notice=self._notice_handler(rank),
-            )
-            for rank, (live, replay) in endpoints.items()
-        }
-        if metrics_endpoint is not None:
-            self._metrics = self._context.socket(zmq.PULL)
-            self._metrics.bind(metrics_endpoint)
-        self._decode_metrics = msgspec.msgpack.Decoder(KvMetrics).decode
-
-    def _notice_handler(self, rank: int) -> Callable[[Notice], None]:
-        def handle(notice: Notice) -> None:
-            self.notices.append((rank, notice))
-            if isinstance(notice, (HistoryLost, PublisherRestarted)):
-                self._breaks[rank].append((notice, self.subscribers[rank].last_seq))
-
-        return handle
-
-    def poll(self, timeout_ms: int = 0) -> int:
-        """Apply what every rank has published and read load reports; returns batches applied."""
-        applied = 0
-        for rank, sub in self.subscribers.items():
-            batches = sub.poll(timeout_ms if rank == self.ranks[0] else 0)
-            breaks, self._breaks[rank] = self._breaks[rank], []
-            for notice, last_seq in breaks:
-                self.index.clear_rank(rank)
-                batches = _after_break(notice, last_seq, batches)
-            for _, batch in batches:
-                self.index.apply(batch, rank)
-            applied += len(batches)
-        while self._metrics is not None and self._metrics.poll(0):
-            report = self._decode_metrics(self._metrics.recv())
-            if report.data_parallel_rank in self.routed_since_report:
-                self.reported[report.data_parallel_rank] = report
-                self.routed_since_report[report.data_parallel_rank] = 0
-        return applied
-
-    def sync(self, done: Callable[[KvRouter], bool], timeout: float = 5.0) -> None:
-        """Poll until ``done(self)``; TimeoutError after ``timeout`` seconds."""
-        deadline = time.monotonic() + timeout
-        while not done(self):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"router not in sync after {timeout}s")
-            self.poll(10)
-
-    def load(self, rank: int) -> int:
-        """Requests running or waiting on ``rank`` as last reported, plus those routed since."""
-        report = self.reported.get(rank)
-        if report is None:
-            return self.routed_since_report[rank]
-        busy = report.request_active_slots + report.num_requests_waiting
-        return busy + self.routed_since_report[rank]
-
-    def route(self, token_ids: Sequence[int]) -> Route:
-        """Choose the rank for a request and count it against that rank's load."""
-        matched = self.index.match(token_ids, self.page_size)
-        scores = {rank: matched.get(rank, 0) for rank in self.ranks}
-        best = max(scores.values())
-        tied = [rank for rank in self.ranks if scores[rank] == best]
-        rank = min(tied, key=lambda r: (self.load(r), self._last_chosen[r]))
-        self.routed_since_report[rank] += 1
-        self._last_chosen[rank] = self._routes
-        self._routes += 1
-        return Route(rank, best, scores, len(tied) > 1)
-
-    def close(self) -> None:
-        """Close every socket."""
-        for sub in self.subscribers.values():
-            sub.close()
-        if self._metrics is not None:
-            self._metrics.close(linger=0)
-        self._context.term()
-
+from schedkit.kv_events import KvEventsConfig, KvIndex
+from schedkit.router import POLICIES, KvRouter, Route, make_policy, rank_endpoints
 
 # -- shared by the demos ---------------------------------------------------------------------
 
@@ -483,6 +330,7 @@ def follow(args: argparse.Namespace) -> int:
         rank_endpoints(args.endpoint, args.replay_endpoint, args.dp_size),
         args.page_size,
         metrics_endpoint=args.metrics_endpoint,
+        policy=make_policy(args.policy),
     )
     try:
         deadline = time.monotonic() + args.warmup  # learn what the ranks hold already
@@ -506,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics-endpoint", help="endpoint to bind for KvMetrics (PULL)")
     parser.add_argument("--dp-size", type=int, default=2)
     parser.add_argument("--page-size", type=int, default=16)
+    parser.add_argument(
+        "--policy", choices=sorted(POLICIES), default="longest_prefix", help="routing policy"
+    )
     parser.add_argument(
         "--warmup", type=float, default=1.0, help="seconds to follow the streams before routing"
     )

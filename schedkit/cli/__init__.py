@@ -17,10 +17,10 @@ import msgspec
 import structlog
 import yaml
 
-from schedkit.cli import events, run
-from schedkit.cli.args import add_wiring_args
+from schedkit.cli import calibrate, events, fleet, init, run
+from schedkit.cli.args import add_wiring_args, wiring_from_args
 from schedkit.validate import iter_refs
-from schedkit.wiring import Ref, Wiring, WiringError, load_wiring
+from schedkit.wiring import Ref, Wiring, WiringError
 from schedkit.wiring_yaml import WiringDumper
 
 __all__ = ["main"]
@@ -43,7 +43,7 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    wiring = load_wiring(args.file, *args.overlay)
+    wiring = wiring_from_args(args)
     edges = _edges(wiring)
     rows = [("component", "type", "eager (!ref)", "late (!late, !call)")]
     for name, spec in wiring.components.items():
@@ -52,12 +52,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         late = sorted({".".join((r.target, *r.attrs)) for r in mine if not r.eager})
         rows.append((name, spec.type or "", ", ".join(eager) or "-", ", ".join(late) or "-"))
     print(_table(rows))
-    print(f"\n{args.file}: {len(wiring.components)} components, wiring is valid")
+    print(f"\n{wiring.sources[0]}: {len(wiring.components)} components, wiring is valid")
     return 0
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    wiring = load_wiring(args.file, *args.overlay)
+    wiring = wiring_from_args(args)
     edges = _edges(wiring)
     if args.format == "dot":
         lines = ["digraph wiring {", "  rankdir=LR;"]
@@ -122,7 +122,7 @@ def resolved_config(wiring: Wiring) -> dict[str, Any]:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
-    wiring = load_wiring(args.file, *args.overlay)
+    wiring = wiring_from_args(args)
     if args.resolved:
         data = resolved_config(wiring)
     else:
@@ -155,6 +155,9 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_config)
     run.add_parsers(sub)
     events.add_parser(sub)
+    init.add_parser(sub)
+    calibrate.add_parser(sub)
+    fleet.add_parser(sub)
     return parser
 
 

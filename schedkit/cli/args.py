@@ -1,20 +1,43 @@
-"""Argument parsing shared by the ``schedkit`` sub-commands: the wiring file with its overlays,
-and numbers that refuse what would make no sense (NaN, a negative count, infinity where a
-finite value is needed) with a message that says what is valid."""
+"""Argument parsing shared by the ``schedkit`` sub-commands: the wiring file with its overlays
+and model / GPU presets, and numbers that refuse what would make no sense (NaN, a negative
+count, infinity where a finite value is needed) with a message that says what is valid."""
 
 from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
-__all__ = ["add_wiring_args", "number"]
+from schedkit import wirings
+from schedkit.sim import presets
+from schedkit.wiring import Wiring, WiringError, load_wiring
+
+__all__ = ["add_wiring_args", "number", "wiring_from_args", "wiring_sources"]
+
+
+def _preset_name(lookup: Callable[[str], Any]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        try:
+            lookup(text)
+        except presets.PresetError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    return parse
 
 
 def add_wiring_args(parser: argparse.ArgumentParser) -> None:
-    """The positional wiring file and the repeatable ``-o/--overlay``."""
-    parser.add_argument("file", help="wiring YAML file")
+    """The wiring file (the built-in default when left out), the repeatable ``-o/--overlay``
+    and the ``--model`` / ``--gpu`` / ``--tp`` presets."""
+    parser.add_argument(
+        "file",
+        nargs="?",
+        metavar="FILE",
+        help="wiring YAML file (default: the built-in wiring that `schedkit init` writes)",
+    )
     parser.add_argument(
         "-o",
         "--overlay",
@@ -23,6 +46,52 @@ def add_wiring_args(parser: argparse.ArgumentParser) -> None:
         metavar="OVERLAY",
         help="overlay YAML merged over FILE (repeatable, applied in order)",
     )
+    group = parser.add_argument_group(
+        "presets", "set the simulated model runner's costs and the KV pool from a model and a GPU"
+    )
+    group.add_argument(
+        "--model",
+        type=_preset_name(presets.model),
+        help=f"{', '.join(presets.MODELS)} (default with --gpu/--tp: llama3-8b)",
+    )
+    group.add_argument(
+        "--gpu",
+        type=_preset_name(presets.gpu),
+        help=f"{', '.join(presets.GPUS)} (default with --model/--tp: h100)",
+    )
+    group.add_argument(
+        "--tp",
+        type=number(int),
+        help="tensor-parallel GPUs (default: the model's, 4 for llama3-70b, else 1)",
+    )
+
+
+def wiring_sources(
+    args: argparse.Namespace, *, announce: bool = True
+) -> tuple[str | Path, list[str | Path | Mapping]]:
+    """The wiring file and the overlays (the preset's, if any, then ``-o`` ones) that
+    ``add_wiring_args`` options name, for a command that loads the wiring more than once;
+    ``announce`` prints the preset's figures."""
+    file = args.file or wirings.path()
+    if not (args.model or args.gpu or args.tp):
+        return file, list(args.overlay)
+    try:
+        preset, line = presets.preset_overlay(
+            load_wiring(file, *args.overlay), args.model, args.gpu, args.tp
+        )
+    except presets.PresetError as exc:
+        raise WiringError(f"--model/--gpu/--tp: {exc}") from None
+    if announce:
+        print(f"schedkit: preset {line}", file=sys.stderr)
+    return file, [preset, *args.overlay]
+
+
+def wiring_from_args(args: argparse.Namespace, *extra: Mapping) -> Wiring:
+    """Load the wiring that ``add_wiring_args`` options name: the file, then the preset's
+    overlay (if any), then ``-o`` overlays (which may adjust a preset), then ``extra``."""
+    # A reload with a command's own adjustments says the preset line only once.
+    file, overlays = wiring_sources(args, announce=not extra)
+    return load_wiring(file, *overlays, *extra)
 
 
 def number(

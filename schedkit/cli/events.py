@@ -11,7 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from logging import CRITICAL
 from typing import Any, TextIO
+
+import structlog
 
 from schedkit.cli.args import number
 from schedkit.kv_events import (
@@ -27,7 +30,7 @@ from schedkit.kv_events import (
     Notice,
     PublisherRestarted,
 )
-from schedkit.kv_events.conformance import StreamChecker
+from schedkit.kv_events.conformance import CheckedSubscriber, StreamChecker
 
 __all__ = [
     "add_parser",
@@ -71,7 +74,12 @@ def add_parser(subparsers: Any) -> None:
         "--profile",
         choices=PROFILES,
         default="sglang",
-        help="the wire format every payload must decode as, with that engine's declarations",
+        help="the wire format every payload must be, as that engine declares and sends it",
+    )
+    p.add_argument(
+        "--dp-rank",
+        type=number(int, allow_minimum=True),
+        help="the attn_dp_rank every batch must carry (default: the first batch's)",
     )
     p.add_argument("--count", type=number(int), help="stop after N batches")
     p.add_argument(
@@ -212,33 +220,27 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Run ``schedkit events check``: 0 when the stream conforms, 1 when it does not."""
-    checker = StreamChecker()
+    checker = StreamChecker(args.profile, dp_rank=args.dp_rank, has_replay=args.replay is not None)
+    log_config = structlog.get_config()
+    # The report says what the subscriber would log (bad frames, payloads, lost history).
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(CRITICAL))
     try:
-        sub = KvEventSubscriber(
-            args.endpoint,
-            args.replay,
-            args.topic,
-            args.profile,
-            on_notice=checker.notice,
-            strict=True,
-        )
+        sub = CheckedSubscriber(checker, args.endpoint, args.replay, args.topic)
     except ValueError as exc:
+        structlog.configure(**log_config)
         print(f"schedkit events check: {exc}", file=sys.stderr)
         return 2
     deadline = time.monotonic() + args.timeout
     try:
         count = args.count or float("inf")
         while checker.batches < count and time.monotonic() < deadline:
-            for seq, batch in sub.poll(50):
-                checker.apply(seq, batch)
+            sub.poll(50)
     except KeyboardInterrupt:
         pass
     finally:
         sub.close()
-    if sub.frame_errors:
-        checker.problem(f"{sub.frame_errors} messages not framed as [topic, 8-byte seq, payload]")
-    if sub.decode_errors:
-        checker.problem(f"{sub.decode_errors} payloads do not decode as {args.profile}")
+        structlog.configure(**log_config)
+    checker.bad_frames(sub.frame_errors)
     for line in checker.report():
         print(line)
     return 0 if checker.conformant else 1

@@ -18,16 +18,18 @@ from typing import Any, TextIO
 import msgspec
 import structlog
 
-from schedkit.cli.args import add_wiring_args, number
+from schedkit.cli.args import add_wiring_args, number, wiring_from_args
 from schedkit.components.schedule_batch import Req
 from schedkit.container import Assembly, build
-from schedkit.endpoints import seed_router_ids
 from schedkit.kv_events import KvEventsConfig
+from schedkit.serving import drain
 from schedkit.sim.driver import StuckError, drive
-from schedkit.sim.workload import CHAT_RATE, SYNTHETIC, WorkloadError, load_jsonl, synthetic
-from schedkit.wiring import Wiring, load_wiring
+from schedkit.sim.trace_formats import FORMATS
+from schedkit.sim.traces import open_trace
+from schedkit.sim.workload import CHAT_RATE, SYNTHETIC, Workload, WorkloadError, synthetic
+from schedkit.wiring import Wiring
 
-__all__ = ["add_parsers"]
+__all__ = ["add_parsers", "add_workload_args", "progress_bar", "workload_from_args"]
 
 log = structlog.get_logger("schedkit.serve")
 
@@ -36,28 +38,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add the ``run`` and ``serve`` sub-commands."""
     p = sub.add_parser("run", help="run a workload through the scheduler and print a summary")
     add_wiring_args(p)
-    source = p.add_mutually_exclusive_group()
-    source.add_argument("--workload", metavar="FILE.jsonl", help="JSONL workload file")
-    source.add_argument(
-        "--synthetic",
-        choices=sorted(SYNTHETIC),
-        default="chat",
-        help="built-in workload (default: chat)",
-    )
-    p.add_argument(
-        "--num-requests",
-        type=number(int),
-        default=400,
-        help="requests of a synthetic workload (default 400)",
-    )
-    p.add_argument(
-        "--rate",
-        type=number(float, allow_inf=True),
-        default=None,
-        help=f"arrivals per second, Poisson (chat: conversation starts, default {CHAT_RATE:g}; "
-        "inf: all at once; a JSONL file's lines without 'arrival': all at once by default)",
-    )
-    p.add_argument("--seed", type=int, default=0)
+    add_workload_args(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument(
         "--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)"
@@ -88,7 +69,93 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=cmd_serve)
 
 
-def _progress_bar(total: int) -> Any:
+def add_workload_args(p: argparse.ArgumentParser) -> None:
+    """The workload options: a workload or trace file or a built-in workload, its size, rate
+    and seed."""
+    source = p.add_mutually_exclusive_group()
+    source.add_argument(
+        "--workload", metavar="FILE", help="a workload or trace file, in the --format given"
+    )
+    source.add_argument(
+        "--synthetic",
+        choices=sorted(SYNTHETIC),
+        default="chat",
+        help="built-in workload (default: chat)",
+    )
+    p.add_argument(
+        "--format",
+        choices=list(FORMATS),
+        help="format of the --workload file: "
+        + "; ".join(f"{name}: {spec.describe}" for name, spec in FORMATS.items())
+        + ". Default: jsonl, except that a .json file is taken as sharegpt (a .csv file needs "
+        "--format azure or burstgpt)",
+    )
+    p.add_argument(
+        "--trace-block-size",
+        type=number(int),
+        metavar="TOKENS",
+        help="tokens per hash id of a mooncake trace (default 512)",
+    )
+    p.add_argument(
+        "--speedup",
+        type=number(float),
+        metavar="X",
+        help="divide the --workload file's arrival times by X (default 1)",
+    )
+    p.add_argument(
+        "--num-requests",
+        type=number(int),
+        default=None,
+        help="requests of a synthetic workload (default 400), or the first N of --workload "
+        "(default all)",
+    )
+    p.add_argument(
+        "--rate",
+        type=number(float, allow_inf=True),
+        default=None,
+        help=f"arrivals per second, Poisson (chat: conversation starts, default {CHAT_RATE:g}; "
+        "inf: all at once; for a jsonl file's lines without 'arrival' and a sharegpt file: "
+        "all at once by default; timestamped traces take --speedup instead)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+
+
+def workload_from_args(args: argparse.Namespace, command: str) -> tuple[Workload, int] | None:
+    """The workload the options ask for and its number of requests; None after printing
+    every problem (of the file, or options that do not go together)."""
+    trace_only = {"--format": args.format, "--trace-block-size": args.trace_block_size}
+    trace_only["--speedup"] = args.speedup
+    given = [flag for flag, value in trace_only.items() if value is not None]
+    if given and not args.workload:
+        print(f"schedkit {command}: {', '.join(given)} apply to --workload only", file=sys.stderr)
+        return None
+    try:
+        if args.workload:
+            workload = open_trace(
+                args.workload,
+                args.format,
+                block_size=args.trace_block_size or 512,
+                speedup=args.speedup or 1.0,
+                rate=args.rate,
+                seed=args.seed,
+                num_requests=args.num_requests,
+            )
+            for note in workload.notes:
+                print(f"schedkit {command}: note: {note}", file=sys.stderr)
+            return workload, workload.num_requests
+        total = args.num_requests or 400
+        return synthetic(args.synthetic, total, args.rate, args.seed), total
+    except WorkloadError as exc:
+        print(f"schedkit {command}: {len(exc.errors)} problem(s) in the workload:", file=sys.stderr)
+        for error in exc.errors:
+            print(f"  {error}", file=sys.stderr)
+    except ValueError as exc:
+        print(f"schedkit {command}: {exc}", file=sys.stderr)
+    return None
+
+
+def progress_bar(total: int) -> Any:
+    """A progress line on stderr: ``show(done, simulated_seconds)``."""
     started = time.monotonic()
     last = [0.0]
 
@@ -132,24 +199,16 @@ def _record(out: TextIO) -> Callable[[Req], None]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    seed_router_ids()  # before any ROUTER (the KV-event replay's) is built
-    wiring = load_wiring(args.file, *args.overlay)
+    wiring = wiring_from_args(args)
     busy = _busy_kv_events_overlay(wiring)
     if busy is not None:
-        wiring = load_wiring(args.file, *args.overlay, busy)
-    try:
-        if args.workload:
-            workload = load_jsonl(args.workload, rate=args.rate, seed=args.seed)
-        else:
-            workload = synthetic(args.synthetic, args.num_requests, args.rate, args.seed)
-    except WorkloadError as exc:
-        print(f"schedkit run: {len(exc.errors)} problem(s) in the workload:", file=sys.stderr)
-        for error in exc.errors:
-            print(f"  {error}", file=sys.stderr)
+        wiring = wiring_from_args(args, busy)
+    loaded = workload_from_args(args, "run")
+    if loaded is None:
         return 2
-    total = len(workload.arrivals) if args.workload else args.num_requests
+    workload, total = loaded
     quiet = args.json or args.no_progress or not sys.stderr.isatty()
-    show = None if quiet else _progress_bar(total)
+    show = None if quiet else progress_bar(total)
     with build(wiring) as assembly:
         publisher = None
         if "kv_events_publisher" in assembly:
@@ -236,8 +295,7 @@ def _linger(publisher: Any, seconds: float) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    seed_router_ids()  # before any ROUTER (the KV-event replay's) is built
-    wiring = load_wiring(args.file, *args.overlay)
+    wiring = wiring_from_args(args)
     stop = threading.Event()
     with build(wiring) as assembly:
         if getattr(assembly["request_receiver"], "bound_endpoint", None) is None:
@@ -251,7 +309,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             signal.signal(sig, lambda *_: stop.set())
         _announce(assembly)
         assembly["scheduler"].serve(stop)
-        _drain(assembly, args.grace)
+        drain(assembly, args.grace)
     log.info("schedkit serve stopped")
     return 0
 
@@ -264,20 +322,3 @@ def _announce(assembly: Assembly) -> None:
         endpoints["kv_events"] = getattr(assembly["kv_events_publisher"], "endpoint", None)
     log.info("schedkit serve ready", **{k: v for k, v in endpoints.items() if v})
     print(json.dumps({"ready": endpoints}), flush=True)
-
-
-def _drain(assembly: Assembly, grace: float) -> None:
-    """Finish in-flight requests within ``grace`` seconds, then abort what is left."""
-    scheduler = assembly["scheduler"]
-    scheduler.continue_generation()
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and scheduler.step():
-        pass
-    left = [r.rid for r in scheduler.waiting_queue] + [r.rid for r in scheduler.running_batch.reqs]
-    if scheduler.chunked_req is not None:
-        left.append(scheduler.chunked_req.rid)
-    for rid in left:
-        scheduler.abort_request(rid)
-    scheduler.on_idle()
-    if left:
-        log.warning("aborted in-flight requests at shutdown", count=len(left))

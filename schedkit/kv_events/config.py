@@ -9,12 +9,15 @@ from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, Protocol
 
 import msgspec
+import zmq
 
+from schedkit.endpoints import check_endpoint
 from schedkit.kv_events.structs import PROFILES, EventBatch, ProfileName
 
 __all__ = [
     "EventPublisher",
     "KvEventsConfig",
+    "bind_or_connect",
     "create_publisher",
     "offset_endpoint",
     "parse_kv_events_config",
@@ -39,7 +42,8 @@ class KvEventsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # An empty batch goes out after this many idle seconds, so that a subscriber notices a
     # missed tail while nothing happens (0: never).
     heartbeat_interval: Annotated[float, msgspec.Meta(ge=0)] = 1.0
-    # Replay requests served at once; more are refused (the client times out and retries).
+    # Replays served at once (two at most per client); a request over the cap is answered
+    # with a bare end marker at once.
     max_replay_requests: Annotated[int, msgspec.Meta(ge=1)] = 16
 
 
@@ -104,6 +108,30 @@ def offset_endpoint(endpoint: str, dp_rank: int) -> str:
         f"unsupported KV-events endpoint {endpoint!r}; use tcp://host:port, ipc://path or "
         "inproc://name"
     )
+
+
+def bind_or_connect(
+    sock: zmq.Socket, endpoint: str, mode: str, *, allow_remote: bool = False
+) -> str:
+    """Bind or connect a publisher's socket to ``endpoint`` (``mode`` "bind" or "connect")
+    and return the endpoint it is on (a bound wildcard port resolved).
+
+    The endpoint is checked first: tcp binds only on loopback unless ``allow_remote``
+    (``ValueError``); a failed bind or connect raises ``OSError`` naming the endpoint.
+    """
+    check_endpoint(endpoint, bind=mode == "bind", allow_remote=allow_remote)
+    try:
+        if mode == "bind":
+            sock.bind(endpoint)
+            return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        if mode == "connect":
+            sock.connect(endpoint)
+            return endpoint
+    except zmq.ZMQError as exc:
+        raise OSError(
+            exc.errno, f"KV-event publisher cannot {mode} to {endpoint}: {exc.strerror}"
+        ) from exc
+    raise ValueError(f"unknown KV-events mode {mode!r}; valid: bind, connect")
 
 
 class EventPublisher(Protocol):

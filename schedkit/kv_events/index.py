@@ -71,6 +71,11 @@ class KvIndex:
         """A copy of the hashes ``rank`` holds."""
         return set(self._blocks.get(rank, ()))
 
+    def num_blocks(self, rank: int) -> int:
+        """How many hashes ``rank`` holds (no copy)."""
+        blocks = self._blocks.get(rank)
+        return 0 if blocks is None else len(blocks)
+
     def ranks(self) -> list[int]:
         """The ranks seen so far, in order."""
         return sorted(self._blocks)

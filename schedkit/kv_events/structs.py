@@ -182,11 +182,21 @@ def _to_memory(event: msgspec.Struct) -> Event:
     return AllBlocksCleared()
 
 
+def _not_utf8(exc: UnicodeDecodeError) -> msgspec.DecodeError:
+    # msgspec raises UnicodeDecodeError for a string that is not UTF-8: a decode error too.
+    return msgspec.DecodeError(f"a string is not UTF-8 ({exc.reason} at byte {exc.start})")
+
+
 def _strict_decoder(batch_type: type) -> Callable[[bytes], KVEventBatch]:
     decode = msgspec.msgpack.Decoder(batch_type).decode
 
     def strict_decode(payload: bytes) -> KVEventBatch:
-        raw = decode(payload)
+        try:
+            raw = decode(payload)
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(exc) from None
+        if batch_type is KVEventBatch:  # schedkit's structs are SGLang's declarations
+            return raw
         events = [_to_memory(e) for e in raw.events]
         return KVEventBatch(raw.ts, events, msgspec.structs.astuple(raw)[2])
 
@@ -202,12 +212,16 @@ def _decode_event(raw: msgspec.Raw) -> Event:
 
 
 def decode_any(payload: bytes) -> KVEventBatch:
-    """Decode a batch sent under any profile, telling map events from array events."""
+    """Decode a batch sent under any profile, telling map events from array events; raises
+    ``msgspec.DecodeError`` (or its ``ValidationError``) for anything else."""
     try:
-        return _decode_map_batch(payload)
-    except msgspec.DecodeError:
-        raw = _decode_raw_batch(payload)
-    return KVEventBatch(raw.ts, [_decode_event(e) for e in raw.events], raw.attn_dp_rank)
+        try:
+            return _decode_map_batch(payload)
+        except msgspec.DecodeError:
+            raw = _decode_raw_batch(payload)
+        return KVEventBatch(raw.ts, [_decode_event(e) for e in raw.events], raw.attn_dp_rank)
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(exc) from None
 
 
 def _converter(stored: type, removed: type, cleared: type) -> Callable[[Event], msgspec.Struct]:
@@ -240,7 +254,7 @@ class Profile:
     ) -> None:
         self.name = name
         self.convert = convert
-        self.strict_decode = strict_decode or _decode_map_batch
+        self.strict_decode = strict_decode or _strict_decoder(KVEventBatch)
         encode = msgspec.msgpack.Encoder().encode
         if convert is None:
             self.encode = encode

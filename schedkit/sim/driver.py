@@ -23,9 +23,17 @@ from schedkit.components.schedule_batch import FinishAbort, Req
 from schedkit.container import Assembly
 from schedkit.sim.workload import Workload
 
-__all__ = ["RunSummary", "StuckError", "drive", "percentile"]
+__all__ = [
+    "RunSummary",
+    "Stepper",
+    "StuckError",
+    "Tally",
+    "drive",
+    "percentile",
+    "summarize",
+]
 
-# Steps in a row that run nothing while requests are in flight and none is due to arrive.
+# Steps in a row that run nothing while requests are in flight.
 _MAX_IDLE_STEPS = 1000
 
 
@@ -128,99 +136,104 @@ def peak_rss_mb() -> float:
 
 
 @attrs.define
-class _Tally:
-    """What the summary needs of the finished requests, a few numbers each."""
+class Tally:
+    """What a summary needs of the finished requests, a few numbers each (seconds on the
+    assembly's clock): TTFT, inter-token latencies, TPOT (decode time per output token after
+    the first) and end-to-end latency of each request that did not fail."""
 
     done: int = 0
     failed: int = 0
     output_tokens: int = 0
     ttft: array = attrs.Factory(lambda: array("d"))
     itl: array = attrs.Factory(lambda: array("d"))
+    tpot: array = attrs.Factory(lambda: array("d"))
+    e2e: array = attrs.Factory(lambda: array("d"))
 
     def add(self, req: Req) -> None:
+        """Count a finished request."""
         if isinstance(req.finished_reason, FinishAbort):
             self.failed += 1
             return
         self.done += 1
-        self.output_tokens += len(req.output_ids)
-        if req.first_token_time is not None:
-            self.ttft.append(req.first_token_time - req.arrival_time)
+        outputs = len(req.output_ids)
+        self.output_tokens += outputs
+        first, finish = req.first_token_time, req.finish_time
+        if first is not None:
+            self.ttft.append(first - req.arrival_time)
+            if finish is not None and outputs > 1:
+                self.tpot.append((finish - first) / (outputs - 1))
+        if finish is not None:
+            self.e2e.append(finish - req.arrival_time)
         self.itl.extend(req.itl)
 
 
-def drive(
-    assembly: Assembly,
-    workload: Workload,
-    progress: Callable[[int, float], None] | None = None,
-    on_finish: Callable[[Req], None] | None = None,
+class Stepper:
+    """One assembly's side of a run: requests submitted at their arrival time on the
+    assembly's clock (seconds from ``start``), the scheduler stepped, and the requests that
+    finish handed back (their numbers go to ``tally``; ``on_finish(req)`` sees each first)."""
+
+    def __init__(self, assembly: Assembly, on_finish: Callable[[Req], None] | None = None) -> None:
+        self.assembly = assembly
+        self.scheduler = assembly["scheduler"]
+        self.runner = assembly["model_runner"]
+        self.on_finish = on_finish
+        self.start = self.runner.now()
+        self.inflight: dict[str, Req] = {}
+        self.tally = Tally()
+        self.idle_steps = 0
+        self._seen_finished = self.scheduler.finished_count
+
+    def elapsed(self) -> float:
+        """Seconds since the start on the assembly's clock."""
+        return self.runner.now() - self.start
+
+    def submit(self, at: float, req: Req) -> None:
+        """Hand ``req``, arriving ``at`` seconds from the start, to the scheduler."""
+        req.arrival_time = self.start + at
+        self.inflight[req.rid] = req
+        self.scheduler.submit(req)
+
+    def wait_until(self, at: float) -> None:
+        """Let the clock reach ``at`` seconds from the start with nothing running."""
+        self.runner.wait_until(self.start + at)
+
+    def step(self) -> tuple[bool, list[Req]]:
+        """One scheduler step: whether a batch ran, and the requests that finished.
+
+        StuckError when requests are in flight and nothing ran for ``_MAX_IDLE_STEPS`` steps
+        in a row."""
+        scheduler = self.scheduler
+        ran = scheduler.step()
+        finished: list[Req] = []
+        if scheduler.finished_count != self._seen_finished:
+            self._seen_finished = scheduler.finished_count
+            finished = [r for r in self.inflight.values() if r.finished_output]
+            for req in finished:
+                del self.inflight[req.rid]
+                self.tally.add(req)
+                if self.on_finish is not None:
+                    self.on_finish(req)
+        if ran or not self.inflight:
+            self.idle_steps = 0
+        else:
+            self.idle_steps += 1
+            if self.idle_steps > _MAX_IDLE_STEPS:
+                raise StuckError(
+                    f"{len(self.inflight)} requests in flight but the scheduler ran nothing "
+                    f"for {_MAX_IDLE_STEPS} steps (paused: {scheduler.paused})"
+                )
+        return ran, finished
+
+    def summary(self, wall: float, interrupted: bool = False) -> RunSummary:
+        """The run's figures so far (``wall``: the wall seconds it took)."""
+        return summarize(self.assembly, self.tally, self.elapsed(), wall, interrupted)
+
+
+def summarize(
+    assembly: Assembly, tally: Tally, simulated: float, wall: float, interrupted: bool = False
 ) -> RunSummary:
-    """Run ``workload`` to completion (or until Ctrl-C: ``interrupted`` in the summary) on
-    ``assembly`` and summarise it.
-
-    Arrivals are pulled from the workload as the clock reaches them, and a finished request
-    leaves only a few numbers behind (``on_finish(req)`` sees it first), so memory does not
-    grow with the number of requests. ``progress(finished, simulated_seconds)`` is called
-    after steps that finish requests.
-    """
+    """The ``RunSummary`` of ``tally`` on ``assembly`` (its cache, KV-event and batch figures)."""
     scheduler = assembly["scheduler"]
-    runner = assembly["model_runner"]
-    order = itertools.count()
-    arrivals = iter(workload.initial())
-    upcoming = next(arrivals, None)
-    follow_ups: list[tuple[float, int, Req]] = []
-    inflight: dict[str, Req] = {}
-    tally = _Tally()
-    start, wall_start = runner.now(), time.perf_counter()
-    seen_finished, idle_steps = scheduler.finished_count, 0
-    interrupted = False
-
-    def submit(at: float, req: Req) -> None:
-        req.arrival_time = start + at
-        inflight[req.rid] = req
-        scheduler.submit(req)
-
-    try:
-        while upcoming is not None or follow_ups or inflight:
-            elapsed = runner.now() - start
-            while upcoming is not None and upcoming.time <= elapsed:
-                submit(upcoming.time, upcoming.req)
-                upcoming = next(arrivals, None)
-            while follow_ups and follow_ups[0][0] <= elapsed:
-                at, _, req = heapq.heappop(follow_ups)
-                submit(at, req)
-            ran = scheduler.step()
-            if scheduler.finished_count != seen_finished:
-                seen_finished = scheduler.finished_count
-                for req in [r for r in inflight.values() if r.finished_output]:
-                    del inflight[req.rid]
-                    tally.add(req)
-                    if on_finish is not None:
-                        on_finish(req)
-                    follow = workload.follow_up(req, runner.now() - start)
-                    if follow is not None:
-                        heapq.heappush(follow_ups, (follow.time, next(order), follow.req))
-                if progress is not None:
-                    progress(tally.done + tally.failed, runner.now() - start)
-            if ran:
-                idle_steps = 0
-            elif upcoming is not None or follow_ups:
-                due = [upcoming.time] if upcoming is not None else []
-                due += [follow_ups[0][0]] if follow_ups else []
-                runner.wait_until(start + min(due))
-            else:
-                idle_steps += 1
-                if idle_steps > _MAX_IDLE_STEPS:
-                    raise StuckError(
-                        f"{len(inflight)} requests in flight but the scheduler ran nothing for "
-                        f"{_MAX_IDLE_STEPS} steps (paused: {scheduler.paused})"
-                    )
-    except KeyboardInterrupt:
-        interrupted = True
-
-    if "kv_events_publisher" in assembly:  # what the cache still holds goes out too
-        assembly["kv_events_publisher"].publish_kv_events()
-    simulated = runner.now() - start
-    wall = time.perf_counter() - wall_start
     stats = assembly["metrics_reporter"].stats if "metrics_reporter" in assembly else None
     return RunSummary(
         requests_done=tally.done,
@@ -228,8 +241,8 @@ def drive(
         output_tokens=tally.output_tokens,
         request_throughput=tally.done / simulated if simulated > 0 else math.nan,
         output_throughput=tally.output_tokens / simulated if simulated > 0 else math.nan,
-        request_throughput_wall=tally.done / wall,
-        output_throughput_wall=tally.output_tokens / wall,
+        request_throughput_wall=tally.done / wall if wall > 0 else math.nan,
+        output_throughput_wall=tally.output_tokens / wall if wall > 0 else math.nan,
         ttft_p50=percentile(tally.ttft, 50),
         ttft_p90=percentile(tally.ttft, 90),
         ttft_p99=percentile(tally.ttft, 99),
@@ -246,3 +259,54 @@ def drive(
         peak_rss_mb=peak_rss_mb(),
         interrupted=interrupted,
     )
+
+
+def drive(
+    assembly: Assembly,
+    workload: Workload,
+    progress: Callable[[int, float], None] | None = None,
+    on_finish: Callable[[Req], None] | None = None,
+) -> RunSummary:
+    """Run ``workload`` to completion (or until Ctrl-C: ``interrupted`` in the summary) on
+    ``assembly`` and summarise it.
+
+    Arrivals are pulled from the workload as the clock reaches them, and a finished request
+    leaves only a few numbers behind (``on_finish(req)`` sees it first), so memory does not
+    grow with the number of requests. ``progress(finished, simulated_seconds)`` is called
+    after steps that finish requests.
+    """
+    stepper = Stepper(assembly, on_finish)
+    order = itertools.count()
+    arrivals = iter(workload.initial())
+    upcoming = next(arrivals, None)
+    follow_ups: list[tuple[float, int, Req]] = []
+    wall_start = time.perf_counter()
+    interrupted = False
+
+    try:
+        while upcoming is not None or follow_ups or stepper.inflight:
+            elapsed = stepper.elapsed()
+            while upcoming is not None and upcoming.time <= elapsed:
+                stepper.submit(upcoming.time, upcoming.req)
+                upcoming = next(arrivals, None)
+            while follow_ups and follow_ups[0][0] <= elapsed:
+                at, _, req = heapq.heappop(follow_ups)
+                stepper.submit(at, req)
+            ran, finished = stepper.step()
+            if finished:
+                for req in finished:
+                    follow = workload.follow_up(req, stepper.elapsed())
+                    if follow is not None:
+                        heapq.heappush(follow_ups, (follow.time, next(order), follow.req))
+                if progress is not None:
+                    progress(stepper.tally.done + stepper.tally.failed, stepper.elapsed())
+            if not ran and (upcoming is not None or follow_ups):
+                due = [upcoming.time] if upcoming is not None else []
+                due += [follow_ups[0][0]] if follow_ups else []
+                stepper.wait_until(min(due))
+    except KeyboardInterrupt:
+        interrupted = True
+
+    if "kv_events_publisher" in assembly:  # what the cache still holds goes out too
+        assembly["kv_events_publisher"].publish_kv_events()
+    return stepper.summary(time.perf_counter() - wall_start, interrupted)

@@ -3,8 +3,10 @@
 Step time (seconds)::
 
     prefill = prefill_fixed + prefill_per_token * sum(new_tokens)
-              + attention_coeff * sum(new_tokens * context_len)
+              + attention_coeff * sum(new_tokens * context_len) + overhead
     decode  = decode_fixed + decode_per_seq * batch_size + decode_per_kv_token * total_context
+              + overhead
+    overhead = step_overhead + request_overhead * batch_size
 
 ``context_len`` is a request's length once the step's tokens are added (prefix + new tokens);
 ``total_context`` is the sum of the decoding requests' lengths. The defaults approximate an
@@ -20,9 +22,15 @@ approximation for scheduling studies, not a performance model of any particular 
   2 bytes = 128 KiB, read once per step at 3.35 TB/s.
 - ``prefill_fixed`` 5 ms (the weight reads of a short prefill) and ``prefill_per_token`` 40 us
   (2 x params FLOPs per token at 400 TFLOP/s).
-- ``attention_coeff`` 1.3e-12 s: 4 x layers x hidden = 5.2e5 FLOPs per (new token, context
+- ``attention_coeff`` 1.3e-9 s: 4 x layers x hidden = 5.2e5 FLOPs per (new token, context
   token) pair for QK^T and AV, at 400 TFLOP/s. Counting the full ``context_len`` for every new
   token over-counts the causal half of the new part; accepted for simplicity.
+
+``step_overhead`` and ``request_overhead`` are the scheduler's own CPU time around each forward
+pass (batch building, sampling, bookkeeping), per step and per request in the batch; they
+default to 0 here, and the presets (``schedkit.sim.presets``) set them to BLIS's fitted 126 us
+per step and 4.4 us per request. Model and GPU presets derive every coefficient from a model's
+shape and a GPU's datasheet; ``schedkit calibrate`` fits them to measured step times.
 
 ``zero_cost`` (or all coefficients 0) makes every step free, for measuring the scheduler itself.
 With ``clock="virtual"`` ``now()`` advances by each step's modelled time and nothing sleeps;
@@ -80,10 +88,12 @@ class SimulatedModelRunner:
     zero_cost: bool = False
     prefill_fixed: float = 5e-3
     prefill_per_token: float = 4e-5
-    attention_coeff: float = 1.3e-12
+    attention_coeff: float = 1.3e-9
     decode_fixed: float = 7e-3
     decode_per_seq: float = 4e-5
     decode_per_kv_token: float = 3.9e-8
+    step_overhead: float = 0.0
+    request_overhead: float = 0.0
 
     _time: float = attrs.field(init=False, default=0.0)
     _start: float = attrs.field(init=False, default=0.0)
@@ -112,6 +122,8 @@ class SimulatedModelRunner:
             "decode_fixed",
             "decode_per_seq",
             "decode_per_kv_token",
+            "step_overhead",
+            "request_overhead",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)}")
@@ -179,12 +191,20 @@ class SimulatedModelRunner:
             ext * (pre + ext) for pre, ext in zip(batch.prefix_lens, batch.extend_lens, strict=True)
         )
         return (
-            self.prefill_fixed + self.prefill_per_token * new_tokens + self.attention_coeff * pairs
+            self.prefill_fixed
+            + self.prefill_per_token * new_tokens
+            + self.attention_coeff * pairs
+            + self.step_overhead
+            + self.request_overhead * len(batch.reqs)
         )
 
     def decode_cost(self, reqs: list[Req]) -> float:
         """Modelled time of a decode step over ``reqs``."""
-        cost = self.decode_fixed + self.decode_per_seq * len(reqs)
+        cost = (
+            self.decode_fixed
+            + self.step_overhead
+            + (self.decode_per_seq + self.request_overhead) * len(reqs)
+        )
         if self.decode_per_kv_token:
             context = sum(len(req.origin_input_ids) + len(req.output_ids) for req in reqs)
             cost += self.decode_per_kv_token * context

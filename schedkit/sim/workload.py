@@ -1,21 +1,9 @@
-"""Workloads for ``schedkit run``: built-in synthetic traffic and JSONL files.
+"""Workloads for ``schedkit run``: the protocol the driver pulls arrivals through, and the
+built-in synthetic traffic. Files (schedkit's JSONL and public traces) are read by
+``schedkit.sim.traces``.
 
 A workload hands the driver its first arrivals and, when a request finishes, may return a
 follow-up (a multi-turn chat's next turn, whose prompt is the whole conversation so far).
-
-JSONL format, one request per line (blank lines and lines starting with ``#`` are skipped)::
-
-    {"input_ids": [1, 2, 3], "max_new_tokens": 64}
-    {"prompt_len": 512, "prefix_group": "sys-a", "prefix_len": 384, "max_new_tokens": 128,
-     "arrival": 0.25, "rid": "r-7", "stop_token_ids": [2], "ignore_eos": false,
-     "stream": true, "stream_interval": 4}
-
-Give either ``input_ids`` or ``prompt_len`` (random tokens from the seed; lines with the same
-``prefix_group`` share their first ``prefix_len`` tokens). ``arrival`` (seconds) is optional:
-lines without it arrive as a Poisson process at ``--rate``, or all at once without a rate.
-
-(Just over 300 lines: the synthetic generators and the JSONL reader share the token and
-arrival-clock helpers.)
 """
 
 from __future__ import annotations
@@ -23,11 +11,9 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 from typing import Protocol
 
 import attrs
-import msgspec
 
 from schedkit.components.schedule_batch import Req, SamplingParams
 
@@ -40,7 +26,6 @@ __all__ = [
     "StaticWorkload",
     "Workload",
     "WorkloadError",
-    "load_jsonl",
     "shared_prefix_workload",
     "synthetic",
 ]
@@ -219,94 +204,3 @@ def synthetic(name: str, num_requests: int, rate: float | None, seed: int) -> Wo
     if name == "shared-prefix":
         return shared_prefix_workload(num_requests=num_requests, rate=rate, seed=seed, stream=True)
     raise ValueError(f"unknown synthetic workload {name!r}; valid: {', '.join(SYNTHETIC)}")
-
-
-class _Line(msgspec.Struct, forbid_unknown_fields=True):
-    input_ids: list[int] | None = None
-    prompt_len: int | None = None
-    prefix_group: str | None = None
-    prefix_len: int = 0
-    max_new_tokens: int = 128
-    arrival: float | None = None
-    rid: str | None = None
-    stop_token_ids: list[int] = []
-    ignore_eos: bool = False
-    stream: bool = True
-    stream_interval: int | None = None
-
-
-def _line_problem(line: _Line) -> str | None:
-    if (line.input_ids is None) == (line.prompt_len is None):
-        return "give exactly one of 'input_ids' or 'prompt_len'"
-    if line.input_ids is not None and (not line.input_ids or min(line.input_ids) < 0):
-        return "'input_ids' must be a non-empty list of non-negative token ids"
-    if line.prompt_len is not None and line.prompt_len < 1:
-        return "'prompt_len' must be >= 1"
-    if line.prompt_len is not None and not 0 <= line.prefix_len <= line.prompt_len:
-        return "'prefix_len' must be between 0 and 'prompt_len'"
-    if line.arrival is not None and line.arrival < 0:
-        return "'arrival' must be >= 0 seconds"
-    params = SamplingParams(
-        max_new_tokens=line.max_new_tokens,
-        stop_token_ids=tuple(line.stop_token_ids),
-        stream_interval=line.stream_interval,
-    )
-    return params.validation_error()
-
-
-def load_jsonl(path: str | Path, rate: float | None = None, seed: int = 0) -> StaticWorkload:
-    """Read a JSONL workload file; every bad line is reported (``WorkloadError``)."""
-    rng = random.Random(seed)
-    decoder = msgspec.json.Decoder(_Line)
-    errors, lines, rids = [], [], set()
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise WorkloadError([f"{path}: cannot read workload file: {exc.strerror}"]) from None
-    for number, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip() or raw.lstrip().startswith("#"):
-            continue
-        try:
-            line = decoder.decode(raw)
-        except msgspec.DecodeError as exc:
-            errors.append(f"{path}:{number}: {exc}")
-            continue
-        problem = _line_problem(line)
-        if line.rid is not None and line.rid in rids:
-            problem = f"rid {line.rid!r} is used by an earlier line; rids must be unique"
-        rids.add(line.rid)
-        if problem:
-            errors.append(f"{path}:{number}: {problem}")
-            continue
-        lines.append((number, line))
-    if errors:
-        raise WorkloadError(errors)
-    if not lines:
-        raise WorkloadError([f"{path}: no requests in the file"])
-    times = _arrival_times(rate, rng)
-    prefixes: dict[str, list[int]] = {}
-    arrivals = []
-    for number, line in lines:
-        if line.input_ids is not None:
-            prompt = line.input_ids
-        else:
-            prefix = []
-            if line.prefix_group is not None:
-                known = prefixes.setdefault(line.prefix_group, [])
-                known += _tokens(rng, max(0, line.prefix_len - len(known)))
-                prefix = known[: line.prefix_len]
-            prompt = prefix + _tokens(rng, line.prompt_len - len(prefix))
-        params = SamplingParams(
-            max_new_tokens=line.max_new_tokens,
-            stop_token_ids=tuple(line.stop_token_ids),
-            ignore_eos=line.ignore_eos,
-            stream=line.stream,
-            stream_interval=line.stream_interval,
-        )
-        rid = line.rid or f"line{number}"
-        time = line.arrival if line.arrival is not None else next(times)
-        arrivals.append(
-            Arrival(time, Req(rid=rid, origin_input_ids=prompt, sampling_params=params))
-        )
-    arrivals.sort(key=lambda a: a.time)
-    return StaticWorkload(arrivals)

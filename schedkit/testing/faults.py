@@ -8,11 +8,13 @@ Faults apply to the batches that follow the call that asks for them::
     pub = FaultyPublisher()                  # loopback, free ports
     pub.wait_subscribed()                    # a subscriber is connected
     pub.publish(batch)                       # seq 0, as usual
+    pub.publish_raw(payload)                 # any bytes as the next seq's payload
     pub.drop(2)                              # seqs 1-2 never go out live (replay has them)
     pub.drop(1, from_replay=True)            # seq 3 is gone for good
     pub.duplicate()                          # the next batch goes out twice
     pub.hold(3); ...; pub.release(reverse=True)   # delay three batches, send them reordered
     pub.restart()                            # a new publisher: new epoch, seq 0 again
+    pub.next_seq = 2                         # the same publisher sends old seqs again
     pub.burst(batches)                       # send many at once: past the HWM, some are lost
 
 The ``faulty_kv_publisher`` pytest fixture (schedkit's plugin) makes them and shuts them down.
@@ -20,13 +22,14 @@ The ``faulty_kv_publisher`` pytest fixture (schedkit's plugin) makes them and sh
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Iterable
 
 import zmq
 
-from schedkit.kv_events.config import KvEventsConfig
+from schedkit.kv_events.config import KvEventsConfig, bind_or_connect, offset_endpoint
 from schedkit.kv_events.replay import ReplayServer
 from schedkit.kv_events.structs import AllBlocksCleared, EventBatch, KVEventBatch, get_profile
 
@@ -34,10 +37,12 @@ __all__ = ["FaultyPublisher"]
 
 
 class FaultyPublisher:
-    """A loopback KV-event publisher with injectable faults; see the module docstring.
+    """A KV-event publisher with injectable faults; see the module docstring.
 
-    ``sent`` lists the seqs in the order they went out live (duplicates included). Batches
-    without a rank get ``dp_rank``.
+    Its endpoints follow ``ZmqEventPublisher``'s rules, with the same errors: tcp binds on
+    loopback only unless ``allow_remote``, rank ``dp_rank`` on port + ``dp_rank``, ``mode``
+    bind or connect for the live socket. ``sent`` lists the seqs in the order they went out
+    live (duplicates included). Batches without a rank get ``dp_rank``.
     """
 
     def __init__(self, config: KvEventsConfig | None = None, dp_rank: int = 0) -> None:
@@ -47,12 +52,6 @@ class FaultyPublisher:
         )
         self._encode = get_profile(self.config.profile).encode
         self._topic = self.config.topic.encode()
-        self._context = zmq.Context()
-        self._pub = self._context.socket(zmq.XPUB)  # a PUB that also hears subscriptions
-        self._pub.setsockopt(zmq.SNDHWM, self.config.hwm)
-        self._pub.setsockopt(zmq.LINGER, 0)
-        self._pub.bind(self.config.endpoint)
-        self.endpoint = self._pub.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.replay_endpoint: str | None = None
         self._replay: ReplayServer | None = None
         self.sent: list[int] = []
@@ -61,13 +60,33 @@ class FaultyPublisher:
         self._duplicate = 0
         self._hold = 0
         self._held: list[tuple[int, bytes]] = []
-        self._start_epoch()
+        self._context = zmq.Context()
+        self._pub = self._context.socket(zmq.XPUB)  # a PUB that also hears subscriptions
+        self._pub.setsockopt(zmq.SNDHWM, self.config.hwm)
+        self._pub.setsockopt(zmq.LINGER, 0)
+        try:
+            # The same endpoint rules and errors as ZmqEventPublisher: loopback unless
+            # allow_remote, tcp port + dp_rank.
+            self.endpoint = bind_or_connect(
+                self._pub,
+                offset_endpoint(self.config.endpoint, dp_rank),
+                self.config.mode,
+                allow_remote=self.config.allow_remote,
+            )
+            self._start_epoch()
+        except BaseException:
+            self._pub.close(linger=0)
+            self._context.term()
+            raise
 
     def _start_epoch(self) -> None:
         if self.config.replay_endpoint is not None:
             router = self._context.socket(zmq.ROUTER)
-            _bind(router, self.replay_endpoint or self.config.replay_endpoint)
-            self.replay_endpoint = router.getsockopt(zmq.LAST_ENDPOINT).decode()
+            # A restart binds again where the first epoch was bound.
+            endpoint = self.replay_endpoint or offset_endpoint(
+                self.config.replay_endpoint, self.dp_rank
+            )
+            self.replay_endpoint = self._bind_replay(router, endpoint)
             self._replay = ReplayServer(
                 router,
                 self.replay_endpoint,
@@ -77,6 +96,23 @@ class FaultyPublisher:
             )
             self._replay.start()
         self.next_seq = 0
+
+    def _bind_replay(self, router: zmq.Socket, endpoint: str) -> str:
+        # After a restart the old replay socket may hold the port for a moment.
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                return bind_or_connect(
+                    router, endpoint, "bind", allow_remote=self.config.allow_remote
+                )
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                    router.close(linger=0)
+                    raise
+            except BaseException:
+                router.close(linger=0)
+                raise
+            time.sleep(0.01)
 
     def wait_subscribed(self, timeout: float = 5.0) -> None:
         """Wait until a subscriber's subscription to the topic arrives (then what is
@@ -92,11 +128,15 @@ class FaultyPublisher:
 
     def publish(self, batch: EventBatch) -> int:
         """Send ``batch`` under the next seq, with whatever fault is pending; returns the seq."""
-        seq = self.next_seq
-        self.next_seq += 1
         if batch.attn_dp_rank is None:
             batch.attn_dp_rank = self.dp_rank
-        payload = self._encode(batch)
+        return self.publish_raw(self._encode(batch))
+
+    def publish_raw(self, payload: bytes) -> int:
+        """Send ``payload`` as it is (any bytes: another engine's encoding, a malformed batch)
+        under the next seq, with whatever fault is pending; returns the seq."""
+        seq = self.next_seq
+        self.next_seq += 1
         seq_bytes = seq.to_bytes(8, "big")
         dropped_for_good = self._drop and self._drop_from_replay
         if self._replay is not None and not dropped_for_good:
@@ -148,6 +188,7 @@ class FaultyPublisher:
         seq 0 again, and the ``AllBlocksCleared`` a fresh cache announces first."""
         if self._replay is not None:
             self._replay.stop(timeout=5.0)
+            self._replay = None
         self._held, self._hold, self._drop, self._duplicate = [], 0, 0, 0
         self._start_epoch()
         self.publish(KVEventBatch(0.0, [AllBlocksCleared()]))
@@ -159,17 +200,3 @@ class FaultyPublisher:
             self._replay = None
         self._pub.close(linger=0)
         self._context.term()
-
-
-def _bind(sock: zmq.Socket, endpoint: str) -> None:
-    # After a restart the old replay socket may hold the port for a moment.
-    deadline = time.monotonic() + 2.0
-    while True:
-        try:
-            sock.bind(endpoint)
-            return
-        except zmq.ZMQError:
-            if time.monotonic() > deadline:
-                sock.close(linger=0)
-                raise
-            time.sleep(0.01)

@@ -143,15 +143,15 @@ def make_assembly(
 
 @pytest.fixture
 def faulty_kv_publisher(assembly_leak_check: Any) -> Iterator[Callable[..., Any]]:
-    """A factory ``faulty_kv_publisher(config=None)`` of ``FaultyPublisher``s (loopback,
+    """A factory ``faulty_kv_publisher(config=None, dp_rank=0)`` of ``FaultyPublisher``s (loopback,
     free ports by default): KV-event publishers that drop, duplicate, hold, reorder, burst
     and restart on demand. Every one it made is shut down at teardown."""
     from schedkit.testing.faults import FaultyPublisher
 
     made = []
 
-    def make(config: Any = None) -> Any:
-        made.append(FaultyPublisher(config))
+    def make(config: Any = None, dp_rank: int = 0) -> Any:
+        made.append(FaultyPublisher(config, dp_rank))
         return made[-1]
 
     yield make

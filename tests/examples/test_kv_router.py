@@ -12,7 +12,6 @@ import pytest
 
 from schedkit.kv_events import (
     BlockStored,
-    HistoryLost,
     KVEventBatch,
     KvEventsConfig,
     PublisherRestarted,
@@ -60,15 +59,6 @@ def test_rank_endpoints_follow_the_publishers_port_offsets():
         1: ("tcp://127.0.0.1:5558", "tcp://127.0.0.1:5601"),
     }
     assert router.rank_endpoints("ipc:///tmp/kv", None, 1) == {0: ("ipc:///tmp/kv_dp0", None)}
-
-
-def test_batches_after_a_break_are_kept():
-    batches = [(seq, None) for seq in (4, 5, 9, 10)]
-    assert router._after_break(HistoryLost(6, 9), 5, batches) == batches[2:]
-    assert router._after_break(HistoryLost(0, None), None, batches) == batches
-    restarted = [(seq, None) for seq in (7, 8, 0, 1)]
-    assert router._after_break(PublisherRestarted(8, 1), 8, restarted) == restarted[2:]
-    assert router._after_break(PublisherRestarted(8, 1), 8, restarted[2:]) == restarted[2:]
 
 
 def stored(tokens: list[int]) -> KVEventBatch:

@@ -1,19 +1,39 @@
 """``schedkit events check`` against real publishers on loopback: a cache's stream under each
-profile conforms; the wrong profile, holes and broken page rules do not."""
+profile conforms; the wrong profile is said in one line; faults in the live order, wrong
+ranks, holes and broken page rules are caught, each under its cause."""
 
 from __future__ import annotations
 
+import threading
+import time
+
+import msgspec
 import pytest
+import structlog
 from schedkit.components.radix_cache import RadixCache, RadixKey
 
 from schedkit.cli import main
 from schedkit.kv_events import (
+    PROFILES,
+    AllBlocksCleared,
     BlockRemoved,
     BlockStored,
     KVEventBatch,
     KvEventsConfig,
     ZmqEventPublisher,
+    encode_batch,
 )
+from schedkit.kv_events.conformance import CheckedSubscriber, StreamChecker
+from tests.schedkit.kv_events import engine_structs as engine
+
+
+@pytest.fixture(autouse=True)
+def default_logging():
+    """``main`` points structlog at the sys.stderr of its time, which pytest closes after the
+    test: start and end with structlog's defaults."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
 
 
 def publisher(profile: str = "sglang", **kwargs) -> ZmqEventPublisher:
@@ -25,29 +45,62 @@ def publisher(profile: str = "sglang", **kwargs) -> ZmqEventPublisher:
     return ZmqEventPublisher(config)
 
 
-def cache_stream(pub: ZmqEventPublisher) -> None:
+def cache_batches() -> list[KVEventBatch]:
     """What a radix cache records: stores, a split, namespaced pages, evictions, a reset."""
     cache = RadixCache(page_size=4, capacity=64, enable_kv_cache_events=True)
+    batches = []
     for key in ([1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 9, 9, 9, 9], RadixKey([1] * 8, "lora")):
         cache.insert(key)
-        pub.publish(KVEventBatch(0.0, cache.take_events()))
+        batches.append(KVEventBatch(0.0, cache.take_events()))
     cache.evict(12)
-    pub.publish(KVEventBatch(0.0, cache.take_events()))
+    batches.append(KVEventBatch(0.0, cache.take_events()))
     cache.insert(list(range(40)))
     cache.reset()
     cache.insert([5] * 16)
-    pub.publish(KVEventBatch(0.0, cache.take_events()))
+    batches.append(KVEventBatch(0.0, cache.take_events()))
+    return batches
+
+
+def cache_stream(pub: ZmqEventPublisher) -> None:
+    for batch in cache_batches():
+        pub.publish(batch)
     assert pub.flush()
 
 
-def check(pub: ZmqEventPublisher, capsys, *extra: str) -> tuple[int, list[str]]:
+def check(pub, capsys, *extra: str) -> tuple[int, list[str]]:
     args = ["events", "check", pub.endpoint, "--replay", pub.replay_endpoint, "--timeout", "5"]
     code = main([*args, *extra])
     out = capsys.readouterr().out
     return code, [line for line in out.splitlines() if not line.startswith("20")]
 
 
-@pytest.mark.parametrize("profile", ["sglang", "sglang-array", "vllm"])
+class Running:
+    """``events check`` running in a thread while the test publishes to it live."""
+
+    def __init__(self, pub, *extra: str, replay: bool = True, timeout: float = 5.0) -> None:
+        args = ["events", "check", pub.endpoint, "--timeout", str(timeout), *extra]
+        if replay:
+            args += ["--replay", pub.replay_endpoint]
+        self.code: int | None = None
+        self.thread = threading.Thread(target=self._run, args=(args,))
+        self.thread.start()
+        pub.wait_subscribed()
+
+    def _run(self, args: list[str]) -> None:
+        self.code = main(args)
+
+    def result(self, capsys) -> tuple[int, list[str], str]:
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+        captured = capsys.readouterr()
+        return self.code, captured.out.splitlines(), captured.err
+
+
+def stored(h: int, parent: int | None = None, rank: int | None = None) -> KVEventBatch:
+    return KVEventBatch(float(h), [BlockStored([h], parent, [h] * 4, 4, None, "GPU")], rank)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
 def test_a_cache_stream_conforms_under_its_profile(profile, capsys):
     pub = publisher(profile)
     try:
@@ -56,19 +109,97 @@ def test_a_cache_stream_conforms_under_its_profile(profile, capsys):
     finally:
         pub.shutdown()
     assert code == 0, lines
-    assert lines[0].startswith("conformant: 6 batches")
+    # 6 batches, and a heartbeat or two that came with them
+    assert lines[0].startswith("conformant: ") and "8 events, 0 problems" in lines[0]
 
 
-def test_the_wrong_profile_does_not_conform(capsys):
-    pub = publisher("sglang")
+WRONG = [(sent, asked) for sent in PROFILES for asked in PROFILES if sent != asked]
+
+
+@pytest.mark.parametrize(("sent", "asked"), WRONG)
+def test_the_wrong_profile_is_said_in_one_line(sent, asked, faulty_kv_publisher, capsys):
+    pub = faulty_kv_publisher(
+        KvEventsConfig(
+            endpoint="tcp://127.0.0.1:0", replay_endpoint="tcp://127.0.0.1:0", profile=sent
+        )
+    )
+    running = Running(pub, "--profile", asked, "--count", "5")
+    for batch in cache_batches():
+        pub.publish(batch)
+    code, out, err = running.result(capsys)
+    assert code == 1
+    assert out == [
+        f"NOT conformant: the stream decodes as profile {sent}, not {asked}; "
+        f"rerun with --profile {sent}"
+    ]
+    assert err == ""
+
+
+def test_the_wrong_profile_of_replayed_history_is_said_in_one_line(capsys):
+    pub = publisher("vllm")
     try:
-        cache_stream(pub)
-        code, lines = check(pub, capsys, "--profile", "vllm", "--count", "6", "--timeout", "2")
+        cache_stream(pub)  # before the check joins: it all comes through the replay
+        code, lines = check(pub, capsys, "--count", "6")
     finally:
         pub.shutdown()
     assert code == 1
-    assert lines[0].startswith("NOT conformant")
-    assert any("do not decode as vllm" in line for line in lines)
+    assert lines == [
+        "NOT conformant: the stream decodes as profile vllm, not sglang; rerun with --profile vllm"
+    ]
+
+
+def engine_payloads(profile: str) -> list[bytes]:
+    """The cache's batches as each engine encodes them, with its own declarations."""
+    families = {
+        "sglang": (engine.BlockStored, engine.BlockRemoved, engine.AllBlocksCleared),
+        "sglang-array": (
+            engine.ArrayBlockStored,
+            engine.ArrayBlockRemoved,
+            engine.ArrayAllBlocksCleared,
+        ),
+        "vllm": (engine.VllmBlockStored, engine.VllmBlockRemoved, engine.VllmAllBlocksCleared),
+    }
+    batch_type = {
+        "sglang": engine.KVEventBatch,
+        "sglang-array": engine.ArrayBatch,
+        "vllm": engine.VllmBatch,
+    }[profile]
+    stored_type, removed_type, cleared_type = families[profile]
+    payloads = []
+    for batch in cache_batches():
+        events = []
+        for e in batch.events:
+            if type(e) is BlockStored:
+                fields = [e.block_hashes, e.parent_block_hash, e.token_ids, e.block_size, None]
+                extra = {"medium": e.medium}
+                if profile != "sglang-array":
+                    extra["lora_name"] = e.lora_name
+                events.append(stored_type(*fields, **extra))
+            elif type(e) is BlockRemoved:
+                events.append(removed_type(e.block_hashes, e.medium))
+            else:
+                events.append(cleared_type())
+        payloads.append(msgspec.msgpack.encode(batch_type(1.0, events, 0)))
+    return payloads
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_what_each_engine_sends_conforms_to_its_profile_only(profile, faulty_kv_publisher, capsys):
+    payloads = engine_payloads(profile)
+    for asked in PROFILES:
+        pub = faulty_kv_publisher()
+        running = Running(pub, "--profile", asked, "--count", str(len(payloads)))
+        for payload in payloads:
+            pub.publish_raw(payload)
+        code, out, _ = running.result(capsys)
+        if asked == profile:
+            assert (code, out) == (0, ["conformant: 5 batches, 8 events, 0 problems, 4 pages held"])
+        else:
+            assert code == 1
+            assert out == [
+                f"NOT conformant: the stream decodes as profile {profile}, not {asked}; "
+                f"rerun with --profile {profile}"
+            ]
 
 
 def test_broken_page_rules_are_listed(capsys):
@@ -82,11 +213,13 @@ def test_broken_page_rules_are_listed(capsys):
     finally:
         pub.shutdown()
     assert code == 1
-    text = "\n".join(lines)
-    assert "3 token ids for 1 hashes of block_size 4" in text
-    assert "parent 99 of 1 not stored" in text
-    assert "removed 7, which is not stored" in text
-    assert "2 stored again without being removed" in text
+    assert lines[0].startswith("NOT conformant: ") and ", 4 problems, 2 pages held" in lines[0]
+    assert lines[1:] == [
+        "  seq 0: 3 token ids for 1 hashes of block_size 4",
+        "  seq 0: parent 99 of 1 not stored",
+        "  seq 1: removed 7, which is not stored",
+        "  seq 2: 2 stored again without being removed",
+    ]
 
 
 def test_nothing_arriving_is_not_conformant(capsys):
@@ -98,14 +231,206 @@ def test_nothing_arriving_is_not_conformant(capsys):
     assert code == 1 and "no batch arrived" in lines[1]
 
 
-def test_lost_history_is_reported(capsys):
-    pub = publisher(buffer_steps=2)
-    try:
-        for i in range(6):
-            pub.publish(KVEventBatch(float(i), []))
-        assert pub.flush()
-        code, lines = check(pub, capsys, "--count", "3", "--timeout", "3")
-    finally:
-        pub.shutdown()
+def test_history_the_replay_no_longer_has_is_the_cause_of_what_follows(faulty_kv_publisher, capsys):
+    config = KvEventsConfig(
+        endpoint="tcp://127.0.0.1:0", replay_endpoint="tcp://127.0.0.1:0", buffer_steps=3
+    )
+    pub = faulty_kv_publisher(config)
+    chain(pub, 1, 6)  # seqs 0..5, before the check joins
+    running = Running(pub, "--count", "3")
+    chain(pub, 7, 7)  # seq 6: the replay now keeps seqs 4..6
+    code, out, _ = running.result(capsys)
     assert code == 1
-    assert any("seq 0 onwards lost" in line for line in lines)
+    assert out == [
+        "NOT conformant: 3 batches, 3 events, 1 problems (+1 that follow from them), 3 pages held",
+        "  seqs 0..3 lost: the replay's history starts at seq 4",
+        "    then 1 problems that follow from it, e.g. seq 4: parent 4 of 5 not stored",
+    ]
+
+
+def live_publisher(faulty_kv_publisher, replay: bool):
+    config = KvEventsConfig(
+        endpoint="tcp://127.0.0.1:0", replay_endpoint="tcp://127.0.0.1:0" if replay else None
+    )
+    return faulty_kv_publisher(config)
+
+
+def chain(pub, first: int, last: int) -> None:
+    for h in range(first, last + 1):
+        pub.publish(stored(h, h - 1 if h > 1 else None))
+
+
+@pytest.mark.parametrize("replay", [True, False], ids=["replay", "no-replay"])
+def test_a_duplicated_seq_is_caught(replay, faulty_kv_publisher, capsys):
+    pub = live_publisher(faulty_kv_publisher, replay)
+    # Without replay the subscriber takes the copy in: one batch more.
+    running = Running(pub, "--count", "6" if replay else "7", replay=replay)
+    chain(pub, 1, 2)
+    pub.duplicate()
+    chain(pub, 3, 6)
+    code, out, err = running.result(capsys)
+    assert code == 1
+    assert out[1] == "  seq 2 received twice (the same payload again)"
+    if replay:  # the recovered stream dropped the copy: nothing follows from it
+        assert out[0] == "NOT conformant: 6 batches, 6 events, 1 problems, 6 pages held"
+        assert len(out) == 2
+    else:  # the subscriber took it for a restart and starts over
+        assert out[0].startswith("NOT conformant: 7 batches, 7 events, 1 problems (+")
+        assert out[2].startswith("    then ")
+        assert len(out) == 3
+    assert err == ""
+
+
+@pytest.mark.parametrize("replay", [True, False], ids=["replay", "no-replay"])
+def test_reordered_seqs_are_caught(replay, faulty_kv_publisher, capsys):
+    pub = live_publisher(faulty_kv_publisher, replay)
+    running = Running(pub, "--count", "6", "--timeout", "3", replay=replay)
+    chain(pub, 1, 2)
+    pub.hold(3)
+    chain(pub, 3, 5)
+    pub.release(reverse=True)  # seqs 4, 3, 2
+    chain(pub, 6, 6)
+    code, out, _ = running.result(capsys)
+    assert code == 1
+    assert "  seq 3 arrived after seq 4 (reordered) (and 1 more like it: seqs 2)" in out
+    if replay:
+        assert out[0] == "NOT conformant: 6 batches, 6 events, 2 problems, 6 pages held"
+        assert out[1:] == ["  seq 3 arrived after seq 4 (reordered) (and 1 more like it: seqs 2)"]
+
+
+@pytest.mark.parametrize("replay", [True, False], ids=["replay", "no-replay"])
+def test_a_rewound_seq_is_caught(replay, faulty_kv_publisher, capsys):
+    pub = live_publisher(faulty_kv_publisher, replay)
+    # With replay the rewound seqs are dropped; without, the subscriber takes them in.
+    running = Running(pub, "--count", "5" if replay else "7", replay=replay)
+    chain(pub, 1, 4)
+    pub.next_seq = 2  # the counter goes back, the publisher is the same
+    pub.publish(stored(5, 4))
+    pub.publish(stored(6, 5))
+    pub.publish(KVEventBatch(0.0, []))  # seq 4
+    code, out, _ = running.result(capsys)
+    assert code == 1
+    assert "  seq 2 received again with another payload (and 1 more like it: seqs 3)" in out
+
+
+def poll_until(sub: CheckedSubscriber, done, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, sub.checker.report()
+        sub.poll(20)
+
+
+def test_a_restart_is_no_fault(faulty_kv_publisher):
+    pub = live_publisher(faulty_kv_publisher, replay=True)
+    checker = StreamChecker()
+    with CheckedSubscriber(checker, pub.endpoint, pub.replay_endpoint) as sub:
+        pub.wait_subscribed()
+        chain(pub, 1, 4)
+        # The subscriber learns the publisher's epoch from its first batch: restart after.
+        poll_until(sub, lambda: checker.batches == 4)
+        pub.restart()  # seq 0: AllBlocksCleared
+        chain(pub, 1, 2)
+        poll_until(sub, lambda: checker.batches == 7)
+    assert checker.report() == ["conformant: 7 batches, 7 events, 0 problems, 2 pages held"]
+
+
+def test_a_restart_without_replay_is_no_fault(faulty_kv_publisher, capsys):
+    pub = live_publisher(faulty_kv_publisher, replay=False)
+    running = Running(pub, "--count", "7", replay=False)
+    chain(pub, 1, 4)
+    pub.restart()
+    chain(pub, 1, 2)
+    code, out, _ = running.result(capsys)
+    assert (code, out) == (0, ["conformant: 7 batches, 7 events, 0 problems, 2 pages held"]), out
+
+
+def test_a_wrong_rank_is_caught_even_where_the_replay_hides_the_batch(faulty_kv_publisher, capsys):
+    pub = live_publisher(faulty_kv_publisher, replay=True)
+    running = Running(pub, "--count", "5")
+    chain(pub, 1, 3)
+    pub.publish(stored(4, 3, rank=1))
+    pub.next_seq = 2  # a second publisher for rank 0's stream, as seen on the wire
+    pub.publish(stored(9, None, rank=1))
+    chain(pub, 5, 5)
+    pub.publish(KVEventBatch(0.0, []))  # seq 4
+    code, out, _ = running.result(capsys)
+    assert code == 1
+    assert "  seq 3: attn_dp_rank 1, the stream's rank is 0 (and 1 more like it: seqs 2)" in out
+    assert "  seq 2 received again with another payload (and 1 more like it: seqs 3)" in out
+
+
+def test_the_expected_rank_can_be_named(faulty_kv_publisher, capsys):
+    pub = faulty_kv_publisher(None, dp_rank=3)
+    running = Running(pub, "--count", "3", "--dp-rank", "0")
+    chain(pub, 1, 3)
+    code, out, _ = running.result(capsys)
+    assert code == 1
+    assert out[1:] == [
+        "  seq 0: attn_dp_rank 3, the stream's rank is 0 (and 2 more like it: seqs 1, 2)"
+    ]
+
+
+def test_without_replay_a_late_start_says_a_replay_endpoint_would_recover_it(
+    faulty_kv_publisher, capsys
+):
+    pub = live_publisher(faulty_kv_publisher, replay=True)
+    chain(pub, 1, 3)  # before the check joins
+    running = Running(pub, "--count", "3", replay=False)
+    chain(pub, 4, 6)
+    code, out, _ = running.result(capsys)
+    assert code == 1
+    assert out[1] == (
+        "  the first seq seen was 3: seqs 0..2 not seen; a replay endpoint (--replay) would "
+        "recover the start"
+    )
+    assert out[2] == "    then 1 problems that follow from it, e.g. seq 3: parent 3 of 4 not stored"
+
+
+def test_without_replay_a_gap_says_a_replay_endpoint_would_recover_it(faulty_kv_publisher, capsys):
+    pub = live_publisher(faulty_kv_publisher, replay=False)
+    running = Running(pub, "--count", "4", replay=False)
+    chain(pub, 1, 2)
+    pub.drop(2)
+    chain(pub, 3, 6)
+    code, out, _ = running.result(capsys)
+    assert code == 1
+    assert out[1] == "  seqs 2..3 missed; a replay endpoint (--replay) would recover them"
+    assert out[2].startswith("    then 1 problems that follow from it, e.g. seq 4: parent 4 of 5")
+
+
+def test_with_replay_the_same_gap_is_recovered(faulty_kv_publisher, capsys):
+    pub = live_publisher(faulty_kv_publisher, replay=True)
+    running = Running(pub, "--count", "6")
+    chain(pub, 1, 2)
+    pub.drop(2)
+    chain(pub, 3, 6)
+    code, out, _ = running.result(capsys)
+    assert (code, out) == (0, ["conformant: 6 batches, 6 events, 0 problems, 6 pages held"])
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_malformed_batches_are_reported_not_raised(profile, faulty_kv_publisher, capsys):
+    config = KvEventsConfig(
+        endpoint="tcp://127.0.0.1:0", replay_endpoint="tcp://127.0.0.1:0", profile=profile
+    )
+    pub = faulty_kv_publisher(config)
+    running = Running(pub, "--profile", profile, "--count", "5")  # 7 published, 5 decode
+    pub.publish(KVEventBatch(0.0, [BlockStored([], None, [], 4, None, "GPU")]))
+    pub.publish(KVEventBatch(0.0, [BlockStored([1], None, [1], 0, None, "GPU")]))
+    pub.publish(KVEventBatch(0.0, [BlockStored([2], 2, [1] * 4, -4, None, "GPU")]))
+    pub.publish(KVEventBatch(0.0, [BlockRemoved([]), AllBlocksCleared(), BlockRemoved([5])]))
+    pub.publish_raw(b"\x93\xcb\x00\x00\x00\x00\x00\x00\x00\x00\x91\xc0\x00")  # an event of nil
+    medium_not_utf8 = encode_batch(KVEventBatch(0.0, [BlockRemoved([9], "\x00")], 0), profile)
+    pub.publish_raw(medium_not_utf8.replace(b"\xa1\x00", b"\xa1\x80"))
+    pub.publish(KVEventBatch(0.0, []))
+    code, out, err = running.result(capsys)
+    assert code == 1
+    assert "  seq 0: a BlockStored with no hashes" in out
+    assert "  seq 1: 1 token ids for 1 hashes of block_size 0 (and 1 more like it: seqs 2)" in out
+    assert "  seq 3: removed 5, which is not stored" in out
+    assert any(
+        line.startswith(f"  seq 4: not what {profile} sends: ")
+        and line.endswith("(and 1 more like it: seqs 5)")
+        for line in out
+    )
+    assert err == ""

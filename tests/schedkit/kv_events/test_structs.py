@@ -1,7 +1,8 @@
 """Golden tests: what we encode decodes with the engines' own struct declarations, and back.
 
-The structs below are declared here independently, as SGLang and vLLM declare them, so that a
-change to schedkit's structs that breaks the wire shows up as a failure here.
+The engines' structs are declared independently in ``engine_structs``, as SGLang and vLLM
+declare them, so that a change to schedkit's structs that breaks the wire shows up as a
+failure here.
 """
 
 from __future__ import annotations
@@ -13,105 +14,22 @@ from hypothesis import strategies as st
 
 from schedkit.kv_events import structs as ours
 from schedkit.kv_events.structs import decode_batch, encode_batch
+from tests.schedkit.kv_events.engine_structs import (
+    AllBlocksCleared,
+    ArrayAllBlocksCleared,
+    ArrayBatch,
+    ArrayBlockRemoved,
+    ArrayBlockStored,
+    BlockRemoved,
+    BlockStored,
+    KVEventBatch,
+    VllmAllBlocksCleared,
+    VllmBatch,
+    VllmBlockRemoved,
+    VllmBlockStored,
+)
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-
-# SGLang 0.5.23's declarations (sglang/srt/disaggregation/kv_events.py): events are maps
-# tagged under "type", None-valued optional fields left out; the batch is a plain array.
-class KVCacheEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True, tag_field="type"):
-    pass
-
-
-class BlockStored(KVCacheEvent):
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None = None
-    cache_salt: str | None = None
-    session_id: str | None = None
-    lora_name: str | None = None
-
-
-class BlockRemoved(KVCacheEvent):
-    block_hashes: list[int]
-    medium: str | None = None
-
-
-class AllBlocksCleared(KVCacheEvent):
-    pass
-
-
-class EventBatch(msgspec.Struct, array_like=True, gc=False):
-    ts: float
-    events: list
-    attn_dp_rank: int | None = None
-
-
-class KVEventBatch(EventBatch):
-    events: list[BlockStored | BlockRemoved | AllBlocksCleared]
-
-
-# SGLang before 0.5.23 (what llm-d's adapter reads): tagged arrays.
-class ArrayEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
-    pass
-
-
-class ArrayBlockStored(ArrayEvent, tag="BlockStored"):
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None = None
-
-
-class ArrayBlockRemoved(ArrayEvent, tag="BlockRemoved"):
-    block_hashes: list[int]
-    medium: str | None = None
-
-
-class ArrayAllBlocksCleared(ArrayEvent, tag="AllBlocksCleared"):
-    pass
-
-
-class ArrayBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    ts: float
-    events: list[ArrayBlockStored | ArrayBlockRemoved | ArrayAllBlocksCleared]
-    attn_dp_rank: int | None = None
-
-
-# vLLM 0.33's declarations (vllm/distributed/kv_events.py): maps tagged under "type"; medium
-# and lora_name have no default.
-class VllmEvent(msgspec.Struct, gc=False, tag=True, tag_field="type"):
-    pass
-
-
-class VllmBlockStored(VllmEvent, tag="BlockStored"):
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None
-    lora_name: str | None
-
-
-class VllmBlockRemoved(VllmEvent, tag="BlockRemoved"):
-    block_hashes: list[int]
-    medium: str | None
-
-
-class VllmAllBlocksCleared(VllmEvent, tag="AllBlocksCleared"):
-    pass
-
-
-class VllmBatch(msgspec.Struct, array_like=True, gc=False):
-    ts: float
-    events: list[VllmBlockStored | VllmBlockRemoved | VllmAllBlocksCleared]
-    data_parallel_rank: int | None = None
 
 
 STORED = [
@@ -318,3 +236,14 @@ def without(batch: ours.KVEventBatch, *fields: str) -> ours.KVEventBatch:
         for e in batch.events
     ]
     return ours.KVEventBatch(batch.ts, events, batch.attn_dp_rank)
+
+
+@pytest.mark.parametrize("profile", ours.PROFILES)
+def test_a_string_that_is_not_utf8_is_a_decode_error(profile):
+    medium = "\x00GPU"
+    payload = encode_batch(ours.KVEventBatch(1.0, [ours.BlockRemoved([1], medium)], 0), profile)
+    payload = payload.replace(b"\x00GPU", b"\x80GPU")  # the same length, not UTF-8
+    wire = ours.get_profile(profile)
+    for decode in (wire.decode, wire.strict_decode):
+        with pytest.raises(msgspec.DecodeError, match="not UTF-8"):
+            decode(payload)

@@ -170,3 +170,20 @@ def test_decode_tokens_do_not_depend_on_which_rids_were_seen_before(monkeypatch)
     for _ in range(3):  # first with unseen rids, then from the (cleared) rid table
         assert runner.forward(decode_batch(*reqs)).next_token_ids == expected
     assert len(runner._offsets) <= 3
+
+
+def test_scheduler_overhead_is_added_per_step_and_per_request():
+    plain = SimulatedModelRunner()
+    loaded = SimulatedModelRunner(step_overhead=1e-4, request_overhead=5e-6)
+    reqs = [req(str(i), prompt_len=100) for i in range(10)]
+    assert loaded.decode_cost(reqs) == pytest.approx(plain.decode_cost(reqs) + 1e-4 + 10 * 5e-6)
+    batch = extend_batch(reqs[:3], [0, 0, 0], [100, 100, 100])
+    assert loaded.prefill_cost(batch) == pytest.approx(plain.prefill_cost(batch) + 1e-4 + 3 * 5e-6)
+    free = SimulatedModelRunner(zero_cost=True, step_overhead=1.0, request_overhead=1.0)
+    assert free.forward(decode_batch(*reqs)).elapsed == 0.0
+
+
+@pytest.mark.parametrize("name", ["step_overhead", "request_overhead"])
+def test_negative_overhead_is_refused(name):
+    with pytest.raises(ValueError, match=f"{name} must be >= 0"):
+        SimulatedModelRunner(**{name: -1e-6})

@@ -1,9 +1,9 @@
 import pytest
 
+from schedkit.sim.traces import load_jsonl
 from schedkit.sim.workload import (
     ChatWorkload,
     WorkloadError,
-    load_jsonl,
     shared_prefix_workload,
     synthetic,
 )
@@ -94,7 +94,8 @@ def test_jsonl_reports_every_bad_line(tmp_path):
     assert errors[0] == f"{path}:1: Expected `int`, got `str` - at `$.input_ids[1]`"
     assert errors[1].startswith(f"{path}:2: JSON is malformed")
     assert errors[2] == f"{path}:3: give exactly one of 'input_ids' or 'prompt_len'"
-    assert errors[3] == f"{path}:4: Object contains unknown field `colour`"
+    assert errors[3].startswith(f"{path}:4: Object contains unknown field `colour`; valid fields: ")
+    assert "prompt_len, prefix_group" in errors[3] and "cache_salt, extra_key" in errors[3]
     assert errors[4] == f"{path}:5: max_new_tokens must be an integer >= 1, got 0"
     assert errors[5] == f"{path}:7: rid 'r' is used by an earlier line; rids must be unique"
     assert len(errors) == 6

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import time
 
+import pytest
+import zmq
+
 from schedkit.kv_events import (
     AllBlocksCleared,
     GapFilled,
@@ -12,6 +15,8 @@ from schedkit.kv_events import (
     KvEventsConfig,
     KvEventSubscriber,
     PublisherRestarted,
+    ZmqEventPublisher,
+    encode_batch,
 )
 
 
@@ -112,3 +117,86 @@ def test_a_burst_past_the_hwm_is_recovered_through_replay(faulty_kv_publisher):
         pub.publish(batch(3001))
         got = collect(sub, lambda g: g and g[-1][0] == 3001, timeout=10)
     assert [s for s, _ in got] == list(range(1, 3002))
+
+
+def refusal(make, config: KvEventsConfig, error: type[Exception] = ValueError) -> str:
+    with pytest.raises(error) as caught:
+        make(config)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "endpoints",
+    [
+        {"endpoint": "tcp://0.0.0.0:0"},
+        {"endpoint": "tcp://*:0"},
+        {"endpoint": "tcp://127.0.0.1:0", "replay_endpoint": "tcp://0.0.0.0:0"},
+        {"endpoint": "udp://127.0.0.1:5557"},
+        {"endpoint": "tcp://127.0.0.1"},
+    ],
+)
+def test_endpoints_are_refused_as_the_real_publisher_refuses_them(endpoints, faulty_kv_publisher):
+    config = KvEventsConfig(**endpoints)
+    expected = refusal(ZmqEventPublisher, config)
+    assert refusal(faulty_kv_publisher, config) == expected
+    assert "refusing to bind" in expected or "endpoint" in expected
+
+
+def test_a_taken_port_is_the_same_error_as_the_real_publisher(faulty_kv_publisher):
+    taken = faulty_kv_publisher()
+    config = KvEventsConfig(endpoint=taken.endpoint)
+    expected = refusal(ZmqEventPublisher, config, OSError)
+    assert refusal(faulty_kv_publisher, config, OSError) == expected
+    assert taken.endpoint in expected
+
+
+def test_allow_remote_binds_every_interface(faulty_kv_publisher):
+    config = KvEventsConfig(
+        endpoint="tcp://0.0.0.0:0", replay_endpoint="tcp://0.0.0.0:0", allow_remote=True
+    )
+    pub = faulty_kv_publisher(config)
+    assert pub.endpoint.startswith("tcp://0.0.0.0:")
+    assert pub.replay_endpoint.startswith("tcp://0.0.0.0:")
+    loopback = pub.endpoint.replace("0.0.0.0", "127.0.0.1")
+    with KvEventSubscriber(loopback) as sub:
+        pub.wait_subscribed()
+        pub.publish(batch(0))
+        assert [s for s, _ in collect(sub, lambda g: g)] == [0]
+
+
+def test_a_rank_publishes_where_the_real_publisher_of_that_rank_would(
+    faulty_kv_publisher, tmp_path
+):
+    config = KvEventsConfig(
+        endpoint=f"ipc://{tmp_path}/events", replay_endpoint=f"ipc://{tmp_path}/replay"
+    )
+    real = ZmqEventPublisher(config, dp_rank=2)
+    try:
+        expected = (real.endpoint, real.replay_endpoint)
+    finally:
+        real.shutdown()
+    pub = faulty_kv_publisher(config, dp_rank=2)
+    assert (pub.endpoint, pub.replay_endpoint) == expected
+    pub.restart()  # binds again where it was, not one rank further
+    assert pub.replay_endpoint == expected[1]
+
+
+def test_a_connecting_publisher_reaches_a_bound_subscriber(faulty_kv_publisher):
+    payload = encode_batch(batch(0))
+    context = zmq.Context()
+    sub = context.socket(zmq.SUB)
+    try:
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.bind("tcp://127.0.0.1:0")
+        endpoint = sub.getsockopt(zmq.LAST_ENDPOINT).decode()
+        pub = faulty_kv_publisher(KvEventsConfig(endpoint=endpoint, mode="connect"))
+        assert pub.endpoint == endpoint
+        deadline = time.monotonic() + 5
+        while not sub.poll(20):  # the connection comes up in the background
+            assert time.monotonic() < deadline
+            pub.publish_raw(payload)
+        topic, _seq, received = sub.recv_multipart()
+        assert (topic, received) == (b"", payload)
+    finally:
+        sub.close(linger=0)
+        context.term()

@@ -1,0 +1,140 @@
+"""``schedkit fleet``: N schedulers behind a router, each its own process on the wall clock,
+or ``--offline`` all in this process on one virtual timeline."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from schedkit.cli.args import add_wiring_args, number, wiring_sources
+from schedkit.cli.run import add_workload_args, progress_bar, workload_from_args
+from schedkit.fleet.live import LAUNCHERS, LiveFleet, WorkerStartError
+from schedkit.fleet.offline import run_offline
+from schedkit.fleet.summary import FleetSummary
+from schedkit.router import POLICIES, make_policy
+from schedkit.sim.driver import StuckError
+from schedkit.sim.workload import Workload
+
+__all__ = ["add_parser"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the ``fleet`` sub-command."""
+    p = sub.add_parser("fleet", help="run a workload over N schedulers behind a KV-aware router")
+    add_wiring_args(p)
+    p.add_argument(
+        "--workers", type=number(int), default=4, help="number of schedulers (default 4)"
+    )
+    p.add_argument(
+        "--router",
+        choices=sorted(POLICIES),
+        default="kv",
+        help="routing policy (default kv: SGLang's cache-aware rule)",
+    )
+    kv = p.add_argument_group("kv router settings (SGLang model gateway's cache-aware rule)")
+    kv.add_argument(
+        "--cache-threshold",
+        type=number(float, allow_minimum=True),
+        help="route by prefix when it covers more than this share of the prompt (default 0.3)",
+    )
+    kv.add_argument(
+        "--balance-abs-threshold",
+        type=number(int, allow_minimum=True),
+        help="imbalanced when max - min requests in flight exceeds this (default 64)",
+    )
+    kv.add_argument(
+        "--balance-rel-threshold",
+        type=number(float, allow_minimum=True),
+        help="... and max exceeds min times this (default 1.5)",
+    )
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="all workers in this process on one virtual timeline (deterministic, fast)",
+    )
+    p.add_argument(
+        "--launcher",
+        choices=sorted(LAUNCHERS),
+        default="process",
+        help="live workers as processes (default) or Ray actors (pip install 'schedkit[ray]')",
+    )
+    p.add_argument(
+        "--heartbeat-timeout",
+        type=number(float),
+        default=None,
+        metavar="SECONDS",
+        help="live: a worker silent this long is taken out of the routing (default 5)",
+    )
+    add_workload_args(p)
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)"
+    )
+    p.set_defaults(run=cmd_fleet)
+
+
+def cmd_fleet(args: argparse.Namespace) -> int:
+    live_only = {"--launcher": args.launcher != "process"}
+    live_only["--heartbeat-timeout"] = args.heartbeat_timeout is not None
+    given = [flag for flag, set_ in live_only.items() if set_]
+    if args.offline and given:
+        print(
+            f"schedkit fleet: {', '.join(given)} apply to live workers; leave out --offline",
+            file=sys.stderr,
+        )
+        return 2
+    names = ("cache_threshold", "balance_abs_threshold", "balance_rel_threshold")
+    args.settings = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    try:
+        make_policy(args.router, **args.settings)
+    except ValueError as exc:
+        print(f"schedkit fleet: {exc}", file=sys.stderr)
+        return 2
+    loaded = workload_from_args(args, "fleet")
+    if loaded is None:
+        return 2
+    workload, total = loaded
+    try:
+        summary = _offline(args, workload, total) if args.offline else _live(args, workload)
+    except (StuckError, WorkerStartError) as exc:
+        print(f"\nschedkit fleet: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary.to_dict()) if args.json else summary.table())
+    return 130 if summary.interrupted else 0
+
+
+def _live(args: argparse.Namespace, workload: Workload) -> FleetSummary:
+    file, overlays = wiring_sources(args)
+    with LiveFleet(
+        file,
+        args.workers,
+        args.router,
+        overlays=overlays,
+        settings=args.settings,
+        launcher=args.launcher,
+        heartbeat_timeout=args.heartbeat_timeout or 5.0,
+    ) as fleet:
+        summary = fleet.run(workload)
+    for rank, why in sorted(fleet.deaths.items()):
+        print(f"schedkit fleet: worker {rank} was taken out: {why}", file=sys.stderr)
+    return summary
+
+
+def _offline(args: argparse.Namespace, workload: Workload, total: int) -> FleetSummary:
+    quiet = args.json or args.no_progress or not sys.stderr.isatty()
+    show = None if quiet else progress_bar(total)
+    try:
+        file, overlays = wiring_sources(args)
+        return run_offline(
+            file,
+            workload,
+            args.workers,
+            args.router,
+            overlays=overlays,
+            settings=args.settings,
+            progress=show,
+        )
+    finally:
+        if show is not None:
+            print(file=sys.stderr)

@@ -1,0 +1,36 @@
+"""``schedkit init``: write the default wiring (or a shipped example overlay) to start from."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from schedkit import wirings
+
+__all__ = ["add_parser"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the ``init`` sub-command."""
+    p = sub.add_parser("init", help="write the default wiring (or a shipped example) to a file")
+    p.add_argument("path", nargs="?", default="wiring.yaml", help="where (default: wiring.yaml)")
+    p.add_argument(
+        "--example",
+        choices=[n for n in wirings.names() if n != wirings.DEFAULT],
+        help="write this shipped overlay instead of the default wiring",
+    )
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    p.set_defaults(run=cmd_init)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    source = wirings.path(args.example or wirings.DEFAULT)
+    target = Path(args.path)
+    if target.exists() and not args.force:
+        print(f"schedkit init: {target} exists; pass --force to overwrite it", file=sys.stderr)
+        return 2
+    target.write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    what = f"the {args.example} overlay" if args.example else "the default wiring"
+    print(f"schedkit init: wrote {what} to {target}", file=sys.stderr)
+    return 0

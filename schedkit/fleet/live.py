@@ -1,0 +1,391 @@
+"""A live fleet: N scheduler processes on the wall clock behind a router in this process.
+
+Each worker (``schedkit.fleet.worker``) is its own process (multiprocessing spawn context,
+or a Ray actor with ``launcher="ray"``) with its own request endpoint and KV-event publisher
+on free loopback ports. The router follows every worker's KV events (``KvRouter``: one
+subscriber per worker, recovering through replay), routes each request by prefix overlap
+and load (its requests in flight on each worker), sends it on a DEALER connected to that
+worker's ``zmq_server`` and reads the outputs back. A worker whose process exits, or that
+answers no ``get_loads`` heartbeat for ``heartbeat_timeout`` seconds, is taken out of the
+routing and its requests in flight are reported failed (a worker process's exit is seen at
+once: its sentinel is polled with the sockets).
+
+(Longer than 300 lines: starting, driving and stopping the workers share the sockets and
+the bookkeeping of requests in flight.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import zmq
+
+from schedkit.components.io_struct import (
+    BatchTokenIDOutput,
+    ControlReq,
+    ErrorReply,
+    GenerateReqInput,
+    SamplingParamsInput,
+    decode_server_message,
+    encode,
+)
+from schedkit.components.schedule_batch import FinishAbort, Req
+from schedkit.fleet.launch import LAUNCHERS, WorkerStartError
+from schedkit.fleet.summary import FleetSummary, fleet_summary
+from schedkit.fleet.worker import LOOPBACK_ANY_PORT, WorkerSpec
+from schedkit.router import KvRouter, Router, make_policy
+from schedkit.sim.driver import Tally
+from schedkit.sim.workload import Workload
+
+__all__ = ["LAUNCHERS", "LiveFleet", "WorkerStartError"]
+
+
+def _bind(context: zmq.Context, kind: int) -> tuple[zmq.Socket, str]:
+    sock = context.socket(kind)
+    sock.bind(LOOPBACK_ANY_PORT)
+    return sock, sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+
+class LiveFleet:
+    """Start with ``start()`` (or ``with``), drive a workload with ``run()``, ``close()``."""
+
+    def __init__(
+        self,
+        file: str | os.PathLike,
+        num_workers: int,
+        policy: str = "kv",
+        *,
+        overlays: Sequence[str | os.PathLike | Mapping] = (),
+        settings: Mapping[str, float] | None = None,
+        launcher: str = "process",
+        heartbeat_interval: float = 0.5,
+        heartbeat_timeout: float = 5.0,
+        ready_timeout: float = 120.0,
+        grace: float = 2.0,
+    ) -> None:
+        if num_workers < 1:
+            raise ValueError(f"a fleet needs at least one worker, got {num_workers}")
+        if launcher not in LAUNCHERS:
+            raise ValueError(f"unknown launcher {launcher!r}; valid: {', '.join(LAUNCHERS)}")
+        self.settings = dict(settings or {})
+        make_policy(policy, **self.settings)
+        # Absolute paths: a worker may run in another working directory (a Ray actor).
+        self.file, self.num_workers, self.policy = str(Path(file).resolve()), num_workers, policy
+        self.overlays = tuple(
+            o if isinstance(o, Mapping) else str(Path(o).resolve()) for o in overlays
+        )
+        self.launcher = launcher
+        self.heartbeat_interval, self.heartbeat_timeout = heartbeat_interval, heartbeat_timeout
+        self.ready_timeout, self.grace = ready_timeout, grace
+        self.handles: list[Any] = []
+        self.alive = [True] * num_workers
+        self.deaths: dict[int, str] = {}
+        self.router: Router | None = None
+        self.stats: dict[int, dict] = {}
+        self._context = zmq.Context()
+        self._report, self._report_endpoint = _bind(self._context, zmq.PULL)
+        self._stop, self._stop_endpoint = _bind(self._context, zmq.PUB)
+        self._dealers: list[zmq.Socket] = []
+        self._decode_report = msgspec.msgpack.Decoder(dict).decode
+        self._inflight: dict[str, tuple[int, Req]] = {}
+        self._load = [0] * num_workers
+        self._tallies = [Tally() for _ in range(num_workers)]
+        self._unrouted = Tally()
+        self._poller = zmq.Poller()
+        self._sentinels: dict[int, int] = {}
+        self.routed = [0] * num_workers
+        self._last_seen = [0.0] * num_workers
+        self._closed = False
+
+    def __enter__(self) -> LiveFleet:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Launch the workers, wait until each is ready and connect the router to them;
+        on failure whatever started is stopped again."""
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> None:
+        launch = LAUNCHERS[self.launcher]
+        for rank in range(self.num_workers):
+            spec = WorkerSpec(
+                self.file,
+                self.overlays,
+                rank,
+                self.num_workers,
+                self._report_endpoint,
+                self._stop_endpoint,
+                parent_pid=os.getpid(),
+                grace=self.grace,
+            )
+            self.handles.append(launch(spec))
+        ready = self._wait_ready()
+        for rank in range(self.num_workers):
+            dealer = self._context.socket(zmq.DEALER)
+            dealer.connect(ready[rank]["requests"])
+            self._dealers.append(dealer)
+            self._poller.register(dealer, zmq.POLLIN)
+            sentinel = getattr(self.handles[rank], "sentinel", None)
+            if sentinel is not None:  # readable once the process has exited
+                self._poller.register(sentinel, zmq.POLLIN)
+                self._sentinels[sentinel] = rank
+        first = ready[0]
+        page_size = first["page_size"] or 1
+        policy = make_policy(self.policy, **self.settings)
+        if all(r["kv_events"] for r in ready.values()):
+            endpoints = {rank: (r["kv_events"], r["replay"]) for rank, r in ready.items()}
+            self.router = KvRouter(
+                endpoints,
+                page_size,
+                topic=first["topic"],
+                profile=first["profile"],
+                policy=policy,
+                load=self._load.__getitem__,
+            )
+        elif policy.uses_prefix:
+            raise WorkerStartError(
+                f"routing by prefix needs the workers' KV events; give the wiring's "
+                f"kv_events_publisher a kv_events_config ({self.file})"
+            )
+        else:
+            self.router = Router(range(self.num_workers), page_size, policy, self._load.__getitem__)
+
+    def _wait_ready(self) -> dict[int, dict]:
+        ready: dict[int, dict] = {}
+        deadline = time.monotonic() + self.ready_timeout
+        while len(ready) < self.num_workers:
+            if self._report.poll(100):
+                msg = self._decode_report(self._report.recv())
+                if "error" in msg:
+                    raise WorkerStartError(f"worker {msg['rank']}: {msg['error']}")
+                ready[msg["rank"]] = msg["ready"]
+            gone = [r for r, h in enumerate(self.handles) if r not in ready and not h.is_alive()]
+            if gone:
+                raise WorkerStartError(f"worker {gone[0]} exited before it was ready")
+            if time.monotonic() > deadline:
+                raise WorkerStartError(f"workers not ready after {self.ready_timeout:g} s")
+        now = time.monotonic()
+        self._last_seen = [now] * self.num_workers
+        return ready
+
+    def kill(self, rank: int) -> None:
+        """Kill worker ``rank``'s process outright (as a crash would)."""
+        self.handles[rank].kill()
+
+    # ---- driving a workload -------------------------------------------------------------
+
+    def run(
+        self, workload: Workload, on_route: Callable[[LiveFleet, int], None] | None = None
+    ) -> FleetSummary:
+        """Send ``workload`` through the fleet on the wall clock until every request
+        finished or failed, stop the workers and summarise. ``on_route(fleet, n)`` is called
+        after the n-th request is sent."""
+        order = itertools.count()
+        arrivals = iter(workload.initial())
+        upcoming = next(arrivals, None)
+        follow_ups: list = []
+        start = time.monotonic()
+        next_heartbeat, sent, interrupted = start, 0, False
+        try:
+            while upcoming is not None or follow_ups or self._inflight:
+                now = time.monotonic()
+                elapsed = now - start
+                while upcoming is not None and upcoming.time <= elapsed:
+                    self._send(upcoming.time, upcoming.req)
+                    upcoming, sent = next(arrivals, None), sent + 1
+                    if on_route is not None:
+                        on_route(self, sent)
+                while follow_ups and follow_ups[0][0] <= elapsed:
+                    at, _, req = heapq.heappop(follow_ups)
+                    self._send(at, req)
+                if now >= next_heartbeat:
+                    self._check_workers(now)
+                    next_heartbeat = now + self.heartbeat_interval
+                due = min(
+                    upcoming.time if upcoming is not None else math.inf,
+                    follow_ups[0][0] if follow_ups else math.inf,
+                )
+                wait = min(due - elapsed, next_heartbeat - now, 0.05)
+                for sock, _ in self._poller.poll(max(0, int(wait * 1000))):
+                    if sock in self._sentinels:
+                        self._mark_dead(self._sentinels[sock], "its process exited")
+                        continue
+                    rank = self._dealers.index(sock)
+                    while self.alive[rank] and sock.poll(0):
+                        for req in self._receive(rank, sock.recv(), start):
+                            follow = workload.follow_up(req, time.monotonic() - start)
+                            if follow is not None:
+                                heapq.heappush(follow_ups, (follow.time, next(order), follow.req))
+                if isinstance(self.router, KvRouter):
+                    self.router.poll(0)
+        except KeyboardInterrupt:
+            interrupted = True
+        wall = time.monotonic() - start
+        self.close()
+        return self._summary(wall, interrupted)
+
+    def _send(self, at: float, req: Req) -> None:
+        req.arrival_time = at
+        try:
+            rank = self.router.route(req.origin_input_ids).rank
+        except LookupError:
+            self._fail(req, "no live worker to route to")
+            return
+        params = req.sampling_params
+        message = GenerateReqInput(
+            rid=req.rid,
+            input_ids=req.origin_input_ids,
+            sampling_params=SamplingParamsInput(
+                max_new_tokens=params.max_new_tokens,
+                stop_token_ids=list(params.stop_token_ids),
+                ignore_eos=params.ignore_eos,
+                stream=True,
+                stream_interval=params.stream_interval,
+            ),
+        )
+        try:
+            self._dealers[rank].send(encode(message), zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            self._mark_dead(rank, f"request socket error: {exc.strerror}")
+            self._fail(req, f"worker {rank} could not take it")
+            return
+        self._inflight[req.rid] = (rank, req)
+        self._load[rank] += 1
+        self.routed[rank] += 1
+
+    def _receive(self, rank: int, payload: bytes, start: float) -> list[Req]:
+        """Take in one message from worker ``rank``; returns the requests it finished."""
+        now = time.monotonic() - start
+        self._last_seen[rank] = time.monotonic()
+        msg = decode_server_message(payload)
+        finished = []
+        if isinstance(msg, BatchTokenIDOutput):
+            for i, rid in enumerate(msg.rids):
+                entry = self._inflight.get(rid)
+                if entry is None:
+                    continue
+                req, tokens = entry[1], msg.output_ids[i]
+                if tokens:
+                    # finish_time holds the time of the request's last output until it ends
+                    if req.first_token_time is None:
+                        req.first_token_time = now
+                    else:
+                        gap = (now - req.finish_time) / len(tokens)
+                        req.itl.extend([gap] * len(tokens))
+                    req.finish_time = now
+                    req.output_ids.extend(tokens)
+                reason = msg.finished_reasons[i]
+                if reason is not None:
+                    req.finished_reason, req.finish_time = reason, now
+                    self._finish(rid)
+                    finished.append(req)
+        elif isinstance(msg, ErrorReply) and msg.rid in self._inflight:
+            rank, req = self._inflight[msg.rid]
+            req.finished_reason = FinishAbort(message=msg.message)
+            self._finish(msg.rid)
+        return [req for req in finished if not isinstance(req.finished_reason, FinishAbort)]
+
+    def _finish(self, rid: str) -> None:
+        rank, req = self._inflight.pop(rid)
+        req.finished_output = True
+        self._load[rank] -= 1
+        self._tallies[rank].add(req)
+
+    def _fail(self, req: Req, why: str) -> None:
+        """A request no worker took: failed, in the fleet's figures only."""
+        req.finished_reason = FinishAbort(message=why)
+        self._unrouted.add(req)
+
+    def _check_workers(self, now: float) -> None:
+        """Heartbeats out; a worker that exited or stays silent is taken out."""
+        for rank, handle in enumerate(self.handles):
+            if not self.alive[rank]:
+                continue
+            if not handle.is_alive():
+                self._mark_dead(rank, "its process exited")
+            elif now - self._last_seen[rank] > self.heartbeat_timeout:
+                self._mark_dead(rank, f"no heartbeat for {self.heartbeat_timeout:g} s")
+            else:
+                with contextlib.suppress(zmq.Again):
+                    self._dealers[rank].send(encode(ControlReq(type="get_loads")), zmq.NOBLOCK)
+
+    def _mark_dead(self, rank: int, why: str) -> None:
+        self.alive[rank] = False
+        self.deaths[rank] = why
+        self._poller.unregister(self._dealers[rank])
+        for sentinel in [fd for fd, owner in self._sentinels.items() if owner == rank]:
+            self._poller.unregister(sentinel)
+            del self._sentinels[sentinel]
+        self.router.remove(rank)
+        for rid, (owner, req) in list(self._inflight.items()):
+            if owner == rank:
+                req.finished_reason = FinishAbort(message=f"worker {rank} died: {why}")
+                self._finish(rid)
+
+    # ---- stopping and summarising ---------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the live workers (they drain for ``grace`` s), collect their final figures,
+        kill what does not stop and close every socket. Safe to call more than once."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.send(b"stop")
+        deadline = time.monotonic() + self.grace + 10.0
+        pending = {r for r, h in enumerate(self.handles) if self.alive[r] and h.is_alive()}
+        exited: dict[int, float] = {}
+        while pending and time.monotonic() < deadline:
+            if self._report.poll(100):
+                msg = self._decode_report(self._report.recv())
+                if "stats" in msg:
+                    self.stats[msg["rank"]] = msg["stats"]
+                    pending.discard(msg["rank"])
+            now = time.monotonic()
+            for rank in [r for r in pending if not self.handles[r].is_alive()]:
+                if now - exited.setdefault(rank, now) > 1.0:  # its report would be here by now
+                    pending.discard(rank)
+        for rank, handle in enumerate(self.handles):
+            if self.alive[rank]:
+                handle.join(timeout=5.0)
+            if handle.is_alive():  # dead to the router (e.g. hung) or not stopping
+                handle.kill()
+                handle.join(timeout=5.0)
+        if isinstance(self.router, KvRouter):
+            self.router.close()
+        for sock in [*self._dealers, self._report, self._stop]:
+            sock.close(linger=0)
+        self._context.term()
+
+    def _summary(self, wall: float, interrupted: bool) -> FleetSummary:
+        stats = [self.stats.get(rank, {}) for rank in range(self.num_workers)]
+        return fleet_summary(
+            policy=self.policy,
+            mode="live",
+            tallies=self._tallies,
+            routed=self.routed,
+            tokens=[(s.get("cached_tokens", 0), s.get("computed_tokens", 0)) for s in stats],
+            walls=[s.get("uptime_seconds", math.nan) for s in stats],
+            rss=[s.get("peak_rss_mb", math.nan) for s in stats],
+            alive=self.alive,
+            simulated_seconds=math.nan,
+            wall_seconds=wall,
+            interrupted=interrupted,
+            unrouted=self._unrouted,
+        )

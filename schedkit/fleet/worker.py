@@ -1,0 +1,137 @@
+"""One worker of a live fleet: a scheduler assembled from the wiring as DP rank ``r`` of
+``N``, on the wall clock, taking requests on its own ``zmq_server`` endpoint and publishing
+KV events (with replay) on its own loopback ports, all on free ports.
+
+It reports to the parent on a PUSH socket: ``{"rank", "ready": {...endpoints}}`` once built,
+``{"rank", "stats": {...}}`` after it stopped (peak RSS, prefix-cache token counts, uptime),
+or ``{"rank", "error": message}`` when it cannot start. It stops on SIGTERM, on any message
+on the parent's stop PUB socket, or when its parent process is gone, then finishes what is
+in flight for ``grace`` seconds and aborts the rest, as ``schedkit serve`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+
+import attrs
+import msgspec
+import structlog
+import zmq
+
+from schedkit.container import build
+from schedkit.fleet.offline import worker_wiring
+from schedkit.serving import drain
+from schedkit.sim.driver import peak_rss_mb
+from schedkit.wiring import Ref, WiringError
+
+__all__ = ["WorkerSpec", "serve_overlay", "worker_main"]
+
+LOOPBACK_ANY_PORT = "tcp://127.0.0.1:0"
+
+
+@attrs.frozen
+class WorkerSpec:
+    """What a worker process needs (picklable, for the spawn context and Ray)."""
+
+    file: str
+    overlays: tuple
+    rank: int
+    num_workers: int
+    report_endpoint: str
+    stop_endpoint: str
+    parent_pid: int | None = None
+    grace: float = 2.0
+
+
+def serve_overlay() -> dict:
+    """Requests and outputs on one ``zmq_server`` on a free loopback port; the wall clock."""
+    return {
+        "components": {
+            "request_receiver": {"type": "zmq_server", "args": {"endpoint": LOOPBACK_ANY_PORT}},
+            "output_sender": None,
+            "output_streamer": {"args": {"sender": Ref("ref", "request_receiver")}},
+            "model_runner": {"args": {"clock": "wall"}},
+        }
+    }
+
+
+def _watch_stop(context: zmq.Context, spec: WorkerSpec, stop: threading.Event) -> None:
+    """Set ``stop`` on a message from the parent, or when the parent process is gone."""
+    sub = context.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(spec.stop_endpoint)
+    try:
+        while not stop.is_set():
+            if sub.poll(200) or (spec.parent_pid is not None and os.getppid() != spec.parent_pid):
+                stop.set()
+    finally:
+        sub.close(linger=0)
+
+
+def worker_main(spec: WorkerSpec) -> None:
+    """Build, serve until told to stop, drain, report (see the module docstring)."""
+    # A spawned process starts with structlog's defaults: logs go to stderr, as in the parent,
+    # so that the parent's stdout carries only its summary.
+    structlog.configure(logger_factory=lambda *_: structlog.PrintLogger(sys.stderr))
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    context = zmq.Context()
+    report = context.socket(zmq.PUSH)
+    report.connect(spec.report_endpoint)
+    send = msgspec.msgpack.Encoder().encode
+    events = {
+        "publisher": "zmq",
+        "mode": "bind",
+        "endpoint": LOOPBACK_ANY_PORT,
+        "replay_endpoint": LOOPBACK_ANY_PORT,
+    }
+    try:
+        wiring = worker_wiring(
+            spec.file, [*spec.overlays, serve_overlay()], spec.rank, spec.num_workers, events
+        )
+        with build(wiring) as assembly:
+            started = time.monotonic()
+            publisher = reporter = None
+            if "kv_events_publisher" in assembly:
+                publisher = assembly["kv_events_publisher"]
+            if "metrics_reporter" in assembly:
+                reporter = assembly["metrics_reporter"]
+            enabled = publisher is not None and publisher.enabled
+            ready = {
+                "pid": os.getpid(),
+                "requests": assembly["request_receiver"].bound_endpoint,
+                "kv_events": publisher.endpoint if enabled else None,
+                "replay": publisher.replay_endpoint if enabled else None,
+                "page_size": publisher.page_size if enabled else None,
+                "topic": publisher.kv_events_config.topic if enabled else "",
+                "profile": publisher.kv_events_config.profile if enabled else "sglang",
+            }
+            report.send(send({"rank": spec.rank, "ready": ready}))
+            watcher = threading.Thread(
+                target=_watch_stop, args=(context, spec, stop), name="fleet-stop", daemon=True
+            )
+            watcher.start()
+            assembly["scheduler"].serve(stop)
+            drain(assembly, spec.grace)
+            stats = {
+                "peak_rss_mb": peak_rss_mb(),
+                "uptime_seconds": time.monotonic() - started,
+                "cached_tokens": getattr(reporter, "total_cached_tokens", 0),
+                "computed_tokens": getattr(reporter, "total_prefill_tokens", 0),
+            }
+        watcher.join(timeout=1.0)
+        report.send(send({"rank": spec.rank, "stats": stats}))
+    except (WiringError, ValueError, OSError, zmq.ZMQError) as exc:
+        message = "; ".join(exc.errors) if isinstance(exc, WiringError) else str(exc)
+        report.send(send({"rank": spec.rank, "error": message}))
+    finally:
+        with contextlib.suppress(zmq.ZMQError):
+            report.close(linger=2000)
+        context.term()

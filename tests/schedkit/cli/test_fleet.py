@@ -1,0 +1,92 @@
+"""``schedkit fleet``: the summary as a table and as JSON, and refused options."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from schedkit.cli import main
+
+WIRING = str(Path(__file__).resolve().parents[3] / "wiring.yaml")
+SMALL = ["--synthetic", "shared-prefix", "--num-requests", "40", "--rate", "40"]
+
+
+def test_offline_json_summary(capsys):
+    code = main(
+        ["fleet", WIRING, "--offline", "--workers", "3", "--router", "kv", "--json", *SMALL]
+    )
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["policy"], data["mode"]) == ("kv", "offline")
+    assert [w["name"] for w in data["workers"]] == ["0", "1", "2"]
+    assert data["fleet"]["requests_done"] == 40
+    assert sum(w["requests_routed"] for w in data["workers"]) == 40
+    assert 0 < data["fleet"]["prefix_cache_hit_rate"] < 1
+    assert data["load_imbalance"] >= 1.0
+    assert data["simulated_seconds"] > 0
+
+
+def test_offline_table(capsys):
+    assert (
+        main(["fleet", WIRING, "--offline", "--workers", "2", "--router", "round_robin", *SMALL])
+        == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[0] == "worker"
+    assert [line.split()[0] for line in lines[1:3]] == ["0", "1"]
+    assert lines[4].split()[:3] == ["fleet", "40", "40"]
+    assert lines[5].startswith("router round_robin (offline); load imbalance")
+
+
+def test_bad_workload_file_is_reported(tmp_path, capsys):
+    bad = tmp_path / "w.jsonl"
+    bad.write_text('{"prompt_len": 0}\n')
+    assert main(["fleet", WIRING, "--offline", "--workload", str(bad)]) == 2
+    assert f"{bad}:1: 'prompt_len' must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--workers", "0"], "expected a whole number > 0"),
+        (["--router", "random"], "invalid choice: 'random'"),
+        (["--cache-threshold", "-1"], "expected a number >= 0"),
+    ],
+)
+def test_bad_options_are_refused(option, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fleet", WIRING, *option])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_live_json_summary(capsys):
+    small = ["--synthetic", "shared-prefix", "--num-requests", "20", "--rate", "40"]
+    assert main(["fleet", WIRING, "--workers", "2", "--router", "kv", "--json", *small]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["mode"] == "live"
+    assert data["simulated_seconds"] is None
+    assert data["fleet"]["requests_done"] == 20
+    assert all(w["alive"] and w["peak_rss_mb"] > 0 for w in data["workers"])
+
+
+def test_launcher_and_heartbeats_are_for_live_workers(capsys):
+    assert main(["fleet", WIRING, "--offline", "--launcher", "ray"]) == 2
+    assert "--launcher apply to live workers" in capsys.readouterr().err
+    assert main(["fleet", WIRING, "--offline", "--heartbeat-timeout", "2"]) == 2
+    assert "--heartbeat-timeout apply to live workers" in capsys.readouterr().err
+
+
+def test_kv_settings_reach_the_policy_and_others_refuse_them(capsys):
+    args = ["fleet", WIRING, "--offline", "--json", *SMALL, "--balance-abs-threshold", "0"]
+    assert main([*args, "--balance-rel-threshold", "0"]) == 0
+    # Every routing is "imbalanced" unless all loads are equal: the least loaded each time.
+    data = json.loads(capsys.readouterr().out)
+    assert data["load_imbalance"] < 1.1
+    assert (
+        main(["fleet", WIRING, "--offline", "--router", "least_loaded", "--cache-threshold", "0.5"])
+        == 2
+    )
+    assert "routing policy 'least_loaded' takes no 'cache_threshold'" in capsys.readouterr().err

@@ -1,0 +1,109 @@
+"""The offline fleet: N assemblies from the default wiring on one virtual timeline, the
+router's index fed by the KV events the workers publish."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+
+import schedkit
+from schedkit.fleet import run_offline
+from schedkit.fleet.offline import OfflineFleet, kv_events_config, worker_wiring
+from schedkit.sim.workload import shared_prefix_workload
+from schedkit.testing import cache_page_hashes
+from schedkit.wiring import WiringError
+
+ROOT = Path(__file__).resolve().parents[3]
+WIRING = ROOT / "wiring.yaml"
+
+
+def workload(seed: int = 0, num_requests: int = 240):
+    # 13 prompt families: not a multiple of the worker count, so round robin scatters each
+    # family over the workers instead of keeping it on one by accident.
+    return shared_prefix_workload(num_requests, groups=13, rate=40.0, seed=seed, stream=True)
+
+
+def test_kv_routing_beats_round_robin_on_prefix_cache_hits():
+    kv = run_offline(WIRING, workload(), 4, "kv")
+    rr = run_offline(WIRING, workload(), 4, "round_robin")
+    for summary in (kv, rr):
+        assert summary.fleet.requests_done == 240
+        assert summary.fleet.requests_failed == 0
+        assert [w.requests_routed for w in summary.workers] == [
+            w.requests_done for w in summary.workers
+        ]
+        assert sum(w.requests_routed for w in summary.workers) == 240
+    assert kv.fleet.prefix_cache_hit_rate > rr.fleet.prefix_cache_hit_rate + 0.04
+    assert rr.load_imbalance == 1.0  # 240 requests in turn over 4 workers
+    assert kv.load_imbalance < 2.0  # the balance thresholds keep every worker in use
+    assert all(w.requests_routed > 0 for w in kv.workers)
+
+
+def figures(summary) -> dict:
+    data = summary.to_dict()
+    for part in [*data["workers"], data["fleet"]]:
+        del part["wall_seconds"], part["peak_rss_mb"]
+    del data["wall_seconds"]
+    return data
+
+
+def test_the_same_seed_gives_the_same_numbers():
+    first = figures(run_offline(WIRING, workload(seed=3), 3, "kv"))
+    assert first == figures(run_offline(WIRING, workload(seed=3), 3, "kv"))
+    assert first != figures(run_offline(WIRING, workload(seed=4), 3, "kv"))
+
+
+@pytest.mark.parametrize("policy", ["least_loaded", "round_robin"])
+def test_load_only_policies_spread_the_requests(policy):
+    summary = run_offline(WIRING, workload(num_requests=80), 4, policy)
+    assert summary.fleet.requests_done == 80
+    assert summary.load_imbalance <= 1.25
+
+
+def test_the_router_index_holds_what_each_worker_cache_holds():
+    wirings = [
+        worker_wiring(
+            WIRING,
+            [],
+            rank,
+            3,
+            {
+                "publisher": "queue",
+                "endpoint": "inproc://fleet-index-test",
+                "replay_endpoint": None,
+            },
+        )
+        for rank in range(3)
+    ]
+    with contextlib.ExitStack() as stack:
+        assemblies = [stack.enter_context(schedkit.build(w)) for w in wirings]
+        fleet = OfflineFleet(
+            assemblies, workload(num_requests=60), "kv", kv_events_config(wirings[0])
+        )
+        summary = fleet.run()
+        for assembly in assemblies:  # what the caches still hold at the end goes out too
+            assembly["kv_events_publisher"].publish_kv_events()
+        for rank in range(3):
+            fleet._take_events(rank)
+            held = cache_page_hashes(assemblies[rank]["tree_cache"])
+            assert held
+            assert fleet.router.index.blocks(rank) == held
+            assert assemblies[rank]["kv_events_publisher"].dp_rank == rank
+    assert summary.fleet.requests_done == 60
+
+
+def test_prefix_routing_needs_kv_events():
+    quiet = {"components": {"kv_events_publisher": {"args": {"kv_events_config": None}}}}
+    with pytest.raises(WiringError, match="routing by prefix needs the workers' KV events"):
+        run_offline(WIRING, workload(num_requests=10), 2, "kv", overlays=[quiet])
+    summary = run_offline(WIRING, workload(num_requests=10), 2, "round_robin", overlays=[quiet])
+    assert summary.fleet.requests_done == 10
+
+
+def test_bad_arguments_are_refused_before_building():
+    with pytest.raises(ValueError, match="at least one worker"):
+        run_offline(WIRING, workload(), 0)
+    with pytest.raises(ValueError, match="unknown routing policy 'nope'"):
+        run_offline(WIRING, workload(), 2, "nope")
