@@ -4,7 +4,11 @@ Inbound (client -> scheduler, on the request socket): ``GenerateReqInput`` and `
 Outbound (scheduler -> detokenizer, on the output socket): ``BatchTokenIDOutput`` and
 ``BatchEmbeddingOutput``; a control request is answered with a ``ControlReply``. Every message is
 a msgspec Struct tagged under ``kind``, so one decoder tells the message types of a socket apart.
-The encoder and decoders are bound once at import.
+The encoder and decoders are bound once at import. Nothing here decodes without a schema: a
+message that fails to decode gives up its rid through ``rid_of``, a struct of the rid alone.
+
+A request's token ids leave decoding as a list and enter the scheduler packed 4 bytes a token
+(``array('I')``); the scheduler unpacks them when it admits the request into a batch.
 
 ``ControlRequest`` is the in-process form of a control message that a request receiver hands to
 the scheduler: it carries the way back to the client that sent it.
@@ -12,6 +16,7 @@ the scheduler: it carries the way back to the client that sent it.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -43,6 +48,7 @@ __all__ = [
     "decode_request",
     "decode_server_message",
     "encode",
+    "rid_of",
 ]
 
 # The concrete finish reasons: decoding needs the union, not the base class.
@@ -91,10 +97,11 @@ class GenerateReqInput(
     cache_salt: ShortStr | None = None
 
     def to_req(self) -> Req:
-        """A fresh scheduler ``Req`` for this request."""
+        """A fresh scheduler ``Req`` for this request, its token ids packed (``array('I')``)
+        until the scheduler admits it."""
         return Req(
             rid=self.rid,
-            origin_input_ids=list(self.input_ids),
+            origin_input_ids=array("I", self.input_ids),
             sampling_params=self.sampling_params.to_sampling_params(),
             priority=self.priority,
             extra_key=self.extra_key,
@@ -164,7 +171,14 @@ class BatchEmbeddingOutput(msgspec.Struct, tag="embedding", tag_field="kind"):
     dp_rank: int | None = None
 
 
+class _RidOnly(msgspec.Struct):
+    """The rid of any message, every other field skipped unread."""
+
+    rid: ShortStr | None = None
+
+
 _encoder = msgspec.msgpack.Encoder()
+_rid_decoder = msgspec.msgpack.Decoder(_RidOnly)
 _request_decoder = msgspec.msgpack.Decoder(GenerateReqInput | ControlReq)
 _output_decoder = msgspec.msgpack.Decoder(BatchTokenIDOutput | BatchEmbeddingOutput)
 _reply_decoder = msgspec.msgpack.Decoder(ControlReply)
@@ -182,6 +196,17 @@ def decode_request(data: bytes) -> GenerateReqInput | ControlReq:
     """A request message; raises ``msgspec.DecodeError`` (or its subclass
     ``msgspec.ValidationError``) naming what is wrong."""
     return _request_decoder.decode(data)
+
+
+def rid_of(data: bytes | memoryview) -> str | None:
+    """The rid of a message that failed to decode, if it is a map whose ``rid`` is a string of
+    at most 256 characters; None otherwise. Like every decoder here it builds nothing for the
+    fields it skips, and stops with ``RecursionError`` on nesting deeper than the interpreter's
+    recursion limit (caught: None)."""
+    try:
+        return _rid_decoder.decode(data).rid
+    except (msgspec.DecodeError, RecursionError):
+        return None
 
 
 def decode_output(data: bytes) -> BatchTokenIDOutput | BatchEmbeddingOutput:

@@ -8,6 +8,7 @@ timestamps. ``ScheduleBatch`` is what one forward pass runs.
 from __future__ import annotations
 
 import enum
+from array import array
 from typing import Any
 
 import attrs
@@ -76,7 +77,10 @@ class Req:
     """One generation (or embedding) request and all the state the scheduler keeps for it."""
 
     rid: str
-    origin_input_ids: list[int]
+    # The prompt. A request that came over the network waits with it packed, 4 bytes a token
+    # (``array('I')``, see ``io_struct.GenerateReqInput.to_req``); admission into a batch
+    # unpacks it to a list (``PrefillAdder.add_one_req``), before any token is generated.
+    origin_input_ids: list[int] | array
     sampling_params: SamplingParams = attrs.Factory(SamplingParams)
     arrival_time: float = 0.0
     # Scheduling priority (higher runs first under the priority policy; None = default).
@@ -133,7 +137,7 @@ class Req:
     @property
     def fill_ids(self) -> list[int]:
         """Every token of the request so far (the key its KV is cached under)."""
-        return self.origin_input_ids + self.output_ids
+        return [*self.origin_input_ids, *self.output_ids]
 
     def finished(self) -> bool:
         return self.finished_reason is not None

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
+from array import array
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -199,7 +200,8 @@ class Scheduler:
         ids = req.origin_input_ids
         if error is None and not ids:
             error = "input_ids is empty; a request needs at least one prompt token"
-        if error is None and (min(ids) < 0 or max(ids) > MAX_TOKEN_ID):
+        packed = isinstance(ids, array) and ids.typecode == "I"  # in range by construction
+        if error is None and not packed and (min(ids) < 0 or max(ids) > MAX_TOKEN_ID):
             error = f"input_ids must be token ids in [0, {MAX_TOKEN_ID}]"
         if error is None:
             prompt, new = len(req.origin_input_ids), req.sampling_params.max_new_tokens

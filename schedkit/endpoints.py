@@ -1,11 +1,22 @@
 """ZeroMQ endpoints as the project accepts them: tcp, ipc or inproc, and bound on loopback
-unless remote listening is asked for."""
+unless remote listening is asked for; and ``unpredictable_routing_ids``, to call before any
+ROUTER socket is created."""
 
 from __future__ import annotations
 
+import ctypes
 import ipaddress
+import os
+import threading
 
-__all__ = ["check_endpoint"]
+import structlog
+
+__all__ = ["check_endpoint", "unpredictable_routing_ids"]
+
+log = structlog.get_logger(__name__)
+
+_seed_lock = threading.Lock()
+_seeded = False
 
 
 def check_endpoint(endpoint: str, *, bind: bool, allow_remote: bool = False) -> str:
@@ -46,3 +57,28 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def unpredictable_routing_ids() -> None:
+    """Seed libc's ``rand()`` from ``os.urandom``, once per process; call it before creating a
+    ROUTER socket (later calls do nothing).
+
+    libzmq (4.3) names a ROUTER's anonymous peers ``b"\\0"`` + a 32-bit counter that starts at
+    a value drawn from ``rand()``, which nothing seeds: every process's first ROUTER names its
+    first anonymous peer ``00 6b 8b 45 67``. A client that takes such a name as its own
+    ``ZMQ_ROUTING_ID`` makes libzmq fail an assertion, and abort the process, when the
+    anonymous peer meant to get it connects. Seeded, the counter starts where no client can
+    guess. Where libc cannot be reached (no ``srand`` symbol) a warning is logged.
+    """
+    global _seeded
+    with _seed_lock:
+        if _seeded:
+            return
+        _seeded = True
+        try:
+            srand = ctypes.CDLL(None).srand  # the process's libc: the one libzmq calls
+        except (OSError, AttributeError, TypeError) as exc:
+            log.warning("zmq.routing_ids_predictable", error=str(exc))
+            return
+        srand.argtypes = [ctypes.c_uint]
+        srand(int.from_bytes(os.urandom(4), "little"))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -28,9 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class Client:
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, **options: object) -> None:
         self.sock = zmq.Context.instance().socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        for name, value in options.items():
+            self.sock.setsockopt(getattr(zmq, name), value)
         self.sock.connect(endpoint)
         self.tokens: dict[str, list[int]] = {}
         self.finishes: dict[str, int] = {}
@@ -62,6 +66,16 @@ class Client:
             assert time.monotonic() < deadline, f"no reply to {kind}"
             self.pump()
         return self.replies.pop(0)
+
+
+def shut_down(server: subprocess.Popen, clients: list[Client]) -> str:
+    """Close the clients and the server (killed if still running); the server's stderr."""
+    for c in clients:
+        c.sock.close()
+    if server.poll() is None:
+        server.kill()
+    server.wait()
+    return server.stderr.read()
 
 
 def wait_for(clients: list[Client], done, timeout: float = 30.0) -> None:
@@ -122,18 +136,13 @@ def test_serve_survives_a_hostile_session_and_routes_every_output_to_its_owner()
         assert any(m == "rid 'h-dup' is already in flight" for m in messages)
         assert any("your live requests" in m for m in messages)
         assert hostile.finishes == {"h-dup": 1}
-        # The leaver's generation was aborted when its outputs found it gone.
+        # The leaver's generation was aborted when its connection closed.
         loads = alice.control("get_loads")
         assert loads.ok and loads.loads["num_running_reqs"] == 0
         server.send_signal(signal.SIGTERM)
         assert server.wait(30) == 0
     finally:
-        for c in clients:
-            c.sock.close()
-        if server.poll() is None:
-            server.kill()
-        server.wait()
-    stderr = server.stderr.read()
+        stderr = shut_down(server, clients)
     assert "Traceback" not in stderr
     assert "client dropped" in stderr
 
@@ -141,3 +150,104 @@ def test_serve_survives_a_hostile_session_and_routes_every_output_to_its_owner()
 def test_messages_decode_with_plain_msgpack_too():
     payload = encode(ErrorReply(message="x", rid="r"))
     assert msgspec.msgpack.decode(payload) == {"kind": "error", "message": "x", "rid": "r"}
+
+
+def first_automatic_routing_ids(routers: int, per_router: int) -> list[bytes]:
+    """The routing ids libzmq gives the first anonymous peers of the first ``routers`` ROUTER
+    sockets of a process whose rand() nothing seeded (b"\\x00" + a counter that starts from
+    two rand() calls)."""
+    script = "import ctypes; r = ctypes.CDLL(None).rand; print([r() for _ in range(64)])"
+    values = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    ids = []
+    for low, high in zip(values[0 : 2 * routers : 2], values[1 : 2 * routers : 2], strict=True):
+        start = low | (high << 31) & 0xFFFFFFFF
+        ids += [b"\x00" + ((start + i) & 0xFFFFFFFF).to_bytes(4, "big") for i in range(per_router)]
+    return ids
+
+
+def peak_rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmHWM:")[1].split()[0]) / 1024
+
+
+def test_serve_survives_hostile_frames_ids_and_floods_and_stays_under_300_mib():
+    server, endpoint = start_serve()
+    clients: list[Client] = []
+
+    def client(**options: object) -> Client:
+        clients.append(Client(endpoint, **options))
+        return clients[-1]
+
+    try:
+        assert json.loads(server.stdout.readline())["ready"]["requests"] == endpoint
+        # Peers that take the automatic ids libzmq would hand out next, were rand() unseeded,
+        # connect first; then anonymous peers connect (the last thing an unpatched serve does).
+        squatters = [client(ROUTING_ID=rid) for rid in first_automatic_routing_ids(3, 4)]
+        for s in squatters:
+            s.sock.send(b"\xc1")
+        wait_for(squatters, lambda: all(s.errors for s in squatters), timeout=15)
+
+        hostile = client()
+        hostile.sock.send(b"\x91" * 1000 + b"\x00")  # 1,001 bytes of nested arrays
+        n = (32 << 20) - 5
+        hostile.sock.send(b"\xdd" + n.to_bytes(4, "big") + b"\x90" * n)  # 32 MiB of []
+        wait_for([hostile], lambda: len(hostile.errors) == 2)
+        assert "Expected `object`, got `array`" in hostile.errors[0].message
+        assert "the limit is 8388608 bytes (max_message_bytes)" in hostile.errors[1].message
+
+        # A client leaves with 20 long generations under way; a newcomer takes its routing id.
+        alice = client(ROUTING_ID=b"alice")
+        for i in range(20):
+            alice.generate(f"alice-{i}", [7] * 64 + [i], 5000)
+        wait_for([alice], lambda: len(alice.tokens) == 20)
+        alice.sock.close()
+        deadline = time.monotonic() + 10
+        while True:  # libzmq ignores a peer whose routing id is still in use: retry until in
+            assert time.monotonic() < deadline, "the thief never got in"
+            thief = client(ROUTING_ID=b"alice")
+            thief.sock.send(encode(ControlReq(type="get_loads")))
+            thief.pump(200)
+            if thief.replies:
+                break
+            thief.sock.close()
+        thief.pump(300)
+        assert thief.tokens == {} and thief.errors == []
+
+        # One client floods 1,000 requests of 32k tokens, reading its refusals, then leaves.
+        flood = client()
+        prompt = [1000 + (j * 7919) % 60000 for j in range(32 << 10)]
+        for i in range(1000):
+            flood.sock.send(encode(GenerateReqInput(rid=f"f{i}", input_ids=prompt)))
+            flood.pump(0)
+        wait_for([flood], lambda: len(flood.errors) >= 1000 - 32, timeout=60)
+        assert all("max_waiting_tokens_per_client=1048576" in e.message for e in flood.errors)
+        flood.sock.close()
+
+        bob = client()
+        for i in range(4):
+            bob.generate(f"b{i}", [5] * 50 + [100 + i] * 10, 10 + i)
+        wait_for([bob], lambda: len(bob.finishes) == 4)
+        assert {rid: len(t) for rid, t in bob.tokens.items()} == {f"b{i}": 10 + i for i in range(4)}
+        assert bob.errors == []
+        deadline = time.monotonic() + 10
+        while True:  # the flood's requests go once the server sees its connection closed
+            loads = bob.control("get_loads").loads
+            if (loads["num_running_reqs"], loads["num_waiting_reqs"]) == (0, 0):
+                break
+            assert time.monotonic() < deadline, loads
+            time.sleep(0.05)
+        assert loads["num_used_tokens"] == 0  # the departed clients' KV was freed
+        thief.pump(50)
+        assert thief.tokens == {}
+        peak = peak_rss_mib(server.pid)
+        assert peak < 300, f"serve peaked at {peak:.0f} MiB"
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(30) == 0
+    finally:
+        stderr = shut_down(server, clients)
+    assert "Traceback" not in stderr and "Assertion failed" not in stderr
+    assert "client dropped" in stderr

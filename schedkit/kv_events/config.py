@@ -42,7 +42,8 @@ class KvEventsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # An empty batch goes out after this many idle seconds, so that a subscriber notices a
     # missed tail while nothing happens (0: never).
     heartbeat_interval: Annotated[float, msgspec.Meta(ge=0)] = 1.0
-    # Replay requests served at once; more are refused (the client times out and retries).
+    # Replays served at once (two at most per client); a request over the cap is answered
+    # with a bare end marker at once.
     max_replay_requests: Annotated[int, msgspec.Meta(ge=1)] = 16
 
 

@@ -22,9 +22,9 @@ from collections import deque
 import structlog
 import zmq
 
-from schedkit.endpoints import check_endpoint
+from schedkit.endpoints import check_endpoint, unpredictable_routing_ids
 from schedkit.kv_events.config import KvEventsConfig, offset_endpoint, register_publisher
-from schedkit.kv_events.replay import END_SEQ, ReplayServer
+from schedkit.kv_events.replay import END_SEQ, ReplayServer, replay_send_hwm
 from schedkit.kv_events.structs import EventBatch, KVEventBatch, get_profile
 
 __all__ = ["END_SEQ", "IDLE_AFTER", "POLL_INTERVAL", "NullEventPublisher", "ZmqEventPublisher"]
@@ -87,7 +87,10 @@ class ZmqEventPublisher:
     that a subscriber that missed the last batches notices the gap while nothing happens;
     every engine's consumer decodes an empty batch as a no-op. ``epoch`` (8 random bytes)
     names this publisher's lifetime; the replay socket tells it to subscribers that ask.
-    tcp endpoints are bound on loopback only, unless ``allow_remote``.
+    tcp endpoints are bound on loopback only, unless ``allow_remote``. libc's ``rand()`` is
+    seeded before the replay ROUTER is created (``unpredictable_routing_ids``), so that no
+    client can take the routing id libzmq gives the next anonymous client, which would abort
+    the process.
 
     Latency: while batches keep coming the sender looks at the queue every ``POLL_INTERVAL``
     (1 ms), so a batch is on the socket within about 1 ms of ``publish``, plus however long
@@ -176,7 +179,9 @@ class ZmqEventPublisher:
             self._pub.setsockopt(zmq.SNDHWM, config.hwm)
             self.endpoint = self._open(self._pub, config.endpoint, config.mode)
             if config.replay_endpoint is not None:
+                unpredictable_routing_ids()  # before the ROUTER draws its first peer id
                 router = self._context.socket(zmq.ROUTER)
+                router.setsockopt(zmq.SNDHWM, replay_send_hwm(config.buffer_steps))
                 replay_endpoint = self._open(router, config.replay_endpoint, "bind")
                 self._replay = ReplayServer(
                     router,

@@ -3,30 +3,41 @@ socket, served from its own thread, that resends them to clients which missed so
 
 A client (DEALER) sends ``["", start_seq as 8 bytes big-endian]``; the answer is every buffered
 batch with seq >= start as ``["", topic, seq, payload]`` and then the end marker
-``["", topic, -1 as signed 8 bytes, ""]``. A client may also send ``["", b"epoch"]``: the answer
-is one end marker whose payload is the publisher's epoch (8 random bytes drawn when the
-publisher started), so that a subscriber tells a restarted publisher from a gap whatever the
-seqs. Engines' own replay servers answer that request with an empty end marker.
+``["", topic, -1 as signed 8 bytes, ""]``. A request the server will not serve (its client has
+``max_per_client`` replays pending already, or ``max_requests`` replays are being served) is
+answered with the end marker alone, as if nothing were held: vLLM's example subscriber stops
+reading a replay at the empty payload, ours at seq -1, so neither mistakes it. A client may also
+send ``["", b"epoch"]``: the answer is one end marker whose payload is the publisher's epoch (8
+random bytes drawn when the publisher started), so that a subscriber tells a restarted publisher
+from a gap whatever the seqs. Engines' own replay servers answer that request with an empty end
+marker. Each client's answers go out in the order of its requests.
 """
 
 from __future__ import annotations
 
 import socket
 import threading
-import time
+from collections import deque
 
 import structlog
 import zmq
 
-__all__ = ["END_SEQ", "EPOCH_REQUEST", "ReplayServer"]
+__all__ = ["END_SEQ", "EPOCH_REQUEST", "MAX_PER_CLIENT", "ReplayServer", "replay_send_hwm"]
 
 log = structlog.get_logger(__name__)
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 EPOCH_REQUEST = b"epoch"
-_REPLAY_SLICE = 256  # replay frames sent to one client before serving the next
-_REPLAY_RETRY_MS = 2  # wait when every replay client's queue is full
-_REPLAY_CLIENT_TIMEOUT = 30.0  # seconds a replay client may read nothing before we give up
+MAX_PER_CLIENT = 2  # replays one client may have pending; more are refused
+_REPLAY_SLICE = 256  # frames sent to one client before serving the next
+_END = object()  # marks a queued end marker: [_END, payload, how many]
+
+
+def replay_send_hwm(buffer_steps: int) -> int:
+    """The SNDHWM to give the replay ROUTER before it binds: a whole replay of the ring and the
+    end markers queued behind it fit, so a send blocks only for a client that left more than
+    a whole replay unread, never for one that reads, however busy its machine."""
+    return max(1000, buffer_steps + 4 * MAX_PER_CLIENT)
 
 
 class _Ring:
@@ -71,15 +82,20 @@ class ReplayServer:
 
     ``add`` is called by whoever sends the live stream; ``start`` runs the serving thread,
     which owns the socket from then on; ``stop`` ends it and closes the socket. Clients are
-    served in turns, one slice each, so a slow reader delays neither the others nor ``add``;
-    at most ``max_requests`` replays are served at once (more are refused and counted in
-    ``refused``), and each holds only its client's identity and a position in the ring, so a
-    flood of requests costs no memory. A bad request is logged and skipped; nothing a client
-    sends ends the thread.
+    served in turns, one slice each, so neither a slow reader nor a large replay delays the
+    others or ``add``. A client may have ``max_per_client`` replays pending and all clients
+    together ``max_requests``; a request over either cap is answered with a bare end marker
+    and counted in ``refused``. A pending replay holds only its client's identity and a
+    position in the ring, so a flood of requests costs no memory. A client whose queue is full
+    (a send would block: with ``replay_send_hwm`` as the socket's SNDHWM, it left more than a
+    whole replay unread) or that went away loses everything pending for it at once, counted
+    in ``stalled``, so it holds no place that another client could use. A bad request is
+    logged and skipped; nothing a client sends ends the thread.
     """
 
     __slots__ = (
         "_lock",
+        "_pending",
         "_ring",
         "_router",
         "_stop_r",
@@ -88,8 +104,10 @@ class ReplayServer:
         "_topic",
         "endpoint",
         "epoch",
+        "max_per_client",
         "max_requests",
         "refused",
+        "stalled",
     )
 
     def __init__(
@@ -101,18 +119,22 @@ class ReplayServer:
         *,
         epoch: bytes = b"",
         max_requests: int = 16,
+        max_per_client: int = MAX_PER_CLIENT,
     ) -> None:
         self._router = router
         self.endpoint = endpoint
         self.epoch = epoch
         self.max_requests = max_requests
+        self.max_per_client = max_per_client
         self.refused = 0
+        self.stalled = 0
+        self._pending = 0  # replays pending over all clients
         self._topic = topic
         self._ring = _Ring(buffer_steps)
         self._lock = threading.Lock()
         self._stop_r, self._stop_w = socket.socketpair()
         self._thread: threading.Thread | None = None
-        # A full client queue then raises EAGAIN (retried) instead of dropping frames.
+        # A full client queue then raises EAGAIN instead of dropping frames unseen.
         router.setsockopt(zmq.ROUTER_MANDATORY, 1)
 
     def add(self, seq: int, seq_bytes: bytes, payload: bytes) -> None:
@@ -143,93 +165,107 @@ class ReplayServer:
         poller = zmq.Poller()
         poller.register(router, zmq.POLLIN)
         poller.register(self._stop_r.fileno(), zmq.POLLIN)
-        jobs: list[list] = []  # [identity, next ring position, time of the last progress]
-        timeout = None
+        # Per client, in request order: [start position] for a replay, or
+        # [_END, payload, count] for end markers to send once what is before them is out.
+        clients: dict[bytes, deque[list]] = {}
         try:
             while True:
                 try:
-                    ready = dict(poller.poll(timeout))
+                    ready = dict(poller.poll(0 if clients else None))
                     if self._stop_r.fileno() in ready:
                         return
                     if router in ready:
-                        self._read_requests(jobs)
-                    progressed = False
-                    for job in list(jobs):
-                        state = self._send_slice(job)
-                        if state is None:
-                            jobs.remove(job)
-                        elif state:
-                            progressed = True
-                    timeout = None if not jobs else 0 if progressed else _REPLAY_RETRY_MS
+                        self._read_requests(clients)
+                    for identity, queue in list(clients.items()):
+                        if not self._serve(identity, queue):
+                            self._drop(clients, identity)
+                        elif not queue:
+                            del clients[identity]
                 except zmq.ContextTerminated:
                     return
                 except Exception:
                     log.exception("kv_events.replay_error", endpoint=self.endpoint)
-                    jobs.clear()
-                    timeout = None
+                    clients.clear()
+                    self._pending = 0
         finally:
             router.close(linger=0)
 
-    def _read_requests(self, jobs: list[list]) -> None:
+    def _read_requests(self, clients: dict[bytes, deque[list]]) -> None:
         router = self._router
         for _ in range(1024):  # then serve what is pending before reading more
             try:
                 frames = router.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            if len(frames) == 3 and frames[1] == b"" and frames[2] == EPOCH_REQUEST:
-                self._send((frames[0], b"", self._topic, END_SEQ, self.epoch))
+            request = frames[2] if len(frames) == 3 and frames[1] == b"" else None
+            if request == EPOCH_REQUEST:
+                self._answer_end(clients, frames[0], self.epoch)
                 continue
-            if len(frames) != 3 or frames[1] != b"" or len(frames[2]) != 8:
+            if request is None or len(request) != 8:
                 log.warning(
                     "kv_events.bad_replay_request",
                     frames=[len(f) for f in frames[:8]],
                     expected="[identity, b'', start_seq as 8 bytes]",
                 )
                 continue
-            if len(jobs) >= self.max_requests:
+            queue = clients.get(frames[0])
+            mine = 0 if queue is None else sum(entry[0] is not _END for entry in queue)
+            if mine >= self.max_per_client or self._pending >= self.max_requests:
                 self.refused += 1
+                self._answer_end(clients, frames[0], b"")
                 continue
             with self._lock:
-                position = self._ring.find(int.from_bytes(frames[2], "big"))
-            jobs.append([frames[0], position, time.monotonic()])
+                position = self._ring.find(int.from_bytes(request, "big"))
+            clients.setdefault(frames[0], deque()).append([position])
+            self._pending += 1
 
-    def _send(self, frames: tuple) -> bool:
+    def _answer_end(
+        self, clients: dict[bytes, deque[list]], identity: bytes, payload: bytes
+    ) -> None:
+        """Queue an end marker behind the client's pending answers (merged with an identical
+        one queued last, so that a flood of refused requests costs one entry)."""
+        queue = clients.setdefault(identity, deque())
+        if queue and queue[-1][0] is _END and queue[-1][1] == payload:
+            queue[-1][2] += 1
+        else:
+            queue.append([_END, payload, 1])
+
+    def _serve(self, identity: bytes, queue: deque[list]) -> bool:
+        """Send up to one slice of the client's pending answers; False if the client cannot
+        take them (its queue is full, or it went away)."""
+        send, ring, topic = self._router.send_multipart, self._ring, self._topic
         try:
-            self._router.send_multipart(frames, zmq.NOBLOCK)
-        except zmq.ZMQError:  # the client's queue is full, or it went away
+            for _ in range(_REPLAY_SLICE):
+                if not queue:
+                    return True
+                entry = queue[0]
+                if entry[0] is _END:
+                    send((identity, b"", topic, END_SEQ, entry[1]), zmq.NOBLOCK)
+                    entry[2] -= 1
+                    if not entry[2]:
+                        queue.popleft()
+                    continue
+                with self._lock:
+                    # A batch that fell out of the ring meanwhile is skipped (a seq gap the
+                    # client reports), never sent from a reused slot.
+                    position = max(entry[0], ring.first)
+                    item = ring.get(position) if position < ring.added else None
+                if item is None:
+                    send((identity, b"", topic, END_SEQ, b""), zmq.NOBLOCK)
+                    queue.popleft()
+                    self._pending -= 1
+                    continue
+                send((identity, b"", topic, item[1], item[2]), zmq.NOBLOCK)
+                entry[0] = position + 1
+        except zmq.Again:
+            log.warning("kv_events.replay_client_stalled", client=identity.hex())
+            return False
+        except zmq.ZMQError as exc:  # it went away (ROUTER_MANDATORY)
+            log.warning("kv_events.replay_client_gone", client=identity.hex(), error=exc.strerror)
             return False
         return True
 
-    def _send_slice(self, job: list) -> bool | None:
-        """Send up to one slice of a replay: None once it is finished or abandoned, otherwise
-        whether any frame went out."""
-        send, ring, topic = self._router.send_multipart, self._ring, self._topic
-        identity, start = job[0], job[1]
-        pos = start
-        try:
-            for _ in range(_REPLAY_SLICE):
-                with self._lock:
-                    # A batch that fell out of the ring meanwhile is skipped (a seq gap
-                    # the client reports), never sent from a reused slot.
-                    pos = max(pos, ring.first)
-                    if pos >= ring.added:
-                        send((identity, b"", topic, END_SEQ, b""), zmq.NOBLOCK)
-                        return None
-                    _, seq_bytes, payload = ring.get(pos)
-                send((identity, b"", topic, seq_bytes, payload), zmq.NOBLOCK)
-                pos += 1
-        except zmq.Again:  # the client's queue is full: try again later
-            pass
-        except zmq.ZMQError as exc:  # the client went away (ROUTER_MANDATORY)
-            log.warning("kv_events.replay_client_gone", error=exc.strerror)
-            return None
-        job[1] = pos
-        now = time.monotonic()
-        if pos > start:
-            job[2] = now
-            return True
-        if now - job[2] > _REPLAY_CLIENT_TIMEOUT:
-            log.warning("kv_events.replay_client_stalled", position=pos)
-            return None
-        return False
+    def _drop(self, clients: dict[bytes, deque[list]], identity: bytes) -> None:
+        queue = clients.pop(identity)
+        self._pending -= sum(entry[0] is not _END for entry in queue)
+        self.stalled += 1

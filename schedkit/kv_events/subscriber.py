@@ -1,9 +1,8 @@
 """A KV-event subscriber: decodes one publisher's stream in seq order, recovers gaps through
 the publisher's replay socket, and reports what it could not recover as typed notices.
 
-
-(Longer than 300 lines: the live path, replay and restart detection all update one
-sequencing state.)
+(Longer than 300 lines: the live path, the replay requests in flight and restart detection all
+update one sequencing state.)
 """
 
 from __future__ import annotations
@@ -11,6 +10,9 @@ from __future__ import annotations
 import math
 import threading
 import time
+import warnings
+import weakref
+from collections import deque
 from collections.abc import Callable, Iterator
 
 import attrs
@@ -34,10 +36,22 @@ log = structlog.get_logger(__name__)
 
 _MAX_READ = 4096  # live messages handled per poll() call
 
+# What a request on the replay socket is for.
+_LEARN = "learn"  # the epoch, before the first batch is judged
+_JUDGE = "judge"  # the epoch, because the live seq went back: a restart or a duplicate?
+_GAP = "gap"  # the epoch, because of a gap: a restart whose seqs ran past the old ones?
+_CHECK = "check"  # the epoch, every epoch_check_interval; live batches flow meanwhile
+_RECONNECT = "reconnect"  # the epoch, because the live socket connected again
+_REPLAY = "replay"  # missed batches
+
+_UNASKED = object()  # a live frame's epoch: no question asked
+_SILENT = object()  # a live frame's epoch: asked, not answered in time
+
 
 @attrs.frozen
 class GapDetected:
-    """Live seq ``received`` arrived while ``expected`` was due; a replay is being asked for."""
+    """Live seq ``received`` arrived while ``expected`` was due; the replay's outcome follows
+    (``GapFilled`` or ``HistoryLost``)."""
 
     expected: int
     received: int
@@ -67,8 +81,9 @@ class HistoryLost:
 class PublisherRestarted:
     """A new publisher took over after ``last_seq``: its seq went back (``reason`` "seq",
     ``new_seq`` the seq received), or its replay socket names another epoch (``reason``
-    "epoch", ``new_seq`` the live seq at hand when it was noticed). What was built from the
-    old publisher is void; start over."""
+    "epoch", ``new_seq`` the live seq at hand when it was noticed, or without one the last
+    seq the new publisher's replay held). What was built from the old publisher is void;
+    start over."""
 
     last_seq: int
     new_seq: int
@@ -76,6 +91,39 @@ class PublisherRestarted:
 
 
 Notice = GapDetected | GapFilled | HistoryLost | PublisherRestarted
+
+
+class _Frame:
+    """A live frame and what the replay socket answered so far for its handling."""
+
+    __slots__ = ("epoch", "payload", "replay", "seq")
+
+    def __init__(self, seq: int, payload: bytes) -> None:
+        self.seq = seq
+        self.payload = payload
+        self.epoch: object = _UNASKED  # or _SILENT, or the end marker's payload
+        self.replay: _Request | None = None
+
+
+class _Request:
+    """A request sent on the replay socket and the replies collected for it so far."""
+
+    __slots__ = ("answer", "answered", "deadline", "frame", "kind", "replies", "restart", "start")
+
+    def __init__(self, kind: str, deadline: float, start: int, frame: _Frame | None) -> None:
+        self.kind = kind
+        self.deadline = deadline
+        self.start = start  # a replay's first seq
+        self.frame = frame  # the live frame whose handling waits for the answer, if any
+        self.replies: list[tuple[int, bytes]] = []
+        self.answered = False  # the end marker arrived
+        self.answer = b""  # its payload
+        self.restart: int | None = None  # a new publisher's replay: the old one's last seq
+
+    @property
+    def holds(self) -> bool:
+        """Live frames wait until this request is answered."""
+        return self.kind != _CHECK
 
 
 class KvEventSubscriber:
@@ -89,12 +137,29 @@ class KvEventSubscriber:
     count in ``decode_errors``). Notices go to ``on_notice`` (default: appended to
     ``notices``).
 
+    ``poll`` never waits longer than its timeout: a live frame whose handling needs the
+    replay socket (its epoch, missed batches) waits, with the frames behind it queued in the
+    socket, until the answers are in, read by this call if they come in time or by a later
+    one; then it is handled at once. So a dead publisher costs ``poll(0)`` nothing. A request
+    unanswered for ``replay_timeout`` seconds counts as not answered (the frame is handled
+    without it); the next one goes out under a new identity.
+
     A restarted publisher is noticed when its seq goes back, and, with a schedkit publisher's
-    replay socket, also when its epoch changes: checked on every gap and every
-    ``epoch_check_interval`` seconds, so a new publisher whose seqs run past the old ones (or
-    continue them exactly) is still told apart; the subscriber then replays the new one from
-    seq 0, its ``AllBlocksCleared`` included. Every batch, an empty heartbeat too, shows a
+    replay socket, also when its epoch changes. The epoch is asked for when the subscriber is
+    created, so that it is known before the first batch is judged; then whenever the live
+    socket connects again (before reading on), on every gap, when the seq goes back, and
+    every ``epoch_check_interval`` seconds, so a new publisher whose seqs run past the old
+    ones (or continue them exactly) is still told apart. The subscriber then reports
+    ``PublisherRestarted`` (if it had delivered anything) and replays the new publisher from
+    seq 0, its ``AllBlocksCleared`` included, right after the notice. Unless the seq went
+    back, it first discards the live frames queued so far: the old publisher's tail may be
+    among them and nothing tells them apart. Every batch, an empty heartbeat too, shows a
     missed tail as a gap.
+
+    Close it (or use it as a context manager). One that is garbage-collected open closes its
+    sockets without lingering and warns (``ResourceWarning``); finalisation never blocks,
+    even inside a reference cycle. Without ``context`` it uses the process-wide
+    ``zmq.Context.instance()``, which it never terminates.
     """
 
     def __init__(
@@ -120,6 +185,7 @@ class KvEventSubscriber:
         wire = get_profile(profile)
         self._decode = wire.strict_decode if strict else wire.decode
         self._epoch: bytes | None = None
+        self._epoch_told: bool | None = None  # whether the replay socket tells an epoch
         self._epoch_interval = epoch_check_interval
         self._epoch_checked = time.monotonic()
         self._notice = self.notices.append if on_notice is None else on_notice
@@ -127,20 +193,32 @@ class KvEventSubscriber:
         self._poll_ms = max(1, int(poll_interval * 1000))
         self._last: int | None = None
         self._live_last: int | None = None
+        self._requests: deque[_Request] = deque()
+        self._holding = 0  # requests in flight that live frames wait for
+        self._frame: _Frame | None = None  # the live frame whose answers are awaited
         self._closed = False
-        self._sockets_open = True
         self._iterating: int | None = None
         self._lock = threading.Lock()
-        self._own_context = context is None
-        self._context = zmq.Context() if context is None else context
+        self._context = zmq.Context.instance() if context is None else context
         self._sub = self._context.socket(zmq.SUB)
-        self._sub.setsockopt(zmq.RCVHWM, hwm)
-        self._sub.setsockopt(zmq.SUBSCRIBE, topic.encode())
         self._dealer = None
+        self._monitor = None  # tells when the live socket (re)connects
+        self._connections = 0
+        # Whatever is open when the subscriber is collected unclosed; see _close_abandoned.
+        self._sockets: list[zmq.Socket] = [self._sub]
+        self._finalizer = weakref.finalize(self, _close_abandoned, self._sockets, endpoint)
         try:
+            self._sub.setsockopt(zmq.LINGER, 0)
+            self._sub.setsockopt(zmq.RCVHWM, hwm)
+            self._sub.setsockopt(zmq.SUBSCRIBE, topic.encode())
+            if replay_endpoint is not None:
+                self._monitor = self._sub.get_monitor_socket(zmq.EVENT_CONNECTED)
+                self._monitor.setsockopt(zmq.LINGER, 0)
+                self._sockets.append(self._monitor)
             self._sub.connect(endpoint)
             if replay_endpoint is not None:
-                self._dealer = self._new_dealer()
+                self._new_dealer()
+                self._ask(_LEARN)
         except zmq.ZMQError as exc:
             self._close_sockets()
             raise ValueError(
@@ -154,31 +232,31 @@ class KvEventSubscriber:
         return self._last
 
     def poll(self, timeout_ms: int = 0) -> list[tuple[int, KVEventBatch]]:
-        """Wait up to ``timeout_ms`` for live batches and return the ones now due, in order
-        (replayed batches included). Returns [] once closed."""
+        """Wait up to ``timeout_ms`` for batches and return the ones now due, in order
+        (replayed batches included); never blocks longer. Returns [] once closed."""
         out: list[tuple[int, KVEventBatch]] = []
         if self._closed:
             return out
-        if (
-            self._dealer is not None
-            and self._last is not None
-            and time.monotonic() - self._epoch_checked >= self._epoch_interval
-        ):
-            self._check_epoch(self._last, out)
-        if not self._sub.poll(timeout_ms):
-            return out
-        sub = self._sub
-        for _ in range(_MAX_READ):
-            try:
-                frames = sub.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            if len(frames) != 3 or len(frames[1]) != 8:
-                self.frame_errors += 1
-                log.warning("kv_events.bad_live_frames", frames=[len(f) for f in frames[:8]])
-                continue
-            self._on_live(int.from_bytes(frames[1], "big"), frames[2], out)
-        return out
+        deadline = time.monotonic() + max(0, timeout_ms) / 1000
+        while True:
+            if not self._take_answers(out):
+                return out  # a restart is reported at the start of the next call
+            if not self._holding:
+                self._read_live(out)
+            now = time.monotonic()
+            wait = deadline - now
+            if wait <= 0 or (out and not self._holding):
+                return out
+            if self._requests:
+                wait = min(wait, self._requests[0].deadline - now)
+            elif self._epoch_check_due(now):
+                continue  # _take_answers sends it
+            elif self._dealer is not None and self._live_last is not None:
+                wait = min(wait, self._epoch_checked + self._epoch_interval - now)
+            items = [(self._dealer, zmq.POLLIN)] if self._requests else []
+            if not self._holding:
+                items.append((self._sub, zmq.POLLIN))
+            zmq.zmq_poll(items, max(0, math.ceil(wait * 1000)))
 
     def __iter__(self) -> Iterator[tuple[int, KVEventBatch]]:
         return self.iter_batches()
@@ -208,8 +286,9 @@ class KvEventSubscriber:
                 self._close_sockets()
 
     def close(self) -> None:
-        """Close the sockets; safe to call more than once. Called from another thread while
-        that thread iterates, it only stops the iteration, which then closes the sockets."""
+        """Close the sockets (without lingering); safe to call more than once. Called from
+        another thread while that thread iterates, it only stops the iteration, which then
+        closes the sockets."""
         with self._lock:
             self._closed = True
             if self._iterating is not None and self._iterating != threading.get_ident():
@@ -224,75 +303,171 @@ class KvEventSubscriber:
 
     def _close_sockets(self) -> None:
         with self._lock:
-            if not self._sockets_open:
-                return
-            self._sockets_open = False
-        self._sub.close(linger=0)
-        if self._dealer is not None:
-            self._dealer.close(linger=0)
-        if self._own_context:
-            self._context.term()
+            sockets = list(self._sockets)
+            self._sockets.clear()
+        self._finalizer.detach()
+        _close_all(sockets)
 
     # -- sequencing -----------------------------------------------------------------------
+    # A live frame is read only while no answer is awaited. What its handling needs from the
+    # replay socket (the publisher's epoch, missed batches) is asked first, one question at
+    # a time, without blocking; _on_live then handles it at once with the answers in hand.
+
+    def _read_live(self, out: list) -> None:
+        if self._monitor is not None and self._reconnected():
+            # The frames queued from here on may come from a new publisher.
+            self._ask(_RECONNECT)
+            return
+        sub = self._sub
+        for _ in range(_MAX_READ):
+            if self._holding:
+                return
+            try:
+                frames = sub.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frames) != 3 or len(frames[1]) != 8:
+                self.frame_errors += 1
+                log.warning("kv_events.bad_live_frames", frames=[len(f) for f in frames[:8]])
+                continue
+            self._frame = _Frame(int.from_bytes(frames[1], "big"), frames[2])
+            self._prepare(out)
+
+    def _prepare(self, out: list) -> None:
+        """Ask the next question the pending live frame raises, or handle it if none is left."""
+        frame = self._frame
+        if frame.epoch is _UNASKED:
+            question = self._epoch_question(frame.seq)
+            if question is not None:
+                self._ask(question, frame=frame)
+                return
+        if frame.replay is None and frame.epoch is not _SILENT:
+            start = self._replay_start(frame.seq, frame.epoch)
+            if start is not None:
+                self._ask(_REPLAY, start=start, frame=frame)
+                return
+        self._on_live(frame.seq, frame.payload, out)
+        self._frame = None
+
+    def _epoch_question(self, seq: int) -> str | None:
+        """Why live frame ``seq`` needs the publisher's epoch before it is judged, if it does."""
+        if self._dealer is None:
+            return None
+        if self._epoch_told is None:
+            return _LEARN
+        if self._epoch is None:
+            return None
+        live_last, last = self._live_last, self._last
+        if live_last is not None and seq <= live_last:
+            return _JUDGE
+        return _GAP if seq > (0 if last is None else last + 1) else None
+
+    def _replay_start(self, seq: int, epoch: object) -> int | None:
+        """Where the replay that live frame ``seq`` needs starts (None: it needs none), as
+        ``_on_live`` will judge it with ``epoch``."""
+        if self._dealer is None:
+            return None
+        if self._new_epoch(epoch):
+            return 0
+        live_last, last = self._live_last, self._last
+        if live_last is not None and seq <= live_last:
+            if epoch == self._epoch:
+                return None  # seen already
+            last = None  # a restart
+        expected = 0 if last is None else last + 1
+        return expected if seq > expected else None
+
+    def _new_epoch(self, epoch: object) -> bool:
+        return isinstance(epoch, bytes) and bool(epoch) and self._epoch not in (None, epoch)
 
     def _on_live(self, seq: int, payload: bytes, out: list) -> None:
+        """Handle one live frame, with what the replay socket answered for it in hand."""
+        frame = self._frame if self._frame is not None and self._frame.seq == seq else None
+        epoch = None if frame is None or not isinstance(frame.epoch, bytes) else frame.epoch
+        replay = None if frame is None else frame.replay
         live_last = self._live_last
-        if live_last is not None and seq <= live_last:
-            if self._same_epoch():  # a duplicate or a late, reordered batch: seen already
-                if self._last is not None and seq <= self._last:
-                    return
-            else:
-                last = self._last if self._last is not None else live_last
-                self._notice(PublisherRestarted(last, seq))
-                self._last = None
-                self._live_last = seq
-        else:
-            self._live_last = seq
-            if self._dealer is not None and (self._epoch is None or seq != live_last + 1):
-                self._check_epoch(seq, out)
+        went_back = live_last is not None and seq <= live_last
+        if self._new_epoch(epoch):
+            self._new_publisher(seq, payload, epoch, replay, went_back, out)
+            return
+        if went_back:
+            if epoch is not None and epoch == self._epoch:
+                return  # the same publisher: a duplicate or a late, reordered frame
+            last = self._last if self._last is not None else live_last
+            self._notice(PublisherRestarted(last, seq))
+            self._last = None
+        self._live_last = seq
+        if epoch and self._epoch is None:
+            self._epoch = epoch
         last = self._last
         if last is not None and seq <= last:  # already delivered by a replay
             return
         expected = 0 if last is None else last + 1
-        if seq != expected:
-            if self._dealer is None:
-                self._notice(HistoryLost(expected, None))
-            else:
-                if last is not None:
-                    self._notice(GapDetected(expected, seq))
-                self._replay(expected, seq, out)
-                if self._last is not None and seq <= self._last:
-                    return
-        self._apply(seq, payload, out)
-
-    def _same_epoch(self) -> bool:
-        """True when the replay socket names the epoch seen so far (known, and unchanged);
-        a seq that goes back is then no restart. Without that knowledge it is one."""
-        if self._dealer is None or self._epoch is None:
-            return False
-        epoch = self._query_epoch()
-        if epoch is None or epoch != self._epoch:
-            self._epoch = epoch
-            return False
-        return True
-
-    def _check_epoch(self, seq: int, out: list) -> None:
-        """Ask the replay socket for the publisher's epoch; on a new one, report the restart
-        and replay the new publisher from seq 0."""
-        epoch = self._query_epoch()
-        if epoch is None:
+        if seq == expected:
+            self._apply(seq, payload, out)
             return
-        if self._epoch is not None and epoch != self._epoch and self._last is not None:
-            self._notice(PublisherRestarted(self._last, seq, "epoch"))
-            self._last = None
-            self._epoch = epoch
-            self._replay(0, 0, out)
-            return
+        if self._dealer is None:
+            self._notice(HistoryLost(expected, None))
+        else:
+            if last is not None:
+                self._notice(GapDetected(expected, seq))
+            self._replayed(replay, expected, seq, out)
+        if self._last is None or seq > self._last:
+            self._apply(seq, payload, out)
+
+    def _new_publisher(
+        self,
+        seq: int,
+        payload: bytes,
+        epoch: bytes,
+        replay: _Request | None,
+        went_back: bool,
+        out: list,
+    ) -> None:
+        """The replay socket names a new epoch for live frame ``seq``: report the restart and
+        apply the new publisher's replay from 0."""
+        last = self._last if self._last is not None else self._live_last
+        if last is not None:
+            self._notice(PublisherRestarted(last, seq, "seq" if went_back else "epoch"))
         self._epoch = epoch
+        self._last = self._live_last = None
+        if not went_back:
+            # The frame came after a gap: it, and what is queued behind it, may be the old
+            # publisher's tail. The replay holds all that the new one sent before it.
+            self._drain_live()
+        self._replayed(replay, 0, seq if went_back else None, out)
+        if went_back and (self._last is None or seq > self._last):
+            self._apply(seq, payload, out)
+        self._live_last = self._last
 
-    def _replay(self, expected: int, received: int, out: list) -> None:
-        """Ask for ``expected`` onwards and apply the replies; report what stayed missing."""
-        replies = self._request_replay(expected)
+    def _restarted(self, epoch: bytes) -> None:
+        """A new publisher answers an epoch check: drop what is queued live (the old one's
+        tail may be there) and replay the new one from 0; the restart is reported with the
+        replay, before its batches."""
+        last = self._last
+        self._epoch = epoch
+        self._last = self._live_last = None
+        self._frame = None  # answers still due for it are ignored
+        self._drain_live()
+        self._ask(_REPLAY, start=0)
+        self._requests[-1].restart = last
+
+    def _drain_live(self) -> None:
+        while True:
+            try:
+                self._sub.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+
+    def _replayed(
+        self, request: _Request | None, expected: int, received: int | None, out: list
+    ) -> None:
+        """Apply a replay's replies (None: none came) from ``expected`` on and report what
+        stayed missing before ``received``, the live seq that showed the gap."""
+        replies = [] if request is None else request.replies
+        if request is not None and request.restart is not None:
+            new_seq = replies[-1][0] if replies else 0  # the new publisher's last, as told
+            self._notice(PublisherRestarted(request.restart, new_seq, "epoch"))
         lost = False
         for seq, payload in replies:
             if self._last is not None and seq <= self._last:
@@ -302,59 +477,12 @@ class KvEventSubscriber:
                 self._notice(HistoryLost(due, seq))
                 lost = True
             self._apply(seq, payload, out)
-        if self._last is None or self._last + 1 < received:
-            due = expected if self._last is None else self._last + 1
-            self._notice(HistoryLost(due, None))
-        elif not lost and received > expected:
-            self._notice(GapFilled(expected, received - 1))
-
-    def _new_dealer(self) -> zmq.Socket:
-        dealer = self._context.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, 0)
-        dealer.connect(self.replay_endpoint)
-        return dealer
-
-    def _query_epoch(self) -> bytes | None:
-        """The publisher's epoch, or None when its replay socket does not tell (an engine's
-        own publisher) or does not answer."""
-        self._epoch_checked = time.monotonic()
-        end: list[bytes] = []
-        self._exchange(EPOCH_REQUEST, end)
-        return end[0] if end and end[0] else None
-
-    def _request_replay(self, start: int) -> list[tuple[int, bytes]]:
-        return self._exchange(start.to_bytes(8, "big"), [])
-
-    def _exchange(self, request: bytes, end: list[bytes]) -> list[tuple[int, bytes]]:
-        """Send one request on the replay socket and collect the replies up to the end
-        marker, whose payload goes into ``end``."""
-        dealer = self._dealer
-        dealer.send_multipart((b"", request))
-        replies = []
-        deadline = time.monotonic() + self._replay_timeout
-        while True:
-            remaining_ms = math.ceil((deadline - time.monotonic()) * 1000)
-            if remaining_ms <= 0 or not dealer.poll(remaining_ms):
-                log.warning(
-                    "kv_events.replay_timeout",
-                    endpoint=self.replay_endpoint,
-                    request=request.hex(),
-                    received=len(replies),
-                )
-                # A new identity: late replies to this request cannot reach the next one.
-                dealer.close()
-                self._dealer = self._new_dealer()
-                return replies
-            frames = dealer.recv_multipart()
-            # ["", topic, seq, payload] (vLLM, schedkit) or ["", seq, payload] (SGLang)
-            if frames[0] != b"" or len(frames) not in (3, 4) or len(frames[-2]) != 8:
-                log.warning("kv_events.bad_replay_reply", frames=[len(f) for f in frames])
-                continue
-            seq = int.from_bytes(frames[-2], "big", signed=True)
-            if seq == -1:
-                end.append(frames[-1])
-                return replies
-            replies.append((seq, frames[-1]))
+        if received is not None:
+            if self._last is None or self._last + 1 < received:
+                due = expected if self._last is None else self._last + 1
+                self._notice(HistoryLost(due, None))
+            elif not lost and received > expected:
+                self._notice(GapFilled(expected, received - 1))
 
     def _apply(self, seq: int, payload: bytes, out: list) -> None:
         self._last = seq
@@ -363,3 +491,154 @@ class KvEventSubscriber:
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             self.decode_errors += 1
             log.error("kv_events.decode_failed", seq=seq, error=str(exc))
+
+    # -- the replay socket ----------------------------------------------------------------
+
+    def _new_dealer(self) -> None:
+        """A DEALER under a new identity: replies to earlier requests cannot reach it."""
+        if self._dealer is not None:
+            self._sockets.remove(self._dealer)
+            self._dealer.close(linger=0)
+        dealer = self._context.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.setsockopt(zmq.RCVHWM, 0)  # it holds only the answers to its own requests
+        dealer.connect(self.replay_endpoint)
+        self._dealer = dealer
+        self._sockets.append(dealer)
+
+    def _reconnected(self) -> bool:
+        """Whether the live socket connected again since the last call (not the first time)."""
+        again = False
+        while True:
+            try:
+                self._monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return again
+            self._connections += 1
+            again = again or self._connections > 1
+
+    def _epoch_check_due(self, now: float) -> bool:
+        return (
+            self._dealer is not None
+            and not self._requests
+            and self._live_last is not None
+            and now - self._epoch_checked >= self._epoch_interval
+        )
+
+    def _ask(self, kind: str, *, start: int = 0, frame: _Frame | None = None) -> None:
+        """Send a request; its answer is handled by a later ``_take_answers``."""
+        now = time.monotonic()
+        request = _Request(kind, now + self._replay_timeout, start, frame)
+        self._requests.append(request)
+        self._holding += request.holds
+        if kind == _REPLAY:
+            message = start.to_bytes(8, "big")
+            if frame is not None:
+                frame.replay = request
+        else:
+            message = EPOCH_REQUEST
+            self._epoch_checked = now
+        try:
+            self._dealer.send_multipart((b"", message), zmq.NOBLOCK)
+        except zmq.Again:  # its queue is full: it will time out like an unanswered one
+            log.warning("kv_events.replay_request_not_sent", endpoint=self.replay_endpoint)
+
+    def _take_answers(self, out: list) -> bool:
+        """Read what the replay socket answered, act on each answer in request order, give
+        up on requests unanswered in time, and send the periodic epoch check when due. False
+        when an answer that reveals a restart waits for the next ``poll`` call."""
+        requests = self._requests
+        while requests and self._read_reply():
+            pass
+        while requests:
+            request = requests[0]
+            if not request.answered:
+                if time.monotonic() < request.deadline:
+                    break
+                log.warning(
+                    "kv_events.replay_timeout",
+                    endpoint=self.replay_endpoint,
+                    request=request.kind,
+                    received=len(request.replies),
+                )
+                self._new_dealer()
+                unanswered = list(requests)
+                requests.clear()
+                self._holding = 0
+                for request in unanswered:
+                    self._answered(request, out)
+                continue
+            if request.frame is None and out and self._new_epoch(request.answer):
+                return False  # report the restart before any batch of a poll
+            requests.popleft()
+            self._holding -= request.holds
+            self._answered(request, out)
+        if self._epoch_check_due(time.monotonic()):
+            self._ask(_CHECK)
+        return True
+
+    def _answered(self, request: _Request, out: list) -> None:
+        """Act on a request taken off the queue, answered or given up on."""
+        if request.kind == _REPLAY:
+            if request.frame is None:
+                self._replayed(request, 0, None, out)  # a new publisher's stream
+            elif request.frame is self._frame:
+                self._prepare(out)
+            return
+        answer = request.answer if request.answered else None
+        if answer is not None:
+            self._epoch_told = bool(answer)
+        elif request.frame is not None and self._epoch_told is None:
+            self._epoch_told = False  # a frame waited in vain: do not make the next wait too
+        if request.frame is not None:
+            if request.frame is self._frame:
+                self._frame.epoch = _SILENT if answer is None else answer
+                self._prepare(out)
+        elif self._new_epoch(answer):
+            self._restarted(answer)
+        elif answer and self._epoch is None:
+            self._epoch = answer
+
+    def _read_reply(self) -> bool:
+        """Read one reply into the first unanswered request; False when none is waiting."""
+        try:
+            frames = self._dealer.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        # ["", topic, seq, payload] (vLLM, schedkit) or ["", seq, payload] (SGLang)
+        if frames[0] != b"" or len(frames) not in (3, 4) or len(frames[-2]) != 8:
+            log.warning("kv_events.bad_replay_reply", frames=[len(f) for f in frames])
+            return True
+        request = next((r for r in self._requests if not r.answered), None)
+        if request is None:
+            log.warning("kv_events.unexpected_replay_reply", endpoint=self.replay_endpoint)
+            return True
+        request.deadline = time.monotonic() + self._replay_timeout  # it is making progress
+        seq = int.from_bytes(frames[-2], "big", signed=True)
+        if seq == -1:
+            request.answered = True
+            request.answer = frames[-1]
+        else:
+            request.replies.append((seq, frames[-1]))
+        return True
+
+
+def _close_abandoned(sockets: list[zmq.Socket], endpoint: str) -> None:
+    """Close the sockets of a subscriber collected without ``close()``: no linger, no join,
+    no context termination, so that it never blocks whatever thread the collector runs on."""
+    if not sockets:
+        return
+    warnings.warn(
+        f"KvEventSubscriber for {endpoint} was collected without close(); close() it or use "
+        "it as a context manager",
+        ResourceWarning,
+        stacklevel=2,
+    )
+    _close_all(sockets)
+    sockets.clear()
+
+
+def _close_all(sockets: list[zmq.Socket]) -> None:
+    """Close without lingering; the monitor's reader before the socket it watches."""
+    for sock in reversed(sockets):
+        sock.close(linger=0)

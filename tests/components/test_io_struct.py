@@ -1,4 +1,5 @@
 import re
+from array import array
 
 import msgspec
 import pytest
@@ -15,6 +16,7 @@ from schedkit.components.io_struct import (
     decode_reply,
     decode_request,
     encode,
+    rid_of,
 )
 from schedkit.components.schedule_batch import FinishAbort, FinishLength, FinishMatchedToken, Req
 
@@ -31,7 +33,7 @@ def test_generate_request_round_trips_and_converts_to_req():
     assert decoded == msg
     req = decoded.to_req()
     assert isinstance(req, Req)
-    assert (req.rid, req.origin_input_ids) == ("r1", [5, 6, 7])
+    assert (req.rid, req.origin_input_ids) == ("r1", array("I", [5, 6, 7]))  # packed
     params = req.sampling_params
     assert (params.max_new_tokens, tuple(params.stop_token_ids)) == (4, (9,))
     assert (params.stream, params.stream_interval, params.ignore_eos) == (True, 2, False)
@@ -155,3 +157,12 @@ def test_check_endpoint_refuses_remote_binds_unless_allowed():
 def test_check_endpoint_rejects_bad_endpoints(endpoint, problem):
     with pytest.raises(ValueError, match=problem):
         check_endpoint(endpoint, bind=False)
+
+
+def test_rid_of_reads_only_the_rid_and_survives_hostile_frames():
+    assert rid_of(msgspec.msgpack.encode({"kind": "nope", "rid": "r7", "x": [[[]]]})) == "r7"
+    assert rid_of(msgspec.msgpack.encode({"rid": 5})) is None
+    assert rid_of(msgspec.msgpack.encode({"rid": "x" * 257})) is None
+    assert rid_of(b"\x91" * 1000 + b"\x00") is None
+    assert rid_of(b"\x82\xa1x" + b"\x91" * 100_000 + b"\x00\xa3rid\xa1r") is None  # too deep
+    assert rid_of(b"\xc1") is None

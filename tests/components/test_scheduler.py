@@ -1,6 +1,7 @@
 import random
 import threading
 import time
+from array import array
 from collections import Counter
 from types import SimpleNamespace
 
@@ -672,3 +673,33 @@ def test_out_of_memory_with_one_request_left_aborts_it():
     assert "out of memory" in req.finished_reason.message
     assert env.streamer.finishes["only"] == 1
     assert env.s.running_batch.reqs == []
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_packed_prompts_wait_packed_and_run_as_list_prompts_do(page_size):
+    shared = tokens(24, 900)
+    prompts = [tokens(5, 7000)] + [[*shared, *tokens(3 + i, 100 * i)] for i in range(6)]
+
+    def run(pack):
+        env = build(
+            pool=256,
+            page_size=page_size,
+            max_running_requests=3,
+            chunked_prefill_size=16,
+        )
+        env.s.policy = LPMPolicy(tree_cache=env.cache, in_batch_deprioritize_threshold=8)
+        warm = make_req("warm", [*shared, 1], max_new_tokens=1)
+        env.s.submit(warm)
+        env.s.run_until_idle()  # the shared prefix is cached: LPM orders by what matches
+        reqs = [make_req(f"r{i}", p, max_new_tokens=3 + i) for i, p in enumerate(prompts)]
+        for req in reqs:
+            if pack:
+                req.origin_input_ids = array("I", req.origin_input_ids)
+            env.s.submit(req)
+        assert all(type(r.origin_input_ids) is (array if pack else list) for r in reqs)
+        env.s.run_until_idle()
+        assert all(type(r.origin_input_ids) is list for r in reqs)  # unpacked at admission
+        assert_all_done(env, [warm, *reqs])
+        return [(b.mode, b.rids, b.prefix_lens, b.extend_lens) for b in env.runner.batches]
+
+    assert run(pack=True) == run(pack=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from schedkit.kv_events import BlockStored, KVEventBatch, KvEventsConfig
+from schedkit.kv_events import BlockStored, KVEventBatch, KvEventsConfig, KvEventSubscriber
 
 LOOPBACK = "tcp://127.0.0.1:0"
 PROBE_TS = -1.0
@@ -58,3 +58,10 @@ def poll_until(sub, done, got: list, timeout: float = 5.0) -> list:
 
 def seqs(got: list) -> list[int]:
     return [seq for seq, _ in got]
+
+
+def subscriber_for(pub, **kwargs) -> KvEventSubscriber:
+    """A subscriber to ``pub``'s stream and replay socket, under its topic and profile."""
+    return KvEventSubscriber(
+        pub.endpoint, pub.replay_endpoint, pub.config.topic, pub.config.profile, **kwargs
+    )

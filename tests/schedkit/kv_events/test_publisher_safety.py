@@ -21,11 +21,14 @@ from schedkit.kv_events import (
     ZmqEventPublisher,
 )
 from schedkit.kv_events.replay import END_SEQ, EPOCH_REQUEST
-from tests.schedkit.kv_events.helpers import batch, config, poll_until, seqs, wait_live
-
-
-def subscriber_for(pub, **kwargs) -> KvEventSubscriber:
-    return KvEventSubscriber(pub.endpoint, pub.replay_endpoint, pub.config.topic, **kwargs)
+from tests.schedkit.kv_events.helpers import (
+    batch,
+    config,
+    poll_until,
+    seqs,
+    subscriber_for,
+    wait_live,
+)
 
 
 def raw_sub(endpoint: str) -> zmq.Socket:

@@ -1,0 +1,176 @@
+"""What hostile loopback clients cost a real ``schedkit serve`` (``wiring.yaml`` with
+``examples/serve.yaml``, default ``zmq_server`` limits): peak memory (VmHWM) and latencies.
+
+In order: the server idle; a well-behaved request (60 prompt tokens, 16 new) at idle; the
+refusal of a 1,001-byte frame of nested arrays and of a 32 MiB frame of empty arrays; a client
+that floods N requests of 32k tokens (reading its refusals) while a well-behaved request is
+sent; the flood client leaving (its accepted requests aborted, KV freed); a well-behaved
+request after it. Each latency is from send to the answer (ErrorReply, or final output).
+
+Usage: ``python benchmarks/bench_serve_hostile.py [--quick]`` (``--quick``: a flood of 100).
+Linux only (reads /proc/PID/status).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import zmq
+from schedkit.components.io_struct import (
+    BatchTokenIDOutput,
+    ControlReply,
+    ControlReq,
+    ErrorReply,
+    GenerateReqInput,
+    SamplingParamsInput,
+    decode_server_message,
+    encode,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_endpoint() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+def peak_rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmHWM:")[1].split()[0]) / 1024
+
+
+class Client:
+    """A DEALER that counts what comes back."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.sock = zmq.Context.instance().socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(endpoint)
+        self.errors = 0
+        self.finished: set[str] = set()
+        self.replies: list[ControlReply] = []
+
+    def pump(self, timeout_ms: int) -> None:
+        while self.sock.poll(timeout_ms):
+            timeout_ms = 0
+            msg = decode_server_message(self.sock.recv())
+            if isinstance(msg, ErrorReply):
+                self.errors += 1
+            elif isinstance(msg, ControlReply):
+                self.replies.append(msg)
+            elif isinstance(msg, BatchTokenIDOutput):
+                self.finished.update(
+                    r for r, f in zip(msg.rids, msg.finished_reasons, strict=True) if f
+                )
+
+    def until(self, done, timeout: float = 120.0) -> float:
+        """Pump until ``done()``; the seconds it took."""
+        started = time.monotonic()
+        while not done():
+            if time.monotonic() - started > timeout:
+                raise SystemExit("bench_serve_hostile: the server stopped answering")
+            self.pump(5)
+        return time.monotonic() - started
+
+    def request(self, rid: str) -> float:
+        """Send a small request and wait for its final output; the seconds it took."""
+        params = SamplingParamsInput(max_new_tokens=16)
+        ids = [5] * 50 + [hash(rid) % 1000] * 10
+        self.sock.send(encode(GenerateReqInput(rid=rid, input_ids=ids, sampling_params=params)))
+        return self.until(lambda: rid in self.finished)
+
+    def refusal(self, payload: bytes) -> float:
+        before = self.errors
+        self.sock.send(payload)
+        return self.until(lambda: self.errors > before)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="flood 100 requests, not 1,000")
+    flood_size = 100 if parser.parse_args().quick else 1000
+    endpoint = free_endpoint()
+    env = {
+        **os.environ,
+        "SCHEDKIT_REQUEST_ENDPOINT": endpoint,
+        "SCHEDKIT_KV_EVENTS_ENDPOINT": free_endpoint(),
+        "SCHEDKIT_KV_REPLAY_ENDPOINT": free_endpoint(),
+    }
+    command = [sys.executable, "-m", "schedkit.cli", "serve", "wiring.yaml"]
+    server = subprocess.Popen(
+        [*command, "-o", "examples/serve.yaml"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        json.loads(server.stdout.readline())
+        row = "{:<52} {:>10}"
+        print(row.format("server idle: peak RSS (MiB)", f"{peak_rss_mib(server.pid):.0f}"))
+        good, hostile = Client(endpoint), Client(endpoint)
+        idle = sorted(good.request(f"idle{i}") for i in range(5))[2]
+        print(row.format("well-behaved request at idle (ms, median of 5)", f"{idle * 1e3:.1f}"))
+        deep = hostile.refusal(b"\x91" * 1000 + b"\x00")
+        print(row.format("1,001-byte nested frame refused in (ms)", f"{deep * 1e3:.1f}"))
+        n = (32 << 20) - 5
+        big = hostile.refusal(b"\xdd" + n.to_bytes(4, "big") + b"\x90" * n)
+        print(row.format("32 MiB frame of [] refused in (ms)", f"{big * 1e3:.1f}"))
+        print(row.format("peak RSS after the frames (MiB)", f"{peak_rss_mib(server.pid):.0f}"))
+
+        prompt = [1000 + (j * 7919) % 60000 for j in range(32 << 10)]
+        refused_before = hostile.errors
+        started = time.monotonic()
+        for i in range(flood_size):
+            hostile.sock.send(encode(GenerateReqInput(rid=f"f{i}", input_ids=prompt)))
+            hostile.pump(0)
+        # The reply to a control message comes after the refusals of everything sent before.
+        hostile.sock.send(encode(ControlReq(type="get_loads")))
+        hostile.until(lambda: hostile.replies)
+        answered = time.monotonic() - started
+        during = good.request("during")
+        refused = hostile.errors - refused_before
+        print(
+            row.format(
+                f"flood of {flood_size} x 32k tokens: refused / taken",
+                f"{refused} / {flood_size - refused}",
+            )
+        )
+        print(row.format("  all refusals answered in (s)", f"{answered:.2f}"))
+        print(row.format("  well-behaved request sent then (s)", f"{during:.2f}"))
+        print(row.format("  peak RSS (MiB)", f"{peak_rss_mib(server.pid):.0f}"))
+        hostile.sock.close()
+        left = time.monotonic()
+        while True:
+            good.sock.send(encode(ControlReq(type="get_loads")))
+            good.until(lambda: good.replies)
+            loads = good.replies.pop().loads
+            if loads["num_running_reqs"] + loads["num_waiting_reqs"] == 0:
+                break
+        print(
+            row.format(
+                "flood client left: its requests gone in (ms)",
+                f"{(time.monotonic() - left) * 1e3:.0f}",
+            )
+        )
+        after = sorted(good.request(f"after{i}") for i in range(5))[2]
+        print(row.format("well-behaved request afterwards (ms, median of 5)", f"{after * 1e3:.1f}"))
+        print(row.format("peak RSS of the whole run (MiB)", f"{peak_rss_mib(server.pid):.0f}"))
+        good.sock.close()
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+if __name__ == "__main__":
+    main()

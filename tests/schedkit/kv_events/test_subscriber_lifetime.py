@@ -1,0 +1,134 @@
+"""KvEventSubscriber against a publisher that dies or restarts, and a subscriber its owner
+forgets: poll keeps its timeout, a restart right after a batch is noticed, finalisation never
+blocks."""
+
+from __future__ import annotations
+
+import faulthandler
+import gc
+import statistics
+import time
+import weakref
+
+import pytest
+import zmq
+
+from schedkit.kv_events import (
+    AllBlocksCleared,
+    KVEventBatch,
+    KvEventsConfig,
+    PublisherRestarted,
+    ZmqEventPublisher,
+)
+from tests.schedkit.kv_events.helpers import (
+    batch,
+    config,
+    poll_until,
+    seqs,
+    subscriber_for,
+    wait_live,
+)
+
+
+def test_poll_keeps_its_timeout_once_the_publisher_is_dead(closing):
+    pub = ZmqEventPublisher(config(replay=True))
+    sub = closing(subscriber_for(pub, epoch_check_interval=0.2, replay_timeout=5.0))
+    got = wait_live(pub, sub)
+    poll_until(sub, lambda g: g[-1][0] >= pub.last_seq, got)
+    pub.shutdown()
+
+    durations = []
+    end = time.monotonic() + 2.0  # 10 epoch checks fall due, none is ever answered
+    while time.monotonic() < end:
+        start = time.perf_counter()
+        assert sub.poll(0) == []
+        durations.append(time.perf_counter() - start)
+        time.sleep(0.01)
+    assert statistics.median(durations) < 0.05
+    assert max(durations) < 0.2, max(durations)  # an epoch check used to wait 5 s
+    start = time.perf_counter()
+    sub.poll(100)
+    assert time.perf_counter() - start < 1.0
+
+
+@pytest.mark.parametrize("first_poll", ["before", "after_restart", "after_reconnect"])
+def test_a_restart_right_after_publishing_delivers_the_new_stream(closing, first_poll):
+    pub = ZmqEventPublisher(config(replay=True))
+    # No periodic epoch check comes to the rescue within the test.
+    sub = closing(subscriber_for(pub, epoch_check_interval=60.0))
+    if first_poll == "before":
+        probes = wait_live(pub, sub)
+        poll_until(sub, lambda g: g[-1][0] >= pub.last_seq, probes)
+    else:
+        time.sleep(0.3)  # connected and subscribed, but it has not polled yet
+    first = pub.last_seq + 1
+    for i in range(5):
+        pub.publish(batch(i))
+    pub.flush()
+    endpoint, replay_endpoint = pub.endpoint, pub.replay_endpoint
+    pub.shutdown()  # and at once a new publisher on the same endpoints
+    new = closing(
+        ZmqEventPublisher(
+            KvEventsConfig(endpoint=endpoint, replay_endpoint=replay_endpoint, heartbeat_interval=0)
+        )
+    )
+    new.publish(KVEventBatch(0.0, [AllBlocksCleared()]))  # as a cache's reset() announces
+    for i in range(1, 5):
+        new.publish(batch(100 + i))
+    new.flush()
+    if first_poll == "after_reconnect":
+        time.sleep(0.5)  # the live socket is connected to the new publisher
+
+    got = wait_live(new, sub, timeout=10.0)
+    poll_until(sub, lambda g: any(b.events == [AllBlocksCleared()] for _, b in g), got)
+    poll_until(sub, lambda g: g[-1][0] >= new.last_seq, got)
+    cleared = [i for i, (_, b) in enumerate(got) if b.events == [AllBlocksCleared()]]
+    assert len(cleared) == 1, seqs(got)
+    old_tail, new_stream = got[: cleared[0]], got[cleared[0] :]
+    assert seqs(new_stream) == list(range(new.last_seq + 1))
+    assert [b.ts for _, b in new_stream[1:5]] == [101.0, 102.0, 103.0, 104.0]
+    # The old publisher's last batches, unless the subscriber saw the new connection before
+    # it read them: it then drops them, as nothing tells them from the new stream.
+    assert [b.ts for _, b in old_tail] in ([0.0, 1.0, 2.0, 3.0, 4.0], [])
+    assert seqs(old_tail) == list(range(first, first + len(old_tail)))
+    if first_poll == "after_reconnect":
+        assert old_tail == []
+    restarts = [n for n in sub.notices if isinstance(n, PublisherRestarted)]
+    if first == 0 and not old_tail:
+        assert restarts == []  # nothing had been delivered: nothing to void
+    else:
+        assert len(restarts) == 1 and restarts[0].last_seq == first + len(old_tail) - 1
+
+
+class Owner:
+    """Holds a subscriber whose notice handler is one of its own methods: a reference cycle.
+    With ``own_context`` it also owns the subscriber's context, as KvRouter does, so the
+    context is in the cycle too (its finaliser terminates it)."""
+
+    def __init__(self, pub, own_context: bool) -> None:
+        self.context = zmq.Context() if own_context else None
+        self.sub = subscriber_for(pub, context=self.context, on_notice=self.on_notice)
+
+    def on_notice(self, notice) -> None:
+        pass
+
+
+@pytest.mark.parametrize("own_context", [False, True])
+def test_a_subscriber_dropped_in_a_cycle_is_collected_without_blocking(closing, own_context):
+    pub = closing(ZmqEventPublisher(config(replay=True)))
+    owner = Owner(pub, own_context)
+    wait_live(pub, owner.sub)
+    collected = weakref.ref(owner.sub)
+    del owner
+    faulthandler.dump_traceback_later(20, exit=True)  # a hang must not hang the whole run
+    try:
+        with pytest.warns(ResourceWarning) as warned:
+            start = time.monotonic()
+            gc.collect()
+            elapsed = time.monotonic() - start
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    assert elapsed < 1.0
+    assert collected() is None
+    messages = [str(w.message) for w in warned]
+    assert any("KvEventSubscriber" in m and "without close()" in m for m in messages), messages
