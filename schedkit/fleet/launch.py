@@ -104,9 +104,9 @@ class RayHandle:
 class RayLauncher:
     """Each worker a Ray actor on this node (its endpoints are on loopback).
 
-    Connects to a Ray already initialised in this process, or starts a local one (or joins
-    the cluster ``RAY_ADDRESS`` names) and then ``close()`` shuts it down again; a Ray the
-    caller had initialised is left running, only the fleet's actors are killed.
+    Uses a Ray already initialised in this process, or calls ``ray.init()`` and then
+    ``close()`` shuts Ray down again; a Ray the caller had initialised is left running, only
+    the fleet's actors are killed.
     """
 
     def __init__(self) -> None:

@@ -7,8 +7,8 @@ subscriber per worker, recovering through replay), routes each request by prefix
 and load (its requests in flight on each worker), sends it on a DEALER connected to that
 worker's ``zmq_server`` and reads the outputs back. A worker whose process exits, or that
 answers no ``get_loads`` heartbeat for ``heartbeat_timeout`` seconds, is taken out of the
-routing and its requests in flight are reported failed (a worker process's exit is seen at
-once: its sentinel is polled with the sockets).
+routing and its requests in flight are reported failed (a worker's exit is seen at once:
+its launcher's sentinel, for a process or a Ray actor, is polled with the sockets).
 
 (Longer than 300 lines: starting, driving and stopping the workers share the sockets and
 the bookkeeping of requests in flight.)
