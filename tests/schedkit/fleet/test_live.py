@@ -147,21 +147,24 @@ def test_ray_launcher_workers_are_actors_and_ray_is_shut_down_after():
             seen["ray_processes"] = _descendants(os.getpid())
             fleet.kill(1)
 
-    fleet = LiveFleet(WIRING, 2, "round_robin", launcher="ray")
+    # Heartbeats far apart: only the actor's sentinel can show the kill within the run.
+    fleet = LiveFleet(
+        WIRING, 2, "round_robin", launcher="ray", heartbeat_interval=30.0, heartbeat_timeout=60.0
+    )
     with fleet:
         actors = {w["pid"] for w in fleet.endpoints.values()}
         assert os.getpid() not in actors and len(actors) == 2
         for ready in fleet.endpoints.values():
             assert ready["requests"].startswith("tcp://127.0.0.1:")
             assert ready["kv_events"].startswith("tcp://127.0.0.1:")
-        summary = fleet.run(workload(16, output_len=64, rate=30.0), on_route=kill_worker_1)
+        summary = fleet.run(workload(24, output_len=64, rate=30.0), on_route=kill_worker_1)
     assert fleet.deaths == {1: "its process exited"}
     dead, alive = summary.workers[1], summary.workers[0]
     assert dead.requests_routed <= seen["routed_to_1"] + 1
     assert dead.requests_done + dead.requests_failed == dead.requests_routed
     assert alive.requests_failed == 0 and alive.requests_done == alive.requests_routed > 0
     assert alive.peak_rss_mb > 0  # the surviving actor reported its figures
-    assert summary.fleet.requests_done + summary.fleet.requests_failed == 16
+    assert summary.fleet.requests_done + summary.fleet.requests_failed == 24
     # The fleet started Ray, so it shut it down: its daemons and the actors are gone.
     assert not ray.is_initialized()
     assert actors <= seen["ray_processes"]
