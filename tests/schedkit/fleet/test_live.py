@@ -140,11 +140,12 @@ def test_ray_launcher_workers_are_actors_and_ray_is_shut_down_after():
     if ray.is_initialized():
         pytest.skip("this test starts and stops its own Ray")
     seen = {}
+    before = _descendants(os.getpid())  # e.g. multiprocessing's resource tracker
 
     def kill_worker_1(fleet: LiveFleet, sent: int) -> None:
         if sent == 6:
             seen["routed_to_1"] = fleet.routed[1]
-            seen["ray_processes"] = _descendants(os.getpid())
+            seen["ray_processes"] = _descendants(os.getpid()) - before
             fleet.kill(1)
 
     # Heartbeats far apart: only the actor's sentinel can show the kill within the run.
