@@ -136,8 +136,8 @@ class RayLauncher:
         return handle
 
     def close(self) -> None:
-        """Kill the actors (their ``run`` has returned), close the sentinels, and shut Ray
-        down if this launcher started it."""
+        """Kill the actors (the fleet has stopped or given up on them), close the sentinels,
+        and shut Ray down if this launcher started it."""
         import ray
 
         for handle in self.handles:
