@@ -7,8 +7,8 @@ subscriber per worker, recovering through replay), routes each request by prefix
 and load (its requests in flight on each worker), sends it on a DEALER connected to that
 worker's ``zmq_server`` and reads the outputs back. A worker whose process exits, or that
 answers no ``get_loads`` heartbeat for ``heartbeat_timeout`` seconds, is taken out of the
-routing and its requests in flight are reported failed (a worker process's exit is seen at
-once: its sentinel is polled with the sockets).
+routing and its requests in flight are reported failed (a worker's exit is seen at once:
+its launcher's sentinel, for a process or a Ray actor, is polled with the sockets).
 
 (Longer than 300 lines: starting, driving and stopping the workers share the sockets and
 the bookkeeping of requests in flight.)
@@ -87,6 +87,8 @@ class LiveFleet:
         self.heartbeat_interval, self.heartbeat_timeout = heartbeat_interval, heartbeat_timeout
         self.ready_timeout, self.grace = ready_timeout, grace
         self.handles: list[Any] = []
+        self.endpoints: dict[int, dict] = {}  # each worker's ready report: pid and endpoints
+        self._launcher: Any = None
         self.alive = [True] * num_workers
         self.deaths: dict[int, str] = {}
         self.router: Router | None = None
@@ -123,7 +125,7 @@ class LiveFleet:
             raise
 
     def _start(self) -> None:
-        launch = LAUNCHERS[self.launcher]
+        self._launcher = LAUNCHERS[self.launcher]()
         for rank in range(self.num_workers):
             spec = WorkerSpec(
                 self.file,
@@ -135,17 +137,16 @@ class LiveFleet:
                 parent_pid=os.getpid(),
                 grace=self.grace,
             )
-            self.handles.append(launch(spec))
-        ready = self._wait_ready()
+            self.handles.append(self._launcher.launch(spec))
+        ready = self.endpoints = self._wait_ready()
         for rank in range(self.num_workers):
             dealer = self._context.socket(zmq.DEALER)
             dealer.connect(ready[rank]["requests"])
             self._dealers.append(dealer)
             self._poller.register(dealer, zmq.POLLIN)
-            sentinel = getattr(self.handles[rank], "sentinel", None)
-            if sentinel is not None:  # readable once the process has exited
-                self._poller.register(sentinel, zmq.POLLIN)
-                self._sentinels[sentinel] = rank
+            sentinel = self.handles[rank].sentinel  # readable once the worker has exited
+            self._poller.register(sentinel, zmq.POLLIN)
+            self._sentinels[sentinel] = rank
         first = ready[0]
         page_size = first["page_size"] or 1
         policy = make_policy(self.policy, **self.settings)
@@ -186,7 +187,7 @@ class LiveFleet:
         return ready
 
     def kill(self, rank: int) -> None:
-        """Kill worker ``rank``'s process outright (as a crash would)."""
+        """Kill worker ``rank`` outright, its process or its Ray actor (as a crash would)."""
         self.handles[rank].kill()
 
     # ---- driving a workload -------------------------------------------------------------
@@ -367,6 +368,8 @@ class LiveFleet:
             if handle.is_alive():  # dead to the router (e.g. hung) or not stopping
                 handle.kill()
                 handle.join(timeout=5.0)
+        if self._launcher is not None:
+            self._launcher.close()
         if isinstance(self.router, KvRouter):
             self.router.close()
         for sock in [*self._dealers, self._report, self._stop]:

@@ -3,8 +3,12 @@ free loopback ports, a router following their KV events, and workers that die.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -83,6 +87,16 @@ def test_a_worker_that_cannot_start_is_reported(tmp_path):
         LiveFleet(WIRING, 1, "round_robin", overlays=[bad]).start()
 
 
+def test_nothing_imports_ray_unless_its_launcher_is_chosen():
+    code = (
+        "import sys, schedkit.cli, schedkit.fleet.live\n"
+        "from schedkit.fleet.launch import ProcessLauncher\n"
+        "ProcessLauncher().close()\n"
+        "sys.exit('ray' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
 def test_ray_launcher_without_ray_says_how_to_install_it():
     try:
         import ray  # noqa: F401
@@ -93,8 +107,82 @@ def test_ray_launcher_without_ray_says_how_to_install_it():
         pytest.skip("Ray is installed")
 
 
-def test_ray_launcher_runs_the_same_workers():
-    pytest.importorskip("ray")
-    with LiveFleet(WIRING, 2, "kv", launcher="ray") as fleet:
-        summary = fleet.run(workload(8))
-    assert summary.fleet.requests_done == 8
+def _running() -> dict[int, int]:
+    """Every process that is not a zombie, with its parent, from /proc."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+                if state != "Z":
+                    parents[int(entry.name)] = int(ppid)
+    return parents
+
+
+def _descendants(pid: int) -> set[int]:
+    parents, found, frontier = _running(), set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found |= frontier
+    return found
+
+
+def _still_running(pids: set[int], timeout: float = 10.0) -> set[int]:
+    """Those of ``pids`` still running after up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while (left := pids & _running().keys()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def test_ray_launcher_workers_are_actors_and_ray_is_shut_down_after():
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        pytest.skip("this test starts and stops its own Ray")
+    seen = {}
+    before = _descendants(os.getpid())  # e.g. multiprocessing's resource tracker
+
+    def kill_worker_1(fleet: LiveFleet, sent: int) -> None:
+        if sent == 6:
+            seen["routed_to_1"] = fleet.routed[1]
+            seen["ray_processes"] = _descendants(os.getpid()) - before
+            fleet.kill(1)
+
+    # Heartbeats far apart: only the actor's sentinel can show the kill within the run.
+    fleet = LiveFleet(
+        WIRING, 2, "round_robin", launcher="ray", heartbeat_interval=30.0, heartbeat_timeout=60.0
+    )
+    with fleet:
+        actors = {w["pid"] for w in fleet.endpoints.values()}
+        assert os.getpid() not in actors and len(actors) == 2
+        for ready in fleet.endpoints.values():
+            assert ready["requests"].startswith("tcp://127.0.0.1:")
+            assert ready["kv_events"].startswith("tcp://127.0.0.1:")
+        summary = fleet.run(workload(24, output_len=64, rate=30.0), on_route=kill_worker_1)
+    assert fleet.deaths == {1: "its process exited"}
+    dead, alive = summary.workers[1], summary.workers[0]
+    assert dead.requests_routed <= seen["routed_to_1"] + 1
+    assert dead.requests_done + dead.requests_failed == dead.requests_routed
+    assert alive.requests_failed == 0 and alive.requests_done == alive.requests_routed > 0
+    assert alive.peak_rss_mb > 0  # the surviving actor reported its figures
+    assert summary.fleet.requests_done + summary.fleet.requests_failed == 24
+    # The fleet started Ray, so it shut it down: its daemons and the actors are gone.
+    assert not ray.is_initialized()
+    assert actors <= seen["ray_processes"]
+    assert _still_running(seen["ray_processes"]) == set()
+
+
+def test_ray_launcher_leaves_a_ray_it_did_not_start_running():
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        pytest.skip("this test starts and stops its own Ray")
+    ray.init(include_dashboard=False, log_to_driver=False)
+    try:
+        with LiveFleet(WIRING, 1, "round_robin", launcher="ray") as fleet:
+            actor = fleet.endpoints[0]["pid"]
+            summary = fleet.run(workload(4))
+        assert summary.fleet.requests_done == 4
+        assert ray.is_initialized()
+        assert _still_running({actor}) == set()  # the fleet's actor is killed all the same
+    finally:
+        ray.shutdown()
