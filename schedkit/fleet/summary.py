@@ -8,7 +8,8 @@ from typing import Any
 
 import attrs
 
-from schedkit.sim.driver import Tally, percentile
+from schedkit.sim.run_summary import json_figures
+from schedkit.sim.samples import Tally, percentiles
 
 __all__ = [
     "FleetSummary",
@@ -61,14 +62,13 @@ def worker_figures(
         requests_done=tally.done,
         requests_failed=tally.failed,
         output_tokens=tally.output_tokens,
-        ttft_p50=percentile(tally.ttft, 50),
-        ttft_p99=percentile(tally.ttft, 99),
-        tpot_p50=percentile(tally.tpot, 50),
-        tpot_p99=percentile(tally.tpot, 99),
-        itl_p50=percentile(tally.itl, 50),
-        itl_p99=percentile(tally.itl, 99),
-        e2e_p50=percentile(tally.e2e, 50),
-        e2e_p99=percentile(tally.e2e, 99),
+        **{
+            f"{figure}_p{q}": value
+            for figure in ("ttft", "tpot", "itl", "e2e")
+            for q, value in zip(
+                (50, 99), percentiles(getattr(tally, figure), (50, 99)), strict=True
+            )
+        },
         prefix_cache_hit_rate=cached_tokens / seen if seen else math.nan,
         wall_seconds=wall_seconds,
         peak_rss_mb=peak_rss_mb,
@@ -88,10 +88,6 @@ def merge_tallies(tallies: Sequence[Tally]) -> Tally:
         merged.tpot.extend(tally.tpot)
         merged.e2e.extend(tally.e2e)
     return merged
-
-
-def _nan_to_none(value: Any) -> Any:
-    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 @attrs.define(kw_only=True)
@@ -118,19 +114,18 @@ class FleetSummary:
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` object (NaN as null)."""
 
-        def figures(w: WorkerFigures) -> dict[str, Any]:
-            return {k: _nan_to_none(v) for k, v in attrs.asdict(w).items()}
-
-        return {
-            "policy": self.policy,
-            "mode": self.mode,
-            "workers": [figures(w) for w in self.workers],
-            "fleet": figures(self.fleet),
-            "load_imbalance": _nan_to_none(self.load_imbalance),
-            "simulated_seconds": _nan_to_none(self.simulated_seconds),
-            "wall_seconds": self.wall_seconds,
-            "interrupted": self.interrupted,
-        }
+        return json_figures(
+            {
+                "policy": self.policy,
+                "mode": self.mode,
+                "workers": [json_figures(attrs.asdict(w)) for w in self.workers],
+                "fleet": json_figures(attrs.asdict(self.fleet)),
+                "load_imbalance": self.load_imbalance,
+                "simulated_seconds": self.simulated_seconds,
+                "wall_seconds": self.wall_seconds,
+                "interrupted": self.interrupted,
+            }
+        )
 
     def table(self) -> str:
         """One row per worker and one for the fleet; latencies in ms."""

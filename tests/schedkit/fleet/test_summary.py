@@ -8,7 +8,7 @@ import math
 from schedkit.components.schedule_batch import FinishAbort, Req, SamplingParams
 
 from schedkit.fleet.summary import FleetSummary, merge_tallies, worker_figures
-from schedkit.sim.driver import Tally
+from schedkit.sim.samples import Tally
 
 
 def finished(rid: str, arrival: float, first: float, finish: float, outputs: int) -> Req:
