@@ -68,19 +68,24 @@ def jsonl_records(
     rids: set[str] = set()
     for number, line in decode_lines(path, JsonlLine, log):
         problem = _jsonl_problem(line)
-        if problem is None and line.rid is not None:
-            if line.rid in rids:
-                log.add(
-                    number,
-                    f"rid {line.rid!r} is used by an earlier line; rids must be unique",
-                    kind="rid",
-                )
-                continue
-            rids.add(line.rid)
         if problem:
             log.add(number, problem)
             continue
+        rid = _rid(number, line)
+        if rid in rids:
+            given = "" if line.rid is not None else " (a line without 'rid' takes line<N>)"
+            log.add(
+                number,
+                f"rid {rid!r}{given} is used by an earlier line; rids must be unique",
+                kind="rid",
+            )
+            continue
+        rids.add(rid)
         yield number, line.arrival, line
+
+
+def _rid(number: int, line: JsonlLine) -> str:
+    return line.rid if line.rid is not None else f"line{number}"
 
 
 def jsonl_requests(rng: random.Random, block_size: int) -> Callable[[int, JsonlLine], Req]:
@@ -98,7 +103,7 @@ def jsonl_requests(rng: random.Random, block_size: int) -> Callable[[int, JsonlL
                 prefix = known[: line.prefix_len]
             prompt = prefix + _tokens(rng, line.prompt_len - len(prefix))
         return Req(
-            rid=line.rid or f"line{number}",
+            rid=_rid(number, line),
             origin_input_ids=prompt,
             sampling_params=_jsonl_params(line),
             priority=line.priority,

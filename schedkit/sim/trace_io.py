@@ -179,7 +179,7 @@ def iter_json_array(
     characters at a time: brackets are counted outside strings, so only the item being read
     is held. A string, number or missing comma between items is a problem at its line."""
     try:
-        file = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
+        file = open(path, encoding="utf-8-sig", errors="replace")  # noqa: SIM115
     except OSError as exc:
         raise _open_error(path, exc) from None
     with file:
