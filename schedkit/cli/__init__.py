@@ -176,6 +176,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for error in exc.errors:
             print(f"  {error}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        if exc.filename is None:  # not a file named on the command line
+            raise
+        print(f"schedkit {args.command}: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
