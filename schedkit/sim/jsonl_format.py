@@ -13,7 +13,7 @@ import msgspec
 
 from schedkit.components.schedule_batch import Req, SamplingParams
 from schedkit.sim.trace_io import ProblemLog, decode_lines
-from schedkit.sim.workload import _tokens
+from schedkit.sim.workload import random_tokens
 
 __all__ = ["JsonlLine", "jsonl_records", "jsonl_requests"]
 
@@ -99,9 +99,9 @@ def jsonl_requests(rng: random.Random, block_size: int) -> Callable[[int, JsonlL
             prefix: list[int] = []
             if line.prefix_group is not None:
                 known = prefixes.setdefault(line.prefix_group, [])
-                known += _tokens(rng, max(0, line.prefix_len - len(known)))
+                known += random_tokens(rng, max(0, line.prefix_len - len(known)))
                 prefix = known[: line.prefix_len]
-            prompt = prefix + _tokens(rng, line.prompt_len - len(prefix))
+            prompt = prefix + random_tokens(rng, line.prompt_len - len(prefix))
         return Req(
             rid=_rid(number, line),
             origin_input_ids=prompt,
