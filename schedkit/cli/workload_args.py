@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
-from schedkit.cli.args import number
+from schedkit.cli.args import number, print_problems
 from schedkit.sim.trace_formats import FORMATS
 from schedkit.sim.traces import open_trace
 from schedkit.sim.workload import CHAT_RATE, SYNTHETIC, Workload, WorkloadError, synthetic
@@ -110,9 +110,7 @@ def workload_from_args(args: argparse.Namespace, command: str) -> tuple[Workload
         total = args.num_requests or 400
         return synthetic(args.synthetic, total, args.rate, args.seed), total
     except WorkloadError as exc:
-        print(f"schedkit {command}: {len(exc.errors)} problem(s) in the workload:", file=sys.stderr)
-        for error in exc.errors:
-            print(f"  {error}", file=sys.stderr)
+        print_problems(command, exc.errors, " in the workload")
     except ValueError as exc:
         print(f"schedkit {command}: {exc}", file=sys.stderr)
     return None
