@@ -31,6 +31,7 @@ from pathlib import Path
 
 import structlog
 
+from schedkit.cli.args import number
 from schedkit.fleet import FleetSummary, run_offline
 from schedkit.fleet.live import LiveFleet
 from schedkit.sim.traces import open_trace, write_mooncake_like
@@ -125,9 +126,9 @@ def plot(results: dict[str, dict], path: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2,000 requests instead of 20,000")
-    parser.add_argument("--requests", type=int, help="this many requests (a smoke run)")
+    parser.add_argument("--requests", type=number(int), help="this many requests (a smoke run)")
     parser.add_argument("--no-live", action="store_true", help="skip (b)")
-    parser.add_argument("--live-requests", type=int, default=400)
+    parser.add_argument("--live-requests", type=number(int), default=400)
     parser.add_argument("--plot", metavar="FILE.png", help="per-worker plot (needs matplotlib)")
     args = parser.parse_args()
     num_requests = args.requests or (2000 if args.quick else 20000)
