@@ -61,6 +61,8 @@ _PER = {
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    """``schedkit calibrate``: print (and with ``--write`` save) the fitted overlay; 2 when
+    the CSV cannot be read or fitted."""
     try:
         result = fit(
             read_steps(args.csv),

@@ -77,6 +77,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
+    """``schedkit fleet``: 0 after the summary, 1 when a worker could not start or the
+    scheduler got stuck, 2 on bad input, 130 when interrupted."""
     live_only = {"--launcher": args.launcher != "process"}
     live_only["--heartbeat-timeout"] = args.heartbeat_timeout is not None
     given = [flag for flag, set_ in live_only.items() if set_]

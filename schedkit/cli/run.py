@@ -98,6 +98,8 @@ def _record(out: TextIO) -> Callable[[Req], None]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """``schedkit run``: 0 after the summary, 1 when the scheduler got stuck, 2 on bad input,
+    130 when interrupted."""
     samples = None
     if args.plot:
         try:
@@ -202,6 +204,7 @@ def _linger(publisher: Any, seconds: float) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    """``schedkit serve``: serve until SIGINT or SIGTERM, then drain for ``--grace`` seconds."""
     wiring = wiring_from_args(args)
     stop = threading.Event()
     with build(wiring) as assembly:

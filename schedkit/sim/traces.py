@@ -67,6 +67,7 @@ class TraceWorkload:
         return self._make()
 
     def follow_up(self, req: Req, now: float) -> Arrival | None:
+        """None: a trace's requests are all in the file."""
         return None
 
 
