@@ -7,6 +7,7 @@ lines and reports each distinct problem once, at its first line, with a count of
 
 from __future__ import annotations
 
+import codecs
 import csv
 import re
 from collections.abc import Iterator
@@ -114,14 +115,15 @@ def _open_error(path: str | Path, exc: OSError) -> WorkloadError:
 
 
 def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
-    """``(line number, bytes)`` of each line that is not blank or a ``#`` comment."""
+    """``(line number, bytes)`` of each line that is not blank or a ``#`` comment (a UTF-8
+    byte-order mark at the start of the file is dropped)."""
     try:
         file = open(path, "rb")  # noqa: SIM115 (closed by the with below)
     except OSError as exc:
         raise _open_error(path, exc) from None
     with file:
         for number, raw in enumerate(file, 1):
-            stripped = raw.strip()
+            stripped = raw.removeprefix(codecs.BOM_UTF8).strip() if number == 1 else raw.strip()
             if stripped and not stripped.startswith(b"#"):
                 yield number, stripped
 

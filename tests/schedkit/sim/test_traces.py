@@ -215,12 +215,16 @@ def test_sharegpt_first_human_turn_and_its_answer(tmp_path):
     ]
 
 
-def test_sharegpt_with_a_byte_order_mark(tmp_path):
+def test_files_may_start_with_a_byte_order_mark(tmp_path):
     path = tmp_path / "sharegpt.json"
     turns = [{"from": "human", "value": "hello there"}, {"from": "gpt", "value": "hi you"}]
     path.write_text(json.dumps([{"conversations": turns}]), encoding="utf-8-sig")
     (arrival,) = open_trace(path, "sharegpt").initial()
     assert arrival.req.origin_input_ids == text_tokens("hello there")
+    path = tmp_path / "trace.jsonl"
+    path.write_text(mooncake_line(0, 600, [7, 8]), encoding="utf-8-sig")
+    (arrival,) = open_trace(path, "mooncake").initial()
+    assert arrival.req.origin_input_ids[:512] == [7] * 512
 
 
 def test_jsonl_rids_are_unique_with_the_line_numbers_taken_as_rids(tmp_path):
