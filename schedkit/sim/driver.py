@@ -79,7 +79,12 @@ class Stepper:
         return self.runner.now() - self.start
 
     def submit(self, at: float, req: Req) -> None:
-        """Hand ``req``, arriving ``at`` seconds from the start, to the scheduler."""
+        """Hand ``req``, arriving ``at`` seconds from the start, to the scheduler;
+        ValueError when a request with its rid is still in flight."""
+        if req.rid in self.inflight:
+            raise ValueError(
+                f"rid {req.rid!r} is already in flight; a workload's rids must be unique"
+            )
         req.arrival_time = self.start + at
         self.inflight[req.rid] = next(self._submitted)
         self.scheduler.submit(req)

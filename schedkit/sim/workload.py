@@ -122,14 +122,12 @@ class ChatWorkload:
     think_time: float = 1.0
     _rng: random.Random = attrs.field(init=False)
     _remaining_turns: dict[str, int] = attrs.field(init=False, factory=dict)
-    _issued: int = attrs.field(init=False, default=0)
 
     def __attrs_post_init__(self) -> None:
         self._rng = random.Random(self.seed)
 
     def _request(self, rid: str, prompt: list[int], time: float) -> Arrival:
         params = SamplingParams(max_new_tokens=self._rng.randint(*self.output_len), stream=True)
-        self._issued += 1
         return Arrival(time, Req(rid=rid, origin_input_ids=prompt, sampling_params=params))
 
     def initial(self) -> Iterator[Arrival]:
