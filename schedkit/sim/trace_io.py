@@ -179,7 +179,8 @@ def iter_json_array(
 ) -> Iterator[tuple[int, str]]:
     """``(line number, text)`` of each item of a file holding one JSON array, read ``chunk``
     characters at a time: brackets are counted outside strings, so only the item being read
-    is held. A string, number or missing comma between items is a problem at its line."""
+    is held. A string, number or missing comma between items, a comma after the last one, and
+    text after the array are problems at their line."""
     try:
         file = open(path, encoding="utf-8-sig", errors="replace")  # noqa: SIM115
     except OSError as exc:
@@ -237,7 +238,21 @@ def iter_json_array(
                     yield item_line, buf[start:pos]
                     gap = pos
                 elif depth <= 0:
-                    got = buf[gap:i].strip().lstrip(",").strip()
-                    if got:
+                    between = buf[gap:i].strip()
+                    if between == ",":
+                        log.add(line_of(i), "a ',' after the last item (JSON allows none)")
+                    elif between:
+                        got = between.lstrip(",").strip()
                         log.add(line_of(i), f"expected an object, got {got[:20]!r}")
+                    tail = pos
+                    while not buf[tail:].strip():  # only white space may follow the array
+                        more = file.read(chunk)
+                        if not more:
+                            return
+                        tail, buf = len(buf), buf + more
+                    extra = buf[tail:]
+                    at = tail + len(extra) - len(extra.lstrip())
+                    log.add(
+                        line_of(at), f"text after the array's closing ]: {extra.strip()[:20]!r}"
+                    )
                     return
