@@ -12,6 +12,7 @@ from pathlib import Path
 import msgspec
 
 from schedkit.components.schedule_batch import Req, SamplingParams
+from schedkit.kv_events.hashing import MAX_TOKEN_ID
 from schedkit.sim.trace_io import ProblemLog, decode_lines
 from schedkit.sim.workload import random_tokens
 
@@ -40,8 +41,10 @@ class JsonlLine(msgspec.Struct, forbid_unknown_fields=True):
 def _jsonl_problem(line: JsonlLine) -> str | None:
     if (line.input_ids is None) == (line.prompt_len is None):
         return "give exactly one of 'input_ids' or 'prompt_len'"
-    if line.input_ids is not None and (not line.input_ids or min(line.input_ids) < 0):
-        return "'input_ids' must be a non-empty list of non-negative token ids"
+    if line.input_ids is not None and not (
+        line.input_ids and min(line.input_ids) >= 0 and max(line.input_ids) <= MAX_TOKEN_ID
+    ):
+        return f"'input_ids' must be a non-empty list of token ids in [0, {MAX_TOKEN_ID}]"
     if line.prompt_len is not None and line.prompt_len < 1:
         return "'prompt_len' must be >= 1"
     if line.prompt_len is not None and not 0 <= line.prefix_len <= line.prompt_len:
