@@ -128,7 +128,8 @@ class FleetSummary:
         )
 
     def table(self) -> str:
-        """One row per worker and one for the fleet; latencies in ms."""
+        """One row per worker and one for the fleet; latencies in ms, "-" for what was not
+        measured (no request finished, or no figure from a worker)."""
         head = (
             "worker",
             "routed",
@@ -143,8 +144,11 @@ class FleetSummary:
             "RSS MiB",
         )
 
+        def shown(value: float, spec: str) -> str:  # "-": nothing measured (NaN)
+            return "-" if math.isnan(value) else format(value, spec)
+
         def ms(a: float, b: float) -> str:
-            return f"{a * 1e3:.1f} / {b * 1e3:.1f}"
+            return f"{shown(a * 1e3, '.1f')} / {shown(b * 1e3, '.1f')}"
 
         def row(w: WorkerFigures) -> tuple[str, ...]:
             return (
@@ -156,9 +160,9 @@ class FleetSummary:
                 ms(w.tpot_p50, w.tpot_p99),
                 ms(w.itl_p50, w.itl_p99),
                 ms(w.e2e_p50, w.e2e_p99),
-                f"{w.prefix_cache_hit_rate:.1%}",
-                f"{w.wall_seconds:.2f}",
-                f"{w.peak_rss_mb:.0f}",
+                shown(w.prefix_cache_hit_rate, ".1%"),
+                shown(w.wall_seconds, ".2f"),
+                shown(w.peak_rss_mb, ".0f"),
             )
 
         rows = [head, *(row(w) for w in self.workers), row(self.fleet)]
