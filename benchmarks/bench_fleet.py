@@ -31,8 +31,10 @@ from pathlib import Path
 
 import structlog
 
+from schedkit.cli.args import number
 from schedkit.fleet import FleetSummary, run_offline
 from schedkit.fleet.live import LiveFleet
+from schedkit.sim.plot import INSTALL_HINT, PlotError, require_matplotlib
 from schedkit.sim.traces import open_trace, write_mooncake_like
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +67,13 @@ def live(trace: str, num_requests: int) -> FleetSummary:
 
 
 def ms(seconds: float | None) -> str:
+    """Milliseconds, or "-" for a figure nothing measured (null in the JSON)."""
     return "-" if seconds is None else f"{seconds * 1e3:.1f}"
+
+
+def pct(fraction: float | None) -> str:
+    """A percentage, or "-" for a figure nothing measured (a worker that got no request)."""
+    return "-" if fraction is None else f"{fraction:.1%}"
 
 
 def print_offline(results: dict[str, dict], walls: dict[str, float]) -> None:
@@ -79,7 +87,7 @@ def print_offline(results: dict[str, dict], walls: dict[str, float]) -> None:
     for policy, r in results.items():
         f = r["fleet"]
         print(
-            f"| {policy} | {f['prefix_cache_hit_rate']:.1%} | {ms(f['ttft_p50'])} | "
+            f"| {policy} | {pct(f['prefix_cache_hit_rate'])} | {ms(f['ttft_p50'])} | "
             f"{ms(f['ttft_p99'])} | {r['load_imbalance']:.2f} | {walls[policy]:.1f} | "
             f"{f['peak_rss_mb']:.0f} |"
         )
@@ -93,7 +101,7 @@ def print_offline(results: dict[str, dict], walls: dict[str, float]) -> None:
         for r in results.values():
             w = r["workers"][rank]
             cells.append(
-                f"{w['requests_routed']}, {w['prefix_cache_hit_rate']:.1%}, "
+                f"{w['requests_routed']}, {pct(w['prefix_cache_hit_rate'])}, "
                 f"{ms(w['ttft_p50'])}, {w['wall_seconds']:.1f}"
             )
         print(f"| {rank} | " + " | ".join(cells) + " |")
@@ -101,18 +109,17 @@ def print_offline(results: dict[str, dict], walls: dict[str, float]) -> None:
 
 def plot(results: dict[str, dict], path: str) -> None:
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"no plot: matplotlib is not installed (pip install matplotlib), {path} not written")
+        plt = require_matplotlib()
+    except PlotError:
+        print(f"no plot: matplotlib is not installed ({INSTALL_HINT}), {path} not written")
         return
     fig, (hits, ttft) = plt.subplots(1, 2, figsize=(10, 4))
     width = 0.8 / len(results)
     for i, (policy, r) in enumerate(results.items()):
         xs = [rank + i * width for rank in range(WORKERS)]
-        hits.bar(xs, [w["prefix_cache_hit_rate"] * 100 for w in r["workers"]], width, label=policy)
+        hits.bar(
+            xs, [(w["prefix_cache_hit_rate"] or 0) * 100 for w in r["workers"]], width, label=policy
+        )
         ttft.bar(xs, [(w["ttft_p50"] or 0) * 1e3 for w in r["workers"]], width, label=policy)
     hits.set(title="prefix-cache hit rate per worker", xlabel="worker", ylabel="%")
     ttft.set(title="TTFT p50 per worker", xlabel="worker", ylabel="ms (simulated)")
@@ -125,9 +132,9 @@ def plot(results: dict[str, dict], path: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2,000 requests instead of 20,000")
-    parser.add_argument("--requests", type=int, help="this many requests (a smoke run)")
+    parser.add_argument("--requests", type=number(int), help="this many requests (a smoke run)")
     parser.add_argument("--no-live", action="store_true", help="skip (b)")
-    parser.add_argument("--live-requests", type=int, default=400)
+    parser.add_argument("--live-requests", type=number(int), default=400)
     parser.add_argument("--plot", metavar="FILE.png", help="per-worker plot (needs matplotlib)")
     args = parser.parse_args()
     num_requests = args.requests or (2000 if args.quick else 20000)

@@ -26,6 +26,7 @@ import structlog
 from bench_scheduler import calibration_ms
 
 import schedkit
+from schedkit.cli.args import number
 from schedkit.sim.driver import drive
 from schedkit.sim.workload import synthetic
 
@@ -71,8 +72,8 @@ def run(num_requests: int, rate: float, seed: int = 0) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1,000 requests, one run each")
-    parser.add_argument("--num-requests", type=int, default=50000)
-    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--num-requests", type=number(int), default=50000)
+    parser.add_argument("--runs", type=number(int), default=1)
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     num_requests = 1000 if args.quick else args.num_requests

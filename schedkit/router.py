@@ -272,7 +272,8 @@ class KvRouter(Router):
     One ``KvEventSubscriber`` per rank feeds the shared ``KvIndex``; lost history or a
     publisher restart clears that rank's blocks. Without a ``load`` function, a rank's load
     is what it last reported on the metrics socket (running + waiting requests; the router
-    binds ``metrics_endpoint`` as a PULL socket) plus the requests routed to it since.
+    binds ``metrics_endpoint`` as a PULL socket) plus the requests routed to it since. A
+    report that does not decode as ``KvMetrics`` is dropped and counted in ``bad_reports``.
     """
 
     def __init__(
@@ -295,24 +296,28 @@ class KvRouter(Router):
         self.notices: list[tuple[int, Notice]] = []
         self.reported: dict[int, KvMetrics] = {}
         self.routed_since_report = dict.fromkeys(self.ranks, 0)
+        self.bad_reports = 0
         self._breaks: dict[int, list] = {rank: [] for rank in self.ranks}
         self._context = zmq.Context()
         self._metrics = None
-        self.subscribers = {
-            rank: KvEventSubscriber(
-                live,
-                replay,
-                topic,
-                profile,
-                context=self._context,
-                on_notice=self._notice_handler(rank),
-            )
-            for rank, (live, replay) in endpoints.items()
-        }
-        if metrics_endpoint is not None:
-            self._metrics = self._context.socket(zmq.PULL)
-            self._metrics.bind(metrics_endpoint)
         self._decode_metrics = msgspec.msgpack.Decoder(KvMetrics).decode
+        self.subscribers: dict[int, KvEventSubscriber] = {}
+        try:
+            for rank, (live, replay) in endpoints.items():
+                self.subscribers[rank] = KvEventSubscriber(
+                    live,
+                    replay,
+                    topic,
+                    profile,
+                    context=self._context,
+                    on_notice=self._notice_handler(rank),
+                )
+            if metrics_endpoint is not None:
+                self._metrics = self._context.socket(zmq.PULL)
+                self._metrics.bind(metrics_endpoint)
+        except BaseException:
+            self.close()
+            raise
 
     def _notice_handler(self, rank: int) -> Callable[[Notice], None]:
         def handle(notice: Notice) -> None:
@@ -337,7 +342,11 @@ class KvRouter(Router):
                 self.index.apply(batch, rank)
             applied += len(batches)
         while self._metrics is not None and self._metrics.poll(0):
-            report = self._decode_metrics(self._metrics.recv())
+            try:
+                report = self._decode_metrics(self._metrics.recv())
+            except msgspec.DecodeError:
+                self.bad_reports += 1
+                continue
             if report.data_parallel_rank in self.routed_since_report:
                 self.reported[report.data_parallel_rank] = report
                 self.routed_since_report[report.data_parallel_rank] = 0

@@ -18,7 +18,7 @@ import structlog
 import yaml
 
 from schedkit.cli import calibrate, events, fleet, init, run
-from schedkit.cli.args import add_wiring_args, wiring_from_args
+from schedkit.cli.args import add_wiring_args, print_problems, wiring_from_args
 from schedkit.validate import iter_refs
 from schedkit.wiring import Ref, Wiring, WiringError
 from schedkit.wiring_yaml import WiringDumper
@@ -172,9 +172,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except WiringError as exc:
-        print(f"schedkit {args.command}: {len(exc.errors)} problem(s):", file=sys.stderr)
-        for error in exc.errors:
-            print(f"  {error}", file=sys.stderr)
+        print_problems(args.command, exc.errors)
+        return 2
+    except OSError as exc:
+        if exc.filename is None:  # not a file named on the command line
+            raise
+        print(f"schedkit {args.command}: {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
 
 

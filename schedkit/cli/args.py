@@ -1,6 +1,7 @@
 """Argument parsing shared by the ``schedkit`` sub-commands: the wiring file with its overlays
-and model / GPU presets, and numbers that refuse what would make no sense (NaN, a negative
-count, infinity where a finite value is needed) with a message that says what is valid."""
+and model / GPU presets, numbers that refuse what would make no sense (NaN, a negative
+count, infinity where a finite value is needed) with a message that says what is valid, and
+the listing of every problem found in an input."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from schedkit import wirings
 from schedkit.sim import presets
 from schedkit.wiring import Wiring, WiringError, load_wiring
 
-__all__ = ["add_wiring_args", "number", "wiring_from_args", "wiring_sources"]
+__all__ = ["add_wiring_args", "number", "print_problems", "wiring_from_args", "wiring_sources"]
 
 
 def _preset_name(lookup: Callable[[str], Any]) -> Callable[[str], str]:
@@ -116,3 +117,10 @@ def number(
         return value
 
     return parse
+
+
+def print_problems(command: str, errors: list[str], where: str = "") -> None:
+    """``schedkit COMMAND: N problem(s)[ where]:`` on stderr, then each error indented."""
+    print(f"schedkit {command}: {len(errors)} problem(s){where}:", file=sys.stderr)
+    for error in errors:
+        print(f"  {error}", file=sys.stderr)

@@ -4,12 +4,11 @@ print the coefficients, the fit's error and the overlay that uses them."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import yaml
 
-from schedkit.cli.args import number
+from schedkit.cli.args import number, print_problems
 from schedkit.sim.calibrate import TERMS, CalibrationError, fit
 from schedkit.sim.calibration_csv import COLUMNS, read_steps
 from schedkit.wiring_yaml import WiringDumper
@@ -62,6 +61,8 @@ _PER = {
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    """``schedkit calibrate``: print (and with ``--write`` save) the fitted overlay; 2 when
+    the CSV cannot be read or fitted."""
     try:
         result = fit(
             read_steps(args.csv),
@@ -69,9 +70,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             request_overhead=args.request_overhead_us / 1e6,
         )
     except CalibrationError as exc:
-        print(f"schedkit calibrate: {len(exc.errors)} problem(s):", file=sys.stderr)
-        for error in exc.errors:
-            print(f"  {error}", file=sys.stderr)
+        print_problems("calibrate", exc.errors)
         return 2
     for mode in TERMS:
         m = result.modes.get(mode)

@@ -8,7 +8,12 @@ import json
 import sys
 
 from schedkit.cli.args import add_wiring_args, number, wiring_sources
-from schedkit.cli.run import add_workload_args, progress_bar, workload_from_args
+from schedkit.cli.workload_args import (
+    add_summary_args,
+    add_workload_args,
+    progress_display,
+    workload_from_args,
+)
 from schedkit.fleet.live import LAUNCHERS, LiveFleet, WorkerStartError
 from schedkit.fleet.offline import run_offline
 from schedkit.fleet.summary import FleetSummary
@@ -67,14 +72,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="live: a worker silent this long is taken out of the routing (default 5)",
     )
     add_workload_args(p)
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    p.add_argument(
-        "--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)"
-    )
+    add_summary_args(p)
     p.set_defaults(run=cmd_fleet)
 
 
 def cmd_fleet(args: argparse.Namespace) -> int:
+    """``schedkit fleet``: 0 after the summary, 1 when a worker could not start or the
+    scheduler got stuck, 2 on bad input, 130 when interrupted."""
     live_only = {"--launcher": args.launcher != "process"}
     live_only["--heartbeat-timeout"] = args.heartbeat_timeout is not None
     given = [flag for flag, set_ in live_only.items() if set_]
@@ -122,10 +126,8 @@ def _live(args: argparse.Namespace, workload: Workload) -> FleetSummary:
 
 
 def _offline(args: argparse.Namespace, workload: Workload, total: int) -> FleetSummary:
-    quiet = args.json or args.no_progress or not sys.stderr.isatty()
-    show = None if quiet else progress_bar(total)
-    try:
-        file, overlays = wiring_sources(args)
+    file, overlays = wiring_sources(args)
+    with progress_display(args, total) as show:
         return run_offline(
             file,
             workload,
@@ -135,6 +137,3 @@ def _offline(args: argparse.Namespace, workload: Workload, total: int) -> FleetS
             settings=args.settings,
             progress=show,
         )
-    finally:
-        if show is not None:
-            print(file=sys.stderr)

@@ -25,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    """``schedkit init``: write the shipped wiring (or ``--example`` overlay) to the path."""
     source = wirings.path(args.example or wirings.DEFAULT)
     target = Path(args.path)
     if target.exists() and not args.force:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import signal
 import socket
 import sys
@@ -19,6 +18,12 @@ import msgspec
 import structlog
 
 from schedkit.cli.args import add_wiring_args, number, wiring_from_args
+from schedkit.cli.workload_args import (
+    add_summary_args,
+    add_workload_args,
+    progress_display,
+    workload_from_args,
+)
 from schedkit.components.schedule_batch import Req
 from schedkit.container import Assembly, build
 from schedkit.kv_events import KvEventsConfig
@@ -26,12 +31,9 @@ from schedkit.serving import drain
 from schedkit.sim.driver import StuckError, drive
 from schedkit.sim.plot import PlotError, check_plot_target, plot_run
 from schedkit.sim.samples import Tally
-from schedkit.sim.trace_formats import FORMATS
-from schedkit.sim.traces import open_trace
-from schedkit.sim.workload import CHAT_RATE, SYNTHETIC, Workload, WorkloadError, synthetic
 from schedkit.wiring import Wiring
 
-__all__ = ["add_parsers", "add_workload_args", "progress_bar", "workload_from_args"]
+__all__ = ["add_parsers"]
 
 log = structlog.get_logger("schedkit.serve")
 
@@ -41,10 +43,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a workload through the scheduler and print a summary")
     add_wiring_args(p)
     add_workload_args(p)
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    p.add_argument(
-        "--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)"
-    )
+    add_summary_args(p)
     p.add_argument(
         "--output",
         metavar="FILE.jsonl",
@@ -77,114 +76,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=cmd_serve)
 
 
-def add_workload_args(p: argparse.ArgumentParser) -> None:
-    """The workload options: a workload or trace file or a built-in workload, its size, rate
-    and seed."""
-    source = p.add_mutually_exclusive_group()
-    source.add_argument(
-        "--workload", metavar="FILE", help="a workload or trace file, in the --format given"
-    )
-    source.add_argument(
-        "--synthetic",
-        choices=sorted(SYNTHETIC),
-        default="chat",
-        help="built-in workload (default: chat)",
-    )
-    p.add_argument(
-        "--format",
-        choices=list(FORMATS),
-        help="format of the --workload file: "
-        + "; ".join(f"{name}: {spec.describe}" for name, spec in FORMATS.items())
-        + ". Default: jsonl, except that a .json file is taken as sharegpt (a .csv file needs "
-        "--format azure or burstgpt)",
-    )
-    p.add_argument(
-        "--trace-block-size",
-        type=number(int),
-        metavar="TOKENS",
-        help="tokens per hash id of a mooncake trace (default 512)",
-    )
-    p.add_argument(
-        "--speedup",
-        type=number(float),
-        metavar="X",
-        help="divide the --workload file's arrival times by X (default 1)",
-    )
-    p.add_argument(
-        "--num-requests",
-        type=number(int),
-        default=None,
-        help="requests of a synthetic workload (default 400), or the first N of --workload "
-        "(default all)",
-    )
-    p.add_argument(
-        "--rate",
-        type=number(float, allow_inf=True),
-        default=None,
-        help=f"arrivals per second, Poisson (chat: conversation starts, default {CHAT_RATE:g}; "
-        "inf: all at once; for a jsonl file's lines without 'arrival' and a sharegpt file: "
-        "all at once by default; timestamped traces take --speedup instead)",
-    )
-    p.add_argument("--seed", type=int, default=0)
-
-
-def workload_from_args(args: argparse.Namespace, command: str) -> tuple[Workload, int] | None:
-    """The workload the options ask for and its number of requests; None after printing
-    every problem (of the file, or options that do not go together)."""
-    trace_only = {"--format": args.format, "--trace-block-size": args.trace_block_size}
-    trace_only["--speedup"] = args.speedup
-    given = [flag for flag, value in trace_only.items() if value is not None]
-    if given and not args.workload:
-        print(f"schedkit {command}: {', '.join(given)} apply to --workload only", file=sys.stderr)
-        return None
-    try:
-        if args.workload:
-            workload = open_trace(
-                args.workload,
-                args.format,
-                block_size=args.trace_block_size or 512,
-                speedup=args.speedup or 1.0,
-                rate=args.rate,
-                seed=args.seed,
-                num_requests=args.num_requests,
-            )
-            for note in workload.notes:
-                print(f"schedkit {command}: note: {note}", file=sys.stderr)
-            return workload, workload.num_requests
-        total = args.num_requests or 400
-        return synthetic(args.synthetic, total, args.rate, args.seed), total
-    except WorkloadError as exc:
-        print(f"schedkit {command}: {len(exc.errors)} problem(s) in the workload:", file=sys.stderr)
-        for error in exc.errors:
-            print(f"  {error}", file=sys.stderr)
-    except ValueError as exc:
-        print(f"schedkit {command}: {exc}", file=sys.stderr)
-    return None
-
-
-def progress_bar(total: int) -> Any:
-    """A progress line on stderr: ``show(done, simulated_seconds)``."""
-    started = time.monotonic()
-    last = [0.0]
-
-    def show(done: int, simulated: float) -> None:
-        now = time.monotonic()
-        if now - last[0] < 0.1 and done < total:
-            return
-        last[0] = now
-        filled = int(30 * min(done, total) / total)
-        eta = (now - started) / done * (total - done) if done else math.inf
-        print(
-            f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{total} requests  "
-            f"{simulated:8.2f} s simulated  ETA {eta:5.0f} s",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    return show
-
-
 def _record(out: TextIO) -> Callable[[Req], None]:
     """Write one JSON line per finished request to ``out``."""
     encode = msgspec.json.Encoder().encode
@@ -207,6 +98,8 @@ def _record(out: TextIO) -> Callable[[Req], None]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """``schedkit run``: 0 after the summary, 1 when the scheduler got stuck, 2 on bad input,
+    130 when interrupted."""
     samples = None
     if args.plot:
         try:
@@ -223,8 +116,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if loaded is None:
         return 2
     workload, total = loaded
-    quiet = args.json or args.no_progress or not sys.stderr.isatty()
-    show = None if quiet else progress_bar(total)
     with build(wiring) as assembly:
         publisher = None
         if "kv_events_publisher" in assembly:
@@ -240,6 +131,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             out = None
             if args.output:
                 out = stack.enter_context(open(args.output, "w", encoding="utf-8"))
+            show = stack.enter_context(progress_display(args, total))
             try:
                 summary = drive(
                     assembly,
@@ -251,9 +143,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             except StuckError as exc:
                 print(f"\nschedkit run: {exc}", file=sys.stderr)
                 return 1
-            finally:
-                if show is not None:
-                    print(file=sys.stderr)
         if args.kv_events_linger and publisher is not None and publisher.endpoint is not None:
             _linger(publisher, args.kv_events_linger)
     if samples is not None:
@@ -315,6 +204,7 @@ def _linger(publisher: Any, seconds: float) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    """``schedkit serve``: serve until SIGINT or SIGTERM, then drain for ``--grace`` seconds."""
     wiring = wiring_from_args(args)
     stop = threading.Event()
     with build(wiring) as assembly:

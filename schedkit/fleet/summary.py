@@ -8,7 +8,8 @@ from typing import Any
 
 import attrs
 
-from schedkit.sim.driver import Tally, percentile
+from schedkit.sim.run_summary import json_figures
+from schedkit.sim.samples import Tally, percentiles
 
 __all__ = [
     "FleetSummary",
@@ -61,14 +62,13 @@ def worker_figures(
         requests_done=tally.done,
         requests_failed=tally.failed,
         output_tokens=tally.output_tokens,
-        ttft_p50=percentile(tally.ttft, 50),
-        ttft_p99=percentile(tally.ttft, 99),
-        tpot_p50=percentile(tally.tpot, 50),
-        tpot_p99=percentile(tally.tpot, 99),
-        itl_p50=percentile(tally.itl, 50),
-        itl_p99=percentile(tally.itl, 99),
-        e2e_p50=percentile(tally.e2e, 50),
-        e2e_p99=percentile(tally.e2e, 99),
+        **{
+            f"{figure}_p{q}": value
+            for figure in ("ttft", "tpot", "itl", "e2e")
+            for q, value in zip(
+                (50, 99), percentiles(getattr(tally, figure), (50, 99)), strict=True
+            )
+        },
         prefix_cache_hit_rate=cached_tokens / seen if seen else math.nan,
         wall_seconds=wall_seconds,
         peak_rss_mb=peak_rss_mb,
@@ -88,10 +88,6 @@ def merge_tallies(tallies: Sequence[Tally]) -> Tally:
         merged.tpot.extend(tally.tpot)
         merged.e2e.extend(tally.e2e)
     return merged
-
-
-def _nan_to_none(value: Any) -> Any:
-    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 @attrs.define(kw_only=True)
@@ -118,22 +114,22 @@ class FleetSummary:
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` object (NaN as null)."""
 
-        def figures(w: WorkerFigures) -> dict[str, Any]:
-            return {k: _nan_to_none(v) for k, v in attrs.asdict(w).items()}
-
-        return {
-            "policy": self.policy,
-            "mode": self.mode,
-            "workers": [figures(w) for w in self.workers],
-            "fleet": figures(self.fleet),
-            "load_imbalance": _nan_to_none(self.load_imbalance),
-            "simulated_seconds": _nan_to_none(self.simulated_seconds),
-            "wall_seconds": self.wall_seconds,
-            "interrupted": self.interrupted,
-        }
+        return json_figures(
+            {
+                "policy": self.policy,
+                "mode": self.mode,
+                "workers": [json_figures(attrs.asdict(w)) for w in self.workers],
+                "fleet": json_figures(attrs.asdict(self.fleet)),
+                "load_imbalance": self.load_imbalance,
+                "simulated_seconds": self.simulated_seconds,
+                "wall_seconds": self.wall_seconds,
+                "interrupted": self.interrupted,
+            }
+        )
 
     def table(self) -> str:
-        """One row per worker and one for the fleet; latencies in ms."""
+        """One row per worker and one for the fleet; latencies in ms, "-" for what was not
+        measured (no request finished, or no figure from a worker)."""
         head = (
             "worker",
             "routed",
@@ -148,8 +144,11 @@ class FleetSummary:
             "RSS MiB",
         )
 
+        def shown(value: float, spec: str) -> str:  # "-": nothing measured (NaN)
+            return "-" if math.isnan(value) else format(value, spec)
+
         def ms(a: float, b: float) -> str:
-            return f"{a * 1e3:.1f} / {b * 1e3:.1f}"
+            return f"{shown(a * 1e3, '.1f')} / {shown(b * 1e3, '.1f')}"
 
         def row(w: WorkerFigures) -> tuple[str, ...]:
             return (
@@ -161,9 +160,9 @@ class FleetSummary:
                 ms(w.tpot_p50, w.tpot_p99),
                 ms(w.itl_p50, w.itl_p99),
                 ms(w.e2e_p50, w.e2e_p99),
-                f"{w.prefix_cache_hit_rate:.1%}",
-                f"{w.wall_seconds:.2f}",
-                f"{w.peak_rss_mb:.0f}",
+                shown(w.prefix_cache_hit_rate, ".1%"),
+                shown(w.wall_seconds, ".2f"),
+                shown(w.peak_rss_mb, ".0f"),
             )
 
         rows = [head, *(row(w) for w in self.workers), row(self.fleet)]

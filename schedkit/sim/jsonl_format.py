@@ -12,8 +12,9 @@ from pathlib import Path
 import msgspec
 
 from schedkit.components.schedule_batch import Req, SamplingParams
+from schedkit.kv_events.hashing import MAX_TOKEN_ID
 from schedkit.sim.trace_io import ProblemLog, decode_lines
-from schedkit.sim.workload import _tokens
+from schedkit.sim.workload import random_tokens
 
 __all__ = ["JsonlLine", "jsonl_records", "jsonl_requests"]
 
@@ -40,8 +41,10 @@ class JsonlLine(msgspec.Struct, forbid_unknown_fields=True):
 def _jsonl_problem(line: JsonlLine) -> str | None:
     if (line.input_ids is None) == (line.prompt_len is None):
         return "give exactly one of 'input_ids' or 'prompt_len'"
-    if line.input_ids is not None and (not line.input_ids or min(line.input_ids) < 0):
-        return "'input_ids' must be a non-empty list of non-negative token ids"
+    if line.input_ids is not None and not (
+        line.input_ids and min(line.input_ids) >= 0 and max(line.input_ids) <= MAX_TOKEN_ID
+    ):
+        return f"'input_ids' must be a non-empty list of token ids in [0, {MAX_TOKEN_ID}]"
     if line.prompt_len is not None and line.prompt_len < 1:
         return "'prompt_len' must be >= 1"
     if line.prompt_len is not None and not 0 <= line.prefix_len <= line.prompt_len:
@@ -68,19 +71,24 @@ def jsonl_records(
     rids: set[str] = set()
     for number, line in decode_lines(path, JsonlLine, log):
         problem = _jsonl_problem(line)
-        if problem is None and line.rid is not None:
-            if line.rid in rids:
-                log.add(
-                    number,
-                    f"rid {line.rid!r} is used by an earlier line; rids must be unique",
-                    kind="rid",
-                )
-                continue
-            rids.add(line.rid)
         if problem:
             log.add(number, problem)
             continue
+        rid = _rid(number, line)
+        if rid in rids:
+            given = "" if line.rid is not None else " (a line without 'rid' takes line<N>)"
+            log.add(
+                number,
+                f"rid {rid!r}{given} is used by an earlier line; rids must be unique",
+                kind="rid",
+            )
+            continue
+        rids.add(rid)
         yield number, line.arrival, line
+
+
+def _rid(number: int, line: JsonlLine) -> str:
+    return line.rid if line.rid is not None else f"line{number}"
 
 
 def jsonl_requests(rng: random.Random, block_size: int) -> Callable[[int, JsonlLine], Req]:
@@ -94,11 +102,11 @@ def jsonl_requests(rng: random.Random, block_size: int) -> Callable[[int, JsonlL
             prefix: list[int] = []
             if line.prefix_group is not None:
                 known = prefixes.setdefault(line.prefix_group, [])
-                known += _tokens(rng, max(0, line.prefix_len - len(known)))
+                known += random_tokens(rng, max(0, line.prefix_len - len(known)))
                 prefix = known[: line.prefix_len]
-            prompt = prefix + _tokens(rng, line.prompt_len - len(prefix))
+            prompt = prefix + random_tokens(rng, line.prompt_len - len(prefix))
         return Req(
-            rid=line.rid or f"line{number}",
+            rid=_rid(number, line),
             origin_input_ids=prompt,
             sampling_params=_jsonl_params(line),
             priority=line.priority,

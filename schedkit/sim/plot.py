@@ -14,7 +14,8 @@ INSTALL_HINT = "pip install 'schedkit[plot]'"
 
 
 class PlotError(RuntimeError):
-    """The plot cannot be drawn: matplotlib is not installed, or its folder does not exist."""
+    """The plot cannot be drawn: matplotlib is not installed, its folder does not exist, or
+    its extension is not a format matplotlib writes."""
 
 
 def require_matplotlib() -> Any:
@@ -34,11 +35,21 @@ def require_matplotlib() -> Any:
 
 
 def check_plot_target(path: str | Path) -> None:
-    """Before a run: ``PlotError`` if the plot could not be drawn into ``path`` after it."""
+    """Before a run: ``PlotError`` if the plot could not be drawn into ``path`` after it
+    (no matplotlib, no such folder, or an extension matplotlib cannot write)."""
     require_matplotlib()
+    from matplotlib.backend_bases import FigureCanvasBase
+
     folder = Path(path).resolve().parent
     if not folder.is_dir():
         raise PlotError(f"no such directory {folder}")
+    suffix = Path(path).suffix.lower().lstrip(".")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if suffix and suffix not in formats:
+        raise PlotError(
+            f"matplotlib cannot write a .{suffix} file; valid extensions: "
+            + ", ".join(sorted(formats))
+        )
 
 
 def plot_data(samples: Tally, max_points: int = 1000) -> dict[str, Any]:

@@ -126,6 +126,7 @@ class GpuSpec:
 
     @property
     def memory_bytes(self) -> float:
+        """The memory in bytes (``memory_gib`` x 2**30)."""
         return self.memory_gib * _GIB
 
 

@@ -166,7 +166,7 @@ def datetime_seconds(text: str) -> float | None:
 def _counts(number: int, log: ProblemLog, named: dict[str, str]) -> tuple[int, ...] | None:
     counts = []
     for name, value in named.items():
-        if not value.isdigit():
+        if not (value.isascii() and value.isdigit()):
             log.add(number, f"{name} must be a whole number >= 0, got {value!r}", kind=name)
             return None
         counts.append(int(value))

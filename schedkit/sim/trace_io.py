@@ -7,6 +7,7 @@ lines and reports each distinct problem once, at its first line, with a count of
 
 from __future__ import annotations
 
+import codecs
 import csv
 import re
 from collections.abc import Iterator
@@ -114,14 +115,15 @@ def _open_error(path: str | Path, exc: OSError) -> WorkloadError:
 
 
 def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
-    """``(line number, bytes)`` of each line that is not blank or a ``#`` comment."""
+    """``(line number, bytes)`` of each line that is not blank or a ``#`` comment (a UTF-8
+    byte-order mark at the start of the file is dropped)."""
     try:
         file = open(path, "rb")  # noqa: SIM115 (closed by the with below)
     except OSError as exc:
         raise _open_error(path, exc) from None
     with file:
         for number, raw in enumerate(file, 1):
-            stripped = raw.strip()
+            stripped = raw.removeprefix(codecs.BOM_UTF8).strip() if number == 1 else raw.strip()
             if stripped and not stripped.startswith(b"#"):
                 yield number, stripped
 
@@ -177,9 +179,10 @@ def iter_json_array(
 ) -> Iterator[tuple[int, str]]:
     """``(line number, text)`` of each item of a file holding one JSON array, read ``chunk``
     characters at a time: brackets are counted outside strings, so only the item being read
-    is held. A string, number or missing comma between items is a problem at its line."""
+    is held. A string, number or missing comma between items, a comma after the last one, and
+    text after the array are problems at their line."""
     try:
-        file = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
+        file = open(path, encoding="utf-8-sig", errors="replace")  # noqa: SIM115
     except OSError as exc:
         raise _open_error(path, exc) from None
     with file:
@@ -235,7 +238,21 @@ def iter_json_array(
                     yield item_line, buf[start:pos]
                     gap = pos
                 elif depth <= 0:
-                    got = buf[gap:i].strip().lstrip(",").strip()
-                    if got:
+                    between = buf[gap:i].strip()
+                    if between == ",":
+                        log.add(line_of(i), "a ',' after the last item (JSON allows none)")
+                    elif between:
+                        got = between.lstrip(",").strip()
                         log.add(line_of(i), f"expected an object, got {got[:20]!r}")
+                    tail = pos
+                    while not buf[tail:].strip():  # only white space may follow the array
+                        more = file.read(chunk)
+                        if not more:
+                            return
+                        tail, buf = len(buf), buf + more
+                    extra = buf[tail:]
+                    at = tail + len(extra) - len(extra.lstrip())
+                    log.add(
+                        line_of(at), f"text after the array's closing ]: {extra.strip()[:20]!r}"
+                    )
                     return

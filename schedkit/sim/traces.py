@@ -38,7 +38,7 @@ import attrs
 from schedkit.components.schedule_batch import Req
 from schedkit.sim.trace_formats import FORMATS
 from schedkit.sim.trace_io import ProblemLog
-from schedkit.sim.workload import Arrival, StaticWorkload, WorkloadError, _arrival_times
+from schedkit.sim.workload import Arrival, StaticWorkload, WorkloadError, arrival_times
 
 __all__ = [
     "FORMATS",
@@ -67,6 +67,7 @@ class TraceWorkload:
         return self._make()
 
     def follow_up(self, req: Req, now: float) -> Arrival | None:
+        """None: a trace's requests are all in the file."""
         return None
 
 
@@ -152,7 +153,7 @@ def open_trace(
     def arrivals() -> Iterator[Arrival]:
         rng = random.Random(seed)
         make = spec.requests(rng, block_size)
-        times = _arrival_times(rate, rng)
+        times = arrival_times(rate, rng)
         again = ProblemLog(path)
         with contextlib.closing(spec.records(path, again, block_size)) as records:
             for number, time, record in itertools.islice(records, count):

@@ -26,6 +26,8 @@ __all__ = [
     "StaticWorkload",
     "Workload",
     "WorkloadError",
+    "arrival_times",
+    "random_tokens",
     "shared_prefix_workload",
     "synthetic",
 ]
@@ -58,7 +60,7 @@ class Workload(Protocol):
     def follow_up(self, req: Req, now: float) -> Arrival | None: ...
 
 
-def _arrival_times(rate: float | None, rng: random.Random) -> Iterator[float]:
+def arrival_times(rate: float | None, rng: random.Random) -> Iterator[float]:
     """Poisson arrival times at ``rate`` per second (all at 0 without a rate or with inf)."""
     t = 0.0
     while True:
@@ -67,7 +69,8 @@ def _arrival_times(rate: float | None, rng: random.Random) -> Iterator[float]:
         yield t
 
 
-def _tokens(rng: random.Random, n: int) -> list[int]:
+def random_tokens(rng: random.Random, n: int) -> list[int]:
+    """``n`` token ids drawn uniformly from ``VOCAB`` with ``rng``."""
     return [rng.randrange(*VOCAB) for _ in range(n)]
 
 
@@ -119,31 +122,29 @@ class ChatWorkload:
     think_time: float = 1.0
     _rng: random.Random = attrs.field(init=False)
     _remaining_turns: dict[str, int] = attrs.field(init=False, factory=dict)
-    _issued: int = attrs.field(init=False, default=0)
 
     def __attrs_post_init__(self) -> None:
         self._rng = random.Random(self.seed)
 
     def _request(self, rid: str, prompt: list[int], time: float) -> Arrival:
         params = SamplingParams(max_new_tokens=self._rng.randint(*self.output_len), stream=True)
-        self._issued += 1
         return Arrival(time, Req(rid=rid, origin_input_ids=prompt, sampling_params=params))
 
     def initial(self) -> Iterator[Arrival]:
         """The conversations' first turns, generated as they are pulled."""
         rng = self._rng
         systems = [
-            _tokens(rng, rng.randint(*self.system_prompt_len))
+            random_tokens(rng, rng.randint(*self.system_prompt_len))
             for _ in range(self.num_system_prompts)
         ]
-        times = _arrival_times(self.rate, rng)
+        times = arrival_times(self.rate, rng)
         left = self.num_requests
         for i in itertools.count():
             if left <= 0:
                 return
             n = min(left, rng.randint(1, self.max_turns))
             left -= n
-            prompt = rng.choice(systems) + _tokens(rng, rng.randint(*self.user_len))
+            prompt = rng.choice(systems) + random_tokens(rng, rng.randint(*self.user_len))
             self._remaining_turns[f"c{i}"] = n - 1
             yield self._request(f"c{i}-t0", prompt, next(times))
 
@@ -156,7 +157,7 @@ class ChatWorkload:
         prompt = (
             req.origin_input_ids
             + req.output_ids
-            + _tokens(self._rng, self._rng.randint(*self.user_len))
+            + random_tokens(self._rng, self._rng.randint(*self.user_len))
         )
         return self._request(f"{conversation}-t{int(turn) + 1}", prompt, now + self.think_time)
 
@@ -175,10 +176,10 @@ def shared_prefix_workload(
 
     def arrivals() -> Iterator[Arrival]:
         rng = random.Random(seed)
-        prefixes = [_tokens(rng, prefix_len) for _ in range(groups)]
-        times = _arrival_times(rate, rng)
+        prefixes = [random_tokens(rng, prefix_len) for _ in range(groups)]
+        times = arrival_times(rate, rng)
         for i in range(num_requests):
-            prompt = prefixes[i % groups] + _tokens(rng, prompt_len - prefix_len)
+            prompt = prefixes[i % groups] + random_tokens(rng, prompt_len - prefix_len)
             params = SamplingParams(max_new_tokens=output_len, stream=stream)
             req = Req(rid=f"w{i}", origin_input_ids=prompt, sampling_params=params)
             yield Arrival(next(times), req)

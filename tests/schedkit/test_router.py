@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
+import msgspec
 import pytest
+import zmq
 
 from schedkit.kv_events import (
     AllBlocksCleared,
@@ -16,6 +20,7 @@ from schedkit.router import (
     POLICIES,
     CacheAware,
     Candidates,
+    KvRouter,
     LeastLoaded,
     LongestPrefix,
     RoundRobin,
@@ -23,6 +28,7 @@ from schedkit.router import (
     batches_after_break,
     make_policy,
 )
+from tests.serving import free_endpoint
 
 PAGE = 4
 
@@ -156,3 +162,34 @@ def test_batches_after_a_break_are_kept():
     restarted = [(seq, None) for seq in (7, 8, 0, 1)]
     assert batches_after_break(PublisherRestarted(8, 1), 8, restarted) == restarted[2:]
     assert batches_after_break(PublisherRestarted(8, 1), 8, restarted[2:]) == restarted[2:]
+
+
+def test_kv_router_drops_a_load_report_that_does_not_decode():
+    metrics = free_endpoint()
+    kv = KvRouter({0: (free_endpoint(), None)}, PAGE, metrics_endpoint=metrics)
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    try:
+        push.connect(metrics)
+        push.send(b"not msgpack at all \xc1")
+        # SGLang's KvMetrics on the wire: a tagged msgpack array.
+        push.send(msgspec.msgpack.encode(["KvMetrics", 3, 8, 10, 100, 2, 0.1, 0.5, 0]))
+        deadline = time.monotonic() + 5
+        while 0 not in kv.reported:
+            assert time.monotonic() < deadline
+            kv.poll(10)
+        assert kv.bad_reports == 1
+        assert kv.reported_load(0) == 5  # 3 running + 2 waiting
+    finally:
+        push.close(linger=0)
+        kv.close()
+
+
+def test_kv_router_that_cannot_bind_its_metrics_socket_raises_and_closes():
+    taken = zmq.Context.instance().socket(zmq.PULL)
+    try:
+        endpoint = free_endpoint()
+        taken.bind(endpoint)
+        with pytest.raises(zmq.ZMQError):
+            KvRouter({0: (free_endpoint(), None)}, PAGE, metrics_endpoint=endpoint)
+    finally:
+        taken.close(linger=0)

@@ -54,3 +54,17 @@ def test_init_writes_the_default_wiring_and_refuses_to_overwrite(tmp_path, capsy
 def test_commands_use_the_shipped_wiring_when_no_file_is_given(capsys):
     assert main(["validate"]) == 0
     assert "schedkit/wirings/wiring.yaml: 13 components, wiring is valid" in capsys.readouterr().out
+
+
+def test_a_file_that_cannot_be_written_is_named_without_a_traceback(tmp_path, capsys):
+    missing = tmp_path / "no-such-dir"
+    steps = tmp_path / "steps.csv"
+    steps.write_text(measured_csv(SimulatedModelRunner(), rows=10, noise=0.0))
+    for argv in (
+        ["init", str(missing / "wiring.yaml")],
+        ["calibrate", str(steps), "--write", str(missing / "fitted.yaml")],
+        ["run", "--num-requests", "2", "--output", str(missing / "out.jsonl")],
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert f"schedkit {argv[0]}: {missing}/" in err and "No such file or directory" in err

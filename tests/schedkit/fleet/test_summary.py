@@ -8,7 +8,7 @@ import math
 from schedkit.components.schedule_batch import FinishAbort, Req, SamplingParams
 
 from schedkit.fleet.summary import FleetSummary, merge_tallies, worker_figures
-from schedkit.sim.driver import Tally
+from schedkit.sim.samples import Tally
 
 
 def finished(rid: str, arrival: float, first: float, finish: float, outputs: int) -> Req:
@@ -59,6 +59,7 @@ def test_fleet_figures_table_and_json():
     lines = summary.table().splitlines()
     assert lines[0].split()[:4] == ["worker", "routed", "done", "failed"]
     assert lines[1].split()[:2] == ["0", "1"]
+    assert lines[1].split()[-3:] == ["0.0%", "-", "-"]  # wall and RSS not measured
     assert lines[2].split()[:3] == ["1", "(dead)", "3"]
     assert lines[4].split()[:3] == ["fleet", "4", "3"]
     assert lines[5] == "router kv (live); load imbalance (max / mean requests per worker) 1.50"

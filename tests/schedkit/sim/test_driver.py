@@ -61,6 +61,12 @@ def test_arrivals_are_pulled_only_when_the_clock_reaches_them(assembly):
         assert pulled_at[i] - start >= i - 1
 
 
+def test_a_rid_already_in_flight_is_refused(assembly):
+    workload = GeneratedWorkload(lambda: iter([Arrival(0.0, req(1)), Arrival(0.0, req(1))]))
+    with pytest.raises(ValueError, match="rid 'r1' is already in flight"):
+        drive(assembly, workload)
+
+
 def test_finished_requests_are_let_go(assembly):
     refs = []
 

@@ -81,3 +81,11 @@ def test_run_with_plot_but_no_matplotlib_stops_at_once_naming_the_extra(tmp_path
     assert result.returncode == 2
     assert "install the plot extra: pip install 'schedkit[plot]'" in result.stderr
     assert "requests done" not in result.stdout and not (tmp_path / "run.png").exists()
+
+
+def test_an_extension_matplotlib_cannot_write_is_refused_before_the_run(tmp_path):
+    pytest.importorskip("matplotlib")
+    with pytest.raises(plot.PlotError, match=r"cannot write a \.foo file; valid extensions: .*png"):
+        plot.check_plot_target(tmp_path / "run.foo")
+    plot.check_plot_target(tmp_path / "run.SVG")  # any case
+    plot.check_plot_target(tmp_path / "run")  # no extension: matplotlib's default format

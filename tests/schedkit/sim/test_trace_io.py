@@ -88,6 +88,19 @@ def test_json_array_problems_name_their_line(tmp_path):
     assert "cut short" in log.errors()[0]
 
 
+@pytest.mark.parametrize("chunk", [3, 1 << 20])
+def test_a_comma_after_the_last_item_or_text_after_the_array_is_a_problem(tmp_path, chunk):
+    path = tmp_path / "t.json"
+    path.write_text('[{"a": 1},\n]\n  \n\n[{"b": 2}]\n')
+    log = ProblemLog(path)
+    assert [line for line, _ in iter_json_array(path, log, chunk=chunk)] == [1]
+    assert log.errors()[0] == f"{path}:2: a ',' after the last item (JSON allows none)"
+    assert log.errors()[1].startswith(f"{path}:5: text after the array's closing ]: '[")
+    path.write_text('[{"a": 1}]  \n\n')  # white space may follow
+    log = ProblemLog(path)
+    assert len(list(iter_json_array(path, log, chunk=chunk))) == 1 and not log
+
+
 def test_json_array_holds_one_chunk_not_the_file(tmp_path):
     path = tmp_path / "big.json"
     item = {"conversations": [{"from": "human", "value": "q" * 200}, {"from": "gpt", "value": "a"}]}

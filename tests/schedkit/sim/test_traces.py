@@ -127,6 +127,7 @@ def test_azure_bad_rows(tmp_path):
         "yesterday,374,44\n"
         "2023-11-16 18:15:50,3.5,109\n"
         "2023-11-16 18:15:51,1\n"
+        "2023-11-16 18:15:52,7,²\n"
     )
     with pytest.raises(WorkloadError) as info:
         open_trace(path, "azure")
@@ -135,6 +136,7 @@ def test_azure_bad_rows(tmp_path):
         "got 'yesterday'",
         f"{path}:3: ContextTokens must be a whole number >= 0, got '3.5'",
         f"{path}:4: 2 values where the header has 3",
+        f"{path}:5: GeneratedTokens must be a whole number >= 0, got '²'",
     ]
     path.write_text("time,context,generated\n1,2,3\n")
     with pytest.raises(WorkloadError, match="needs TIMESTAMP, ContextTokens, GeneratedTokens"):
@@ -210,6 +212,29 @@ def test_sharegpt_first_human_turn_and_its_answer(tmp_path):
     assert [a.req.rid for a in open_trace(path, None).initial()] == [
         "conversation0",
         "conversation1",
+    ]
+
+
+def test_files_may_start_with_a_byte_order_mark(tmp_path):
+    path = tmp_path / "sharegpt.json"
+    turns = [{"from": "human", "value": "hello there"}, {"from": "gpt", "value": "hi you"}]
+    path.write_text(json.dumps([{"conversations": turns}]), encoding="utf-8-sig")
+    (arrival,) = open_trace(path, "sharegpt").initial()
+    assert arrival.req.origin_input_ids == text_tokens("hello there")
+    path = tmp_path / "trace.jsonl"
+    path.write_text(mooncake_line(0, 600, [7, 8]), encoding="utf-8-sig")
+    (arrival,) = open_trace(path, "mooncake").initial()
+    assert arrival.req.origin_input_ids[:512] == [7] * 512
+
+
+def test_jsonl_rids_are_unique_with_the_line_numbers_taken_as_rids(tmp_path):
+    path = tmp_path / "w.jsonl"
+    path.write_text('{"prompt_len": 4, "rid": "line2"}\n{"prompt_len": 4}\n')
+    with pytest.raises(WorkloadError) as info:
+        open_trace(path, "jsonl")
+    assert info.value.errors == [
+        f"{path}:2: rid 'line2' (a line without 'rid' takes line<N>) is used by an earlier "
+        "line; rids must be unique"
     ]
 
 

@@ -87,6 +87,7 @@ def test_jsonl_reports_every_bad_line(tmp_path):
         '{"prompt_len": 5, "max_new_tokens": 0}\n'
         '{"prompt_len": 5, "rid": "r"}\n'
         '{"prompt_len": 5, "rid": "r"}\n'
+        '{"input_ids": [1, 4294967296]}\n'
     )
     with pytest.raises(WorkloadError) as info:
         load_jsonl(path)
@@ -98,4 +99,7 @@ def test_jsonl_reports_every_bad_line(tmp_path):
     assert "prompt_len, prefix_group" in errors[3] and "cache_salt, extra_key" in errors[3]
     assert errors[4] == f"{path}:5: max_new_tokens must be an integer >= 1, got 0"
     assert errors[5] == f"{path}:7: rid 'r' is used by an earlier line; rids must be unique"
-    assert len(errors) == 6
+    assert errors[6] == (
+        f"{path}:8: 'input_ids' must be a non-empty list of token ids in [0, 4294967295]"
+    )
+    assert len(errors) == 7

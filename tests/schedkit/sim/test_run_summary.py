@@ -1,0 +1,40 @@
+"""A run's figures as JSON (NaN as null) and as a table."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import attrs
+
+from schedkit.sim.run_summary import RunSummary, json_figures
+
+NAN = math.nan
+
+
+def summary(**changes) -> RunSummary:
+    figures = dict.fromkeys(
+        (f.name for f in attrs.fields(RunSummary) if f.default is attrs.NOTHING), 0
+    )
+    return RunSummary(**{**figures, "ttft_p50": 0.25, "prefix_cache_hit_rate": NAN, **changes})
+
+
+def test_json_figures_turn_only_nan_into_null():
+    figures = {"a": NAN, "b": 0.5, "c": 3, "d": "kv", "e": math.inf, "f": None}
+    assert json_figures(figures) == {
+        "a": None,
+        "b": 0.5,
+        "c": 3,
+        "d": "kv",
+        "e": math.inf,
+        "f": None,
+    }
+
+
+def test_run_summary_json_is_strict_json_and_the_table_says_it_was_interrupted():
+    data = json.loads(json.dumps(summary().to_dict(), allow_nan=False))
+    assert data["ttft_p50"] == 0.25
+    assert data["prefix_cache_hit_rate"] is None and data["tpot_p99"] is None
+    table = summary(interrupted=True).table().splitlines()
+    assert table[0].startswith("interrupted") and "finished so far" in table[0]
+    assert any(line.startswith("TTFT p50 / p90 / p99 (ms)") and "250.0" in line for line in table)
