@@ -24,8 +24,12 @@ A client is one connection: its routing id and the socket descriptor its message
 (``SRCFD``). A socket monitor reports each closed connection; the reports are read before
 every message received and every output sent. A departed client's waiting requests are
 aborted at once (their KV freed) and their outputs, the final one included, go nowhere
-(``departed_outputs``); their rids stay taken until that final output. A newcomer that takes a
-departed client's routing id, or its descriptor, is a different client and gets none of them.
+(``departed_outputs``); their rids stay taken until that final output. Messages that were on
+their way when a connection closed are dropped unread (``departed_messages``: a descriptor
+stays closed until the monitor reports a new connection accepted on it), and aborts are handed
+out after the requests read in the same call, so no request of a departed client runs. A
+newcomer that takes a departed client's routing id, or its descriptor, is a different client
+and gets none of them.
 (libzmq gives a routing id to one connection at a time, ignoring a second one that presents
 it, and emits a connection's close before its routing id or descriptor can be reused. What is
 left is a window of microseconds: a connection closing after the reports were read, and a
@@ -153,12 +157,16 @@ class ZmqServer:
     clients_dropped: int = attrs.field(init=False, default=0)
     unrouted_outputs: int = attrs.field(init=False, default=0)
     departed_outputs: int = attrs.field(init=False, default=0)
+    departed_messages: int = attrs.field(init=False, default=0)
     waiting_tokens: int = attrs.field(init=False, default=0)
     # rid -> route, from the request's arrival to its final output.
     _routes: dict[str, _Route] = attrs.field(init=False, factory=dict)
     # The connections seen and not closed, by routing id and by descriptor.
     _by_identity: dict[bytes, _Client] = attrs.field(init=False, factory=dict)
     _by_fd: dict[int, _Client] = attrs.field(init=False, factory=dict)
+    # Descriptors whose connection closed and that no new connection took since: messages
+    # still arriving on one are the closed connection's, dropped unread.
+    _closed_fds: set[int] = attrs.field(init=False, factory=set)
     _to_abort: list[str] = attrs.field(init=False, factory=list)
     _socket: zmq.Socket = attrs.field(init=False, default=None, repr=False)
     _monitor: zmq.Socket = attrs.field(init=False, default=None, repr=False)
@@ -178,9 +186,10 @@ class ZmqServer:
         # Frames between max_message_bytes and this get an ErrorReply; larger ones cost the
         # peer its connection before they are read.
         socket.setsockopt(zmq.MAXMSGSIZE, 4 * self.max_message_bytes)
-        # Each closed connection is reported; the queue is unbounded so that none is lost.
+        # Each accepted and closed connection is reported; the queue is unbounded so that none
+        # is lost.
         address = f"inproc://schedkit-zmq-server-monitor-{os.urandom(8).hex()}"
-        socket.monitor(address, zmq.EVENT_DISCONNECTED)
+        socket.monitor(address, zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         monitor = context.socket(zmq.PAIR)
         monitor.setsockopt(zmq.RCVHWM, 0)
         monitor.setsockopt(zmq.LINGER, 0)
@@ -225,13 +234,18 @@ class ZmqServer:
                 item = self._parse(frames)
                 if item is not None:
                     items.append(item)
+        # The aborts go last: a request read in this call may be one of them.
         aborts = [ControlRequest(type="abort", rid=rid) for rid in self._to_abort]
         self._to_abort = []
-        return aborts + items
+        return items + aborts
 
     def _parse(self, frames: list[zmq.Frame]) -> Req | ControlRequest | None:
         payload = frames[-1]
-        client = self._client(frames[0].bytes, _source_fd(payload))
+        fd = _source_fd(payload)
+        if fd in self._closed_fds:  # sent just before its connection closed: nobody to serve
+            self.departed_messages += 1
+            return None
+        client = self._client(frames[0].bytes, fd)
         if len(frames) != 2:
             return self._refuse(
                 client, f"expected one message frame from a DEALER, got {len(frames) - 1}"
@@ -337,7 +351,8 @@ class ZmqServer:
         return client
 
     def _read_disconnects(self) -> None:
-        """Depart the clients whose connections the monitor reports closed."""
+        """Depart the clients whose connections the monitor reports closed, and mark their
+        descriptors closed until a new connection is accepted on one."""
         monitor = self._monitor
         if monitor.closed:
             return
@@ -346,8 +361,13 @@ class ZmqServer:
                 event = parse_monitor_message(monitor.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
                 return
-            client = self._by_fd.get(event["value"])
-            if client is not None and event["event"] == zmq.EVENT_DISCONNECTED:
+            fd = event["value"]
+            if event["event"] == zmq.EVENT_ACCEPTED:
+                self._closed_fds.discard(fd)
+                continue
+            self._closed_fds.add(fd)
+            client = self._by_fd.get(fd)
+            if client is not None:
                 self._depart(client, "disconnected")
 
     def _depart(self, client: _Client, why: str) -> None:

@@ -19,6 +19,7 @@ from schedkit.components.io_struct import (
     ErrorReply,
     FinishLength,
     GenerateReqInput,
+    SamplingParamsInput,
     decode_server_message,
     encode,
 )
@@ -218,6 +219,43 @@ def test_a_client_that_disconnected_has_its_requests_aborted_when_it_leaves(serv
     # No output is sent: the closed connection alone aborts the request.
     assert [(a.type, a.rid) for a in wait_for_aborts(server, 1)] == [("abort", "g")]
     assert server.clients_dropped == 1
+
+
+def drain(server, quiet: float = 0.3) -> list:
+    """Everything the server hands out until nothing has come for ``quiet`` seconds."""
+    items = []
+    while server.wait(quiet):
+        items += server.recv_requests()
+    return items
+
+
+@pytest.mark.parametrize("step_before_close", [True, False])
+def test_requests_a_client_sent_just_before_it_left_are_dropped_or_aborted_after(
+    server, step_before_close
+):
+    # The connection closes before (or while) its requests are read: none may run for nobody.
+    gone = zmq.Context.instance().socket(zmq.DEALER)
+    gone.connect(server.bound_endpoint)
+    if step_before_close:  # the server knows the connection before it closes
+        gone.send(encode(ControlReq(type="get_loads")))
+        assert [x.type for x in receive(server, 1)] == ["get_loads"]
+    rids = [f"g{i}" for i in range(20)]
+    for rid in rids:
+        gone.send(generate(rid, sampling_params=SamplingParamsInput(max_new_tokens=4000)))
+    time.sleep(0.2)  # sent
+    gone.close(linger=1000)
+    time.sleep(0.3)  # and the close reported, before the server reads the requests
+    items = drain(server)
+    for i, item in enumerate(items):
+        if isinstance(item, Req):
+            later = items[i + 1 :]
+            assert any(getattr(x, "type", None) == "abort" and x.rid == item.rid for x in later), (
+                item.rid
+            )
+    taken = [x.rid for x in items if isinstance(x, Req)]
+    assert len(taken) + server.departed_messages == 20
+    server.send(output(taken, finished=True))
+    assert server.live_requests == 0
 
 
 @pytest.mark.parametrize("read_first", [True, False], ids=["recv-first", "send-first"])
