@@ -10,8 +10,10 @@ Wire protocol (a client connects a DEALER socket; every message is one msgpack f
   ``get_loads``, ``abort`` of one of the client's own rids);
 - server -> client: ``BatchTokenIDOutput`` / ``BatchEmbeddingOutput`` holding only the
   client's own requests, ``ControlReply``, and ``ErrorReply`` for anything refused, naming what
-  is wrong: not msgpack, not a known message, a bad field, a rid already in flight, a frame over
-  ``max_message_bytes``, nesting deeper than the decoder's recursion limit, a waiting limit.
+  is wrong: not msgpack, not a known message, a bad field, a rid already in flight, extra
+  frames (a REQ socket's envelope is answered with its empty delimiter, so that REQ reads it),
+  a frame over ``max_message_bytes``, nesting deeper than the decoder's recursion limit, a
+  waiting limit.
 
 Frames: one over ``max_message_bytes`` (8 MiB) is refused by its length alone; libzmq
 disconnects, without a word, a peer whose frame exceeds 4 x ``max_message_bytes``
@@ -246,6 +248,14 @@ class ZmqServer:
             self.departed_messages += 1
             return None
         client = self._client(frames[0].bytes, fd)
+        if len(frames) == 3 and not len(frames[1]):
+            # A REQ socket's envelope: it reads only answers that carry the empty delimiter.
+            return self._refuse(
+                client,
+                "got a REQ socket's envelope (an empty frame, then the message); connect a "
+                "DEALER and send each message as one frame",
+                envelope=(b"",),
+            )
         if len(frames) != 2:
             return self._refuse(
                 client, f"expected one message frame from a DEALER, got {len(frames) - 1}"
@@ -319,10 +329,12 @@ class ZmqServer:
             type=msg.type, mode=msg.mode, rid=msg.rid, send_reply=partial(self._reply, client)
         )
 
-    def _refuse(self, client: _Client, problem: str, rid: str | None = None) -> None:
+    def _refuse(
+        self, client: _Client, problem: str, rid: str | None = None, envelope: tuple = ()
+    ) -> None:
         self.malformed_count += 1
         self._warnings.warning("request refused", problem=problem[:500], peer=client.identity.hex())
-        self._send(client, encode(ErrorReply(message=problem, rid=rid)))
+        self._send(client, encode(ErrorReply(message=problem, rid=rid)), envelope)
         return None
 
     def _reply(self, client: _Client, reply: ControlReply) -> None:
@@ -429,18 +441,16 @@ class ZmqServer:
             client.rids.discard(rid)
             client.tokens -= route.tokens
 
-    def _send(self, client: _Client, payload: bytes) -> bool:
+    def _send(self, client: _Client, payload: bytes, envelope: tuple = ()) -> None:
         if self._socket.closed:
-            return False
+            return
         try:
-            self._socket.send_multipart((client.identity, payload), zmq.NOBLOCK)
-            return True
+            self._socket.send_multipart((client.identity, *envelope, payload), zmq.NOBLOCK)
         except zmq.ZMQError as exc:  # EAGAIN: too slow; EHOSTUNREACH: gone
             if exc.errno == zmq.EAGAIN:
                 self._abandon(client, "too slow")
             else:
                 self._depart(client, "gone")
-            return False
 
     # -- the loop's helpers -----------------------------------------------------------------
 

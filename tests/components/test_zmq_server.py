@@ -174,6 +174,24 @@ def test_multi_frame_messages_are_refused(server, connect):
     assert "expected one message frame" in read(client).message
 
 
+def test_a_req_socket_is_told_to_connect_a_dealer(server):
+    # REQ puts an empty delimiter before the message and reads only answers that carry one.
+    req = zmq.Context.instance().socket(zmq.REQ)
+    req.setsockopt(zmq.LINGER, 0)
+    try:
+        req.connect(server.bound_endpoint)
+        req.send(encode(ControlReq(type="get_loads")))
+        deadline = time.monotonic() + 5
+        while not req.poll(10):
+            assert time.monotonic() < deadline, "the REQ socket got no answer"
+            assert server.recv_requests() == []
+        reply = decode_server_message(req.recv())
+        assert isinstance(reply, ErrorReply)
+        assert "connect a DEALER" in reply.message and "REQ" in reply.message
+    finally:
+        req.close()
+
+
 def test_control_replies_go_to_the_asker(server, connect):
     asker, other = connect(), connect()
     asker.send(encode(ControlReq(type="get_loads")))
