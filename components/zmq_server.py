@@ -45,6 +45,10 @@ scheduler: each client has a queue of ``max_queued_per_client`` messages; a clie
 is full (too slow) or that is gone has its requests aborted the same way. Either is counted in
 ``clients_dropped``. Control replies go to the connection that asked, or nowhere.
 
+Reading: one ``recv_requests`` call reads at most ``max_recv_per_call`` messages and stops
+after ``max_recv_bytes_per_call`` bytes, so that a client sending large frames as fast as it
+can (each decoded before it is refused) does not hold up every other client's generation.
+
 Admission: requests taken and not yet finished ("waiting") are limited per client
 (``max_waiting_requests_per_client``, ``max_waiting_tokens_per_client``; tokens are prompt
 tokens) and in total (``max_waiting_requests``, ``max_waiting_tokens``); a request over a limit
@@ -151,6 +155,7 @@ class ZmqServer:
     endpoint: str = "tcp://127.0.0.1:0"
     allow_remote: bool = False
     max_recv_per_call: int = attrs.field(default=4096, validator=at_least(1))
+    max_recv_bytes_per_call: int = attrs.field(default=4 << 20, validator=at_least(1))
     max_queued_per_client: int = attrs.field(default=1000, validator=at_least(1))
     max_unread_per_client: int = attrs.field(default=64, validator=at_least(1))
     max_message_bytes: int = attrs.field(default=8 << 20, validator=at_least(1024))
@@ -228,6 +233,7 @@ class ZmqServer:
         items: list[Req | ControlRequest] = []
         if not socket.closed:
             monitor = self._monitor
+            received, max_bytes = 0, self.max_recv_bytes_per_call
             for _ in range(self.max_recv_per_call):
                 if monitor.get(zmq.EVENTS) & zmq.POLLIN:
                     self._read_disconnects()
@@ -241,6 +247,9 @@ class ZmqServer:
                 item = self._parse(frames)
                 if item is not None:
                     items.append(item)
+                received += len(frames[-1])
+                if received >= max_bytes:  # decoding takes time: the loop must go on
+                    break
         # The aborts go last: a request read in this call may be one of them.
         aborts = [ControlRequest(type="abort", rid=rid) for rid in self._to_abort]
         self._to_abort = []

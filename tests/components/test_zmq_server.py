@@ -492,6 +492,30 @@ def test_takes_at_most_max_recv_per_call_messages_per_call(connect):
         server.close()
 
 
+def test_reads_at_most_max_recv_bytes_per_call_so_a_flood_of_big_frames_cannot_stall_the_loop():
+    # Each 100,000-token request fails to decode only at its last id: a whole decode apiece.
+    server = ZmqServer(max_recv_bytes_per_call=1 << 20)
+    bad = msgspec.msgpack.encode(
+        {"kind": "generate", "rid": "x", "input_ids": [70_000] * 99_999 + [2**32]}
+    )
+    try:
+        client = zmq.Context.instance().socket(zmq.DEALER)
+        client.setsockopt(zmq.LINGER, 0)
+        client.connect(server.bound_endpoint)
+        for _ in range(10):
+            client.send(bad)
+        client.send(generate("last"))
+        assert server.wait(5.0)
+        time.sleep(0.1)  # let every frame reach the ROUTER's queue
+        assert server.recv_requests() == []
+        assert server.malformed_count == -(-(1 << 20) // len(bad))  # read until over the bound
+        assert [r.rid for r in receive(server, 1)] == ["last"]
+        assert server.malformed_count == 10
+        client.close()
+    finally:
+        server.close()
+
+
 def test_after_close_nothing_is_taken_and_replies_go_nowhere(server, connect):
     client = connect()
     client.send(encode(ControlReq(type="pause")))
