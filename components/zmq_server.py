@@ -103,6 +103,8 @@ __all__ = ["ZmqServer"]
 log = structlog.get_logger(__name__)
 
 OutputMessage = BatchTokenIDOutput | BatchEmbeddingOutput
+# What a frame costs libzmq and the loop beyond its bytes (libzmq's zmq_msg_t is 64 bytes).
+_FRAME_COST = 64
 VALID_MESSAGES = "valid messages: GenerateReqInput (kind 'generate'), ControlReq (kind 'control')"
 
 
@@ -125,6 +127,32 @@ class _Warnings:
         self._last[event] = now
         left_out = self._left_out.pop(event, 0)
         log.warning(event, **fields, **({"not_logged_since": left_out} if left_out else {}))
+
+
+@attrs.define(slots=True)
+class _Message:
+    """One message as the ROUTER hands it over: the sender's routing id, its first and last
+    frames (the same for a one-frame message), how many frames it had, and what reading it
+    counts against ``max_recv_bytes_per_call`` (each frame at least ``_FRAME_COST``)."""
+
+    identity: bytes
+    first: zmq.Frame
+    last: zmq.Frame
+    parts: int
+    cost: int
+
+    @classmethod
+    def receive(cls, socket: zmq.Socket) -> _Message:
+        """The next message; raises ``zmq.Again`` if none is waiting. Frames between the first
+        and the last are dropped as they are read: a message of a million frames holds two."""
+        identity = socket.recv(zmq.NOBLOCK)
+        first = last = socket.recv(copy=False)  # a message arrives whole
+        parts, cost = 1, max(len(first), _FRAME_COST)
+        while last.more:
+            last = socket.recv(copy=False)
+            parts += 1
+            cost += max(len(last), _FRAME_COST)
+        return cls(identity, first, last, parts, cost)
 
 
 @attrs.define(slots=True, eq=False)
@@ -238,16 +266,16 @@ class ZmqServer:
                 if monitor.get(zmq.EVENTS) & zmq.POLLIN:
                     self._read_disconnects()
                 try:
-                    frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                    message = _Message.receive(socket)
                 except zmq.Again:
                     break
                 except zmq.ZMQError as exc:
                     log.error("request socket failed", endpoint=self.bound_endpoint, error=str(exc))
                     break
-                item = self._parse(frames)
+                item = self._parse(message)
                 if item is not None:
                     items.append(item)
-                received += len(frames[-1])
+                received += message.cost
                 if received >= max_bytes:  # decoding takes time: the loop must go on
                     break
         # The aborts go last: a request read in this call may be one of them.
@@ -255,14 +283,14 @@ class ZmqServer:
         self._to_abort = []
         return items + aborts
 
-    def _parse(self, frames: list[zmq.Frame]) -> Req | ControlRequest | None:
-        payload = frames[-1]
+    def _parse(self, message: _Message) -> Req | ControlRequest | None:
+        payload = message.last
         fd = _source_fd(payload)
         if fd in self._closed_fds:  # sent just before its connection closed: nobody to serve
             self.departed_messages += 1
             return None
-        client = self._client(frames[0].bytes, fd)
-        if len(frames) == 3 and not len(frames[1]):
+        client = self._client(message.identity, fd)
+        if message.parts == 2 and not len(message.first):
             # A REQ socket's envelope: it reads only answers that carry the empty delimiter.
             return self._refuse(
                 client,
@@ -270,9 +298,9 @@ class ZmqServer:
                 "DEALER and send each message as one frame",
                 envelope=(b"",),
             )
-        if len(frames) != 2:
+        if message.parts != 1:
             return self._refuse(
-                client, f"expected one message frame from a DEALER, got {len(frames) - 1}"
+                client, f"expected one message frame from a DEALER, got {message.parts}"
             )
         size = len(payload)
         if size > self.max_message_bytes:

@@ -192,6 +192,19 @@ def test_a_req_socket_is_told_to_connect_a_dealer(server):
         req.close()
 
 
+def test_a_message_of_many_frames_is_refused_without_holding_them_all(server, connect):
+    client = connect()
+    client.send_multipart([b"x"] * 50_000)
+    assert server.wait(5.0)
+    tracemalloc.start()
+    deadline = time.monotonic() + 10
+    while not client.poll(10):
+        assert time.monotonic() < deadline
+        assert server.recv_requests() == []
+    assert python_peak_bytes() < 4 << 20  # 50,000 frames held at once: ~9 MiB
+    assert read(client).message == "expected one message frame from a DEALER, got 50000"
+
+
 def test_control_replies_go_to_the_asker(server, connect):
     asker, other = connect(), connect()
     asker.send(encode(ControlReq(type="get_loads")))
