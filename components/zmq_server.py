@@ -20,12 +20,13 @@ disconnects, without a word, a peer whose frame exceeds 4 x ``max_message_bytes`
 (``MAXMSGSIZE``), and buffers at most ``max_unread_per_client`` unread messages of a
 connection (TCP pushes back on the rest). What this does not bound (libzmq 4.3 offers no
 way to): memory grows with the number of connections, each holding the frame it is sending
-(up to 4 x ``max_message_bytes``) until it is whole; and a message's frames count towards
-``max_unread_per_client`` only once its last frame arrived, so a peer speaking ZMTP itself
-that sends frames flagged "more" without end grows the server until it disconnects. Frames
-are decoded only against the message schema,
-never schema-less: skipped values build nothing, and nesting deeper than the interpreter's
-recursion limit stops the decoder (answered like any decode error).
+(up to 4 x ``max_message_bytes``) until it is whole; the frames of a message are not
+limited in number (libzmq keeps at least 64 bytes for each until the message is read); and a
+message's frames count towards ``max_unread_per_client`` only once its last frame arrived, so
+a peer speaking ZMTP itself that sends frames flagged "more" without end grows the server
+until it disconnects. Frames are decoded only against the message schema, never schema-less:
+skipped values build nothing, and nesting deeper than the interpreter's recursion limit stops
+the decoder (answered like any decode error).
 
 A client is one connection: its routing id and the socket descriptor its messages arrive on
 (``SRCFD``). A socket monitor reports each closed connection; the reports are read before
