@@ -42,12 +42,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_endpoint() -> str:
+    """A tcp endpoint on 127.0.0.1 whose port was free a moment ago."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
 def peak_rss_mib(pid: int) -> float:
+    """The peak resident memory (VmHWM) of process ``pid`` so far."""
     status = Path(f"/proc/{pid}/status").read_text()
     return int(status.split("VmHWM:")[1].split()[0]) / 1024
 
@@ -64,6 +66,7 @@ class Client:
         self.replies: list[ControlReply] = []
 
     def pump(self, timeout_ms: int) -> None:
+        """Count what arrives, waiting up to ``timeout_ms`` for the first message."""
         while self.sock.poll(timeout_ms):
             timeout_ms = 0
             msg = decode_server_message(self.sock.recv())
@@ -93,6 +96,7 @@ class Client:
         return self.until(lambda: rid in self.finished)
 
     def refusal(self, payload: bytes) -> float:
+        """Send ``payload`` and wait for its ErrorReply; the seconds it took."""
         before = self.errors
         self.sock.send(payload)
         return self.until(lambda: self.errors > before)
@@ -127,6 +131,7 @@ def request_under_invalid_frames(endpoint: str, good: Client) -> float:
 
 
 def main() -> None:
+    """Start a serve, run the steps in the module docstring, print a figure a line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="flood 100 requests, not 1,000")
     flood_size = 100 if parser.parse_args().quick else 1000
