@@ -127,9 +127,7 @@ def test_serve_survives_a_hostile_session_and_routes_every_output_to_its_owner()
         bystander.pump(200)
         assert bystander.tokens == {} and bystander.errors == []
         messages = [e.message for e in hostile.errors]
-        assert any(
-            "not msgpack" in m or "MessagePack" in m or "valid messages" in m for m in messages
-        )
+        assert any(m.startswith("MessagePack data is malformed") for m in messages)
         assert any("$.input_ids[2]" in m for m in messages)
         assert any("expected one message frame" in m for m in messages)
         assert sum("$.sampling_params.stop_token_ids" in m for m in messages) == 20
