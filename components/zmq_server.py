@@ -13,7 +13,8 @@ Wire protocol (a client connects a DEALER socket; every message is one msgpack f
   is wrong: not msgpack, not a known message, a bad field, a rid already in flight, extra
   frames (a REQ socket's envelope is answered with its empty delimiter, so that REQ reads it),
   a frame over ``max_message_bytes``, nesting deeper than the decoder's recursion limit, a
-  waiting limit.
+  waiting limit. A refusal is cut to 1,000 characters in the middle (it quotes what it
+  refuses, as long as the client made it; the place comes last).
 
 Frames: one over ``max_message_bytes`` (8 MiB) is refused by its length alone; libzmq
 disconnects, without a word, a peer whose frame exceeds 4 x ``max_message_bytes``
@@ -106,6 +107,8 @@ log = structlog.get_logger(__name__)
 OutputMessage = BatchTokenIDOutput | BatchEmbeddingOutput
 # What a frame costs libzmq and the loop beyond its bytes (libzmq's zmq_msg_t is 64 bytes).
 _FRAME_COST = 64
+# Refusals are cut to this length (a client that never reads has them queued).
+_MAX_PROBLEM_CHARS = 1000
 VALID_MESSAGES = "valid messages: GenerateReqInput (kind 'generate'), ControlReq (kind 'control')"
 
 
@@ -376,7 +379,8 @@ class ZmqServer:
         self, client: _Client, problem: str, rid: str | None = None, envelope: tuple = ()
     ) -> None:
         self.malformed_count += 1
-        self._warnings.warning("request refused", problem=problem[:500], peer=client.identity.hex())
+        problem = _shortened(problem)
+        self._warnings.warning("request refused", problem=problem, peer=client.identity.hex())
         self._send(client, encode(ErrorReply(message=problem, rid=rid)), envelope)
         return None
 
@@ -512,6 +516,16 @@ class ZmqServer:
             self._socket.close(linger=self.linger_ms)
         if not self._monitor.closed:
             self._monitor.close()
+
+
+def _shortened(text: str) -> str:
+    """``text`` cut in the middle to at most ``_MAX_PROBLEM_CHARS`` characters: a refusal
+    quotes what it refuses (a field name, a value), which a client makes as long as it likes,
+    and the place (``at `$.field```) comes last."""
+    if len(text) <= _MAX_PROBLEM_CHARS:
+        return text
+    head, tail = _MAX_PROBLEM_CHARS * 3 // 5, _MAX_PROBLEM_CHARS * 3 // 10
+    return f"{text[:head]}... ({len(text) - head - tail} characters left out) ...{text[-tail:]}"
 
 
 def _source_fd(frame: zmq.Frame) -> int:

@@ -205,6 +205,26 @@ def test_a_message_of_many_frames_is_refused_without_holding_them_all(server, co
     assert read(client).message == "expected one message frame from a DEALER, got 50000"
 
 
+def test_a_refusal_quotes_a_huge_value_shortened_so_unread_refusals_stay_small(server, connect):
+    # A client that never reads would otherwise have each of its huge values queued back.
+    client = connect()
+    params = {"max_new_tokens": 1, "x" * (1 << 20): 1}
+    client.send(
+        msgspec.msgpack.encode(
+            {"kind": "generate", "rid": "r", "input_ids": [1], "sampling_params": params}
+        )
+    )
+    deadline = time.monotonic() + 5
+    while not client.poll(10):
+        assert time.monotonic() < deadline
+        assert server.recv_requests() == []
+    reply = read(client)
+    assert len(reply.message) <= 1000 and reply.rid == "r"
+    assert reply.message.startswith("Object contains unknown field `xxx")
+    assert "characters left out" in reply.message
+    assert "at `$.sampling_params`; valid messages: GenerateReqInput" in reply.message
+
+
 def test_control_replies_go_to_the_asker(server, connect):
     asker, other = connect(), connect()
     asker.send(encode(ControlReq(type="get_loads")))
