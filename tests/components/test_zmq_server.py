@@ -309,6 +309,23 @@ def test_requests_a_client_sent_just_before_it_left_are_dropped_or_aborted_after
     assert server.live_requests == 0
 
 
+def test_a_newcomer_on_a_closed_connections_descriptor_is_served(server, connect):
+    # The kernel hands the lowest free descriptor to the next connection: each newcomer here
+    # takes the one just closed, whose leftover messages are dropped.
+    for i in range(20):
+        gone = connect()
+        gone.send(generate(f"gone{i}"))
+        receive(server, 1)
+        gone.close()
+        wait_for_aborts(server, 1)
+        newcomer = connect()
+        newcomer.send(generate(f"new{i}"))
+        assert [r.rid for r in receive(server, 1)] == [f"new{i}"]
+        newcomer.close()
+        wait_for_aborts(server, 1)
+    assert server.departed_messages == 0
+
+
 @pytest.mark.parametrize("read_first", [True, False], ids=["recv-first", "send-first"])
 def test_a_newcomer_with_a_departed_clients_routing_id_gets_none_of_its_outputs(
     server, connect, read_first
