@@ -268,7 +268,7 @@ class ZmqServer:
             received, max_bytes = 0, self.max_recv_bytes_per_call
             for _ in range(self.max_recv_per_call):
                 if monitor.get(zmq.EVENTS) & zmq.POLLIN:
-                    self._read_disconnects()
+                    self._read_connection_events()
                 try:
                     message = _Message.receive(socket)
                 except zmq.Again:
@@ -385,7 +385,7 @@ class ZmqServer:
         return None
 
     def _reply(self, client: _Client, reply: ControlReply) -> None:
-        self._read_disconnects()
+        self._read_connection_events()
         if self._by_identity.get(client.identity) is client:  # else it left: nobody to tell
             self._send(client, encode(reply))
 
@@ -409,7 +409,7 @@ class ZmqServer:
             self._by_fd[fd] = client
         return client
 
-    def _read_disconnects(self) -> None:
+    def _read_connection_events(self) -> None:
         """Depart the clients whose connections the monitor reports closed, and mark their
         descriptors closed until a new connection is accepted on one."""
         monitor = self._monitor
@@ -459,7 +459,7 @@ class ZmqServer:
         """Send each client the part of ``msg`` that concerns its own requests; finished
         requests are forgotten. Outputs of departed clients' requests and of requests this
         server did not take are dropped and counted."""
-        self._read_disconnects()
+        self._read_connection_events()
         routes = self._routes
         by_client: dict[_Client, list[int]] = {}
         for i, rid in enumerate(msg.rids):
