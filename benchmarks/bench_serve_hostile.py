@@ -5,7 +5,9 @@ In order: the server idle; a well-behaved request (60 prompt tokens, 16 new) at 
 refusal of a 1,001-byte frame of nested arrays and of a 32 MiB frame of empty arrays; a client
 that floods N requests of 32k tokens (reading its refusals) while a well-behaved request is
 sent; the flood client leaving (its accepted requests aborted, KV freed); a well-behaved
-request after it. Each latency is from send to the answer (ErrorReply, or final output).
+request after it; a well-behaved request while another client sends 1 MiB frames that fail
+validation at their last token id as fast as it can. Each latency is from send to the answer
+(ErrorReply, or final output).
 
 Usage: ``python benchmarks/bench_serve_hostile.py [--quick]`` (``--quick``: a flood of 100).
 Linux only (reads /proc/PID/status).
@@ -19,9 +21,11 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import msgspec
 import zmq
 from schedkit.components.io_struct import (
     BatchTokenIDOutput,
@@ -38,12 +42,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_endpoint() -> str:
+    """A tcp endpoint on 127.0.0.1 whose port was free a moment ago."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
 def peak_rss_mib(pid: int) -> float:
+    """The peak resident memory (VmHWM) of process ``pid`` so far."""
     status = Path(f"/proc/{pid}/status").read_text()
     return int(status.split("VmHWM:")[1].split()[0]) / 1024
 
@@ -60,6 +66,7 @@ class Client:
         self.replies: list[ControlReply] = []
 
     def pump(self, timeout_ms: int) -> None:
+        """Count what arrives, waiting up to ``timeout_ms`` for the first message."""
         while self.sock.poll(timeout_ms):
             timeout_ms = 0
             msg = decode_server_message(self.sock.recv())
@@ -89,12 +96,42 @@ class Client:
         return self.until(lambda: rid in self.finished)
 
     def refusal(self, payload: bytes) -> float:
+        """Send ``payload`` and wait for its ErrorReply; the seconds it took."""
         before = self.errors
         self.sock.send(payload)
         return self.until(lambda: self.errors > before)
 
 
+def request_under_invalid_frames(endpoint: str, good: Client) -> float:
+    """A well-behaved request's latency while another client sends, as fast as it can and
+    never reading, 1 MiB frames that fail validation only at their last token id."""
+    ids = [70_000] * ((1 << 20) // 5 - 1) + [2**32]
+    frame = msgspec.msgpack.encode({"kind": "generate", "rid": "jam", "input_ids": ids})
+    stop = threading.Event()
+
+    def jam() -> None:
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(endpoint)
+        while not stop.is_set():
+            try:
+                sock.send(frame, zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                time.sleep(0.001)
+        sock.close()
+
+    jammer = threading.Thread(target=jam)
+    jammer.start()
+    try:
+        time.sleep(1.0)
+        return good.request("jammed")
+    finally:
+        stop.set()
+        jammer.join()
+
+
 def main() -> None:
+    """Start a serve, run the steps in the module docstring, print a figure a line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="flood 100 requests, not 1,000")
     flood_size = 100 if parser.parse_args().quick else 1000
@@ -165,6 +202,8 @@ def main() -> None:
         )
         after = sorted(good.request(f"after{i}") for i in range(5))[2]
         print(row.format("well-behaved request afterwards (ms, median of 5)", f"{after * 1e3:.1f}"))
+        jammed = request_under_invalid_frames(endpoint, good)
+        print(row.format("well-behaved request under 1 MiB invalid frames (s)", f"{jammed:.2f}"))
         print(row.format("peak RSS of the whole run (MiB)", f"{peak_rss_mib(server.pid):.0f}"))
         good.sock.close()
     finally:

@@ -10,22 +10,35 @@ Wire protocol (a client connects a DEALER socket; every message is one msgpack f
   ``get_loads``, ``abort`` of one of the client's own rids);
 - server -> client: ``BatchTokenIDOutput`` / ``BatchEmbeddingOutput`` holding only the
   client's own requests, ``ControlReply``, and ``ErrorReply`` for anything refused, naming what
-  is wrong: not msgpack, not a known message, a bad field, a rid already in flight, a frame over
-  ``max_message_bytes``, nesting deeper than the decoder's recursion limit, a waiting limit.
+  is wrong: not msgpack, not a known message, a bad field, a rid already in flight, extra
+  frames (a REQ socket's envelope is answered with its empty delimiter, so that REQ reads it),
+  a frame over ``max_message_bytes``, nesting deeper than the decoder's recursion limit, a
+  waiting limit. A refusal is cut to 1,000 characters in the middle (it quotes what it
+  refuses, as long as the client made it; the place comes last).
 
 Frames: one over ``max_message_bytes`` (8 MiB) is refused by its length alone; libzmq
 disconnects, without a word, a peer whose frame exceeds 4 x ``max_message_bytes``
 (``MAXMSGSIZE``), and buffers at most ``max_unread_per_client`` unread messages of a
-connection (TCP pushes back on the rest). Frames are decoded only against the message schema,
-never schema-less: skipped values build nothing, and nesting deeper than the interpreter's
-recursion limit stops the decoder (answered like any decode error).
+connection (TCP pushes back on the rest). What this does not bound (libzmq 4.3 offers no
+way to): memory grows with the number of connections, each holding the frame it is sending
+(up to 4 x ``max_message_bytes``) until it is whole; the frames of a message are not
+limited in number (libzmq keeps at least 64 bytes for each until the message is read); and a
+message's frames count towards ``max_unread_per_client`` only once its last frame arrived, so
+a peer speaking ZMTP itself that sends frames flagged "more" without end grows the server
+until it disconnects. Frames are decoded only against the message schema, never schema-less:
+skipped values build nothing, and nesting deeper than the interpreter's recursion limit stops
+the decoder (answered like any decode error).
 
 A client is one connection: its routing id and the socket descriptor its messages arrive on
 (``SRCFD``). A socket monitor reports each closed connection; the reports are read before
 every message received and every output sent. A departed client's waiting requests are
 aborted at once (their KV freed) and their outputs, the final one included, go nowhere
-(``departed_outputs``); their rids stay taken until that final output. A newcomer that takes a
-departed client's routing id, or its descriptor, is a different client and gets none of them.
+(``departed_outputs``); their rids stay taken until that final output. Messages that were on
+their way when a connection closed are dropped unread (``departed_messages``: a descriptor
+stays closed until the monitor reports a new connection accepted on it), and aborts are handed
+out after the requests read in the same call, so no request of a departed client runs. A
+newcomer that takes a departed client's routing id, or its descriptor, is a different client
+and gets none of them.
 (libzmq gives a routing id to one connection at a time, ignoring a second one that presents
 it, and emits a connection's close before its routing id or descriptor can be reused. What is
 left is a window of microseconds: a connection closing after the reports were read, and a
@@ -33,6 +46,10 @@ newcomer with its routing id attached, both before the next send.) Sends never b
 scheduler: each client has a queue of ``max_queued_per_client`` messages; a client whose queue
 is full (too slow) or that is gone has its requests aborted the same way. Either is counted in
 ``clients_dropped``. Control replies go to the connection that asked, or nowhere.
+
+Reading: one ``recv_requests`` call reads at most ``max_recv_per_call`` messages and stops
+after ``max_recv_bytes_per_call`` bytes, so that a client sending large frames as fast as it
+can (each decoded before it is refused) does not hold up every other client's generation.
 
 Admission: requests taken and not yet finished ("waiting") are limited per client
 (``max_waiting_requests_per_client``, ``max_waiting_tokens_per_client``; tokens are prompt
@@ -88,6 +105,10 @@ __all__ = ["ZmqServer"]
 log = structlog.get_logger(__name__)
 
 OutputMessage = BatchTokenIDOutput | BatchEmbeddingOutput
+# What a frame costs libzmq and the loop beyond its bytes (libzmq's zmq_msg_t is 64 bytes).
+_FRAME_COST = 64
+# Refusals are cut to this length (a client that never reads has them queued).
+_MAX_PROBLEM_CHARS = 1000
 VALID_MESSAGES = "valid messages: GenerateReqInput (kind 'generate'), ControlReq (kind 'control')"
 
 
@@ -110,6 +131,32 @@ class _Warnings:
         self._last[event] = now
         left_out = self._left_out.pop(event, 0)
         log.warning(event, **fields, **({"not_logged_since": left_out} if left_out else {}))
+
+
+@attrs.define(slots=True)
+class _Message:
+    """One message as the ROUTER hands it over: the sender's routing id, its first and last
+    frames (the same for a one-frame message), how many frames it had, and what reading it
+    counts against ``max_recv_bytes_per_call`` (each frame at least ``_FRAME_COST``)."""
+
+    identity: bytes
+    first: zmq.Frame
+    last: zmq.Frame
+    parts: int
+    cost: int
+
+    @classmethod
+    def receive(cls, socket: zmq.Socket) -> _Message:
+        """The next message; raises ``zmq.Again`` if none is waiting. Frames between the first
+        and the last are dropped as they are read: a message of a million frames holds two."""
+        identity = socket.recv(zmq.NOBLOCK)
+        first = last = socket.recv(copy=False)  # a message arrives whole
+        parts, cost = 1, max(len(first), _FRAME_COST)
+        while last.more:
+            last = socket.recv(copy=False)
+            parts += 1
+            cost += max(len(last), _FRAME_COST)
+        return cls(identity, first, last, parts, cost)
 
 
 @attrs.define(slots=True, eq=False)
@@ -140,6 +187,7 @@ class ZmqServer:
     endpoint: str = "tcp://127.0.0.1:0"
     allow_remote: bool = False
     max_recv_per_call: int = attrs.field(default=4096, validator=at_least(1))
+    max_recv_bytes_per_call: int = attrs.field(default=4 << 20, validator=at_least(1))
     max_queued_per_client: int = attrs.field(default=1000, validator=at_least(1))
     max_unread_per_client: int = attrs.field(default=64, validator=at_least(1))
     max_message_bytes: int = attrs.field(default=8 << 20, validator=at_least(1024))
@@ -153,12 +201,16 @@ class ZmqServer:
     clients_dropped: int = attrs.field(init=False, default=0)
     unrouted_outputs: int = attrs.field(init=False, default=0)
     departed_outputs: int = attrs.field(init=False, default=0)
+    departed_messages: int = attrs.field(init=False, default=0)
     waiting_tokens: int = attrs.field(init=False, default=0)
     # rid -> route, from the request's arrival to its final output.
     _routes: dict[str, _Route] = attrs.field(init=False, factory=dict)
     # The connections seen and not closed, by routing id and by descriptor.
     _by_identity: dict[bytes, _Client] = attrs.field(init=False, factory=dict)
     _by_fd: dict[int, _Client] = attrs.field(init=False, factory=dict)
+    # Descriptors whose connection closed and that no new connection took since: messages
+    # still arriving on one are the closed connection's, dropped unread.
+    _closed_fds: set[int] = attrs.field(init=False, factory=set)
     _to_abort: list[str] = attrs.field(init=False, factory=list)
     _socket: zmq.Socket = attrs.field(init=False, default=None, repr=False)
     _monitor: zmq.Socket = attrs.field(init=False, default=None, repr=False)
@@ -178,9 +230,10 @@ class ZmqServer:
         # Frames between max_message_bytes and this get an ErrorReply; larger ones cost the
         # peer its connection before they are read.
         socket.setsockopt(zmq.MAXMSGSIZE, 4 * self.max_message_bytes)
-        # Each closed connection is reported; the queue is unbounded so that none is lost.
+        # Each accepted and closed connection is reported; the queue is unbounded so that none
+        # is lost.
         address = f"inproc://schedkit-zmq-server-monitor-{os.urandom(8).hex()}"
-        socket.monitor(address, zmq.EVENT_DISCONNECTED)
+        socket.monitor(address, zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         monitor = context.socket(zmq.PAIR)
         monitor.setsockopt(zmq.RCVHWM, 0)
         monitor.setsockopt(zmq.LINGER, 0)
@@ -212,29 +265,46 @@ class ZmqServer:
         items: list[Req | ControlRequest] = []
         if not socket.closed:
             monitor = self._monitor
+            received, max_bytes = 0, self.max_recv_bytes_per_call
             for _ in range(self.max_recv_per_call):
                 if monitor.get(zmq.EVENTS) & zmq.POLLIN:
-                    self._read_disconnects()
+                    self._read_connection_events()
                 try:
-                    frames = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                    message = _Message.receive(socket)
                 except zmq.Again:
                     break
                 except zmq.ZMQError as exc:
                     log.error("request socket failed", endpoint=self.bound_endpoint, error=str(exc))
                     break
-                item = self._parse(frames)
+                item = self._parse(message)
                 if item is not None:
                     items.append(item)
+                received += message.cost
+                if received >= max_bytes:  # decoding takes time: the loop must go on
+                    break
+        # The aborts go last: a request read in this call may be one of them.
         aborts = [ControlRequest(type="abort", rid=rid) for rid in self._to_abort]
         self._to_abort = []
-        return aborts + items
+        return items + aborts
 
-    def _parse(self, frames: list[zmq.Frame]) -> Req | ControlRequest | None:
-        payload = frames[-1]
-        client = self._client(frames[0].bytes, _source_fd(payload))
-        if len(frames) != 2:
+    def _parse(self, message: _Message) -> Req | ControlRequest | None:
+        payload = message.last
+        fd = _source_fd(payload)
+        if fd in self._closed_fds:  # sent just before its connection closed: nobody to serve
+            self.departed_messages += 1
+            return None
+        client = self._client(message.identity, fd)
+        if message.parts == 2 and not len(message.first):
+            # A REQ socket's envelope: it reads only answers that carry the empty delimiter.
             return self._refuse(
-                client, f"expected one message frame from a DEALER, got {len(frames) - 1}"
+                client,
+                "got a REQ socket's envelope (an empty frame, then the message); connect a "
+                "DEALER and send each message as one frame",
+                envelope=(b"",),
+            )
+        if message.parts != 1:
+            return self._refuse(
+                client, f"expected one message frame from a DEALER, got {message.parts}"
             )
         size = len(payload)
         if size > self.max_message_bytes:
@@ -305,14 +375,17 @@ class ZmqServer:
             type=msg.type, mode=msg.mode, rid=msg.rid, send_reply=partial(self._reply, client)
         )
 
-    def _refuse(self, client: _Client, problem: str, rid: str | None = None) -> None:
+    def _refuse(
+        self, client: _Client, problem: str, rid: str | None = None, envelope: tuple = ()
+    ) -> None:
         self.malformed_count += 1
-        self._warnings.warning("request refused", problem=problem[:500], peer=client.identity.hex())
-        self._send(client, encode(ErrorReply(message=problem, rid=rid)))
+        problem = _shortened(problem)
+        self._warnings.warning("request refused", problem=problem, peer=client.identity.hex())
+        self._send(client, encode(ErrorReply(message=problem, rid=rid)), envelope)
         return None
 
     def _reply(self, client: _Client, reply: ControlReply) -> None:
-        self._read_disconnects()
+        self._read_connection_events()
         if self._by_identity.get(client.identity) is client:  # else it left: nobody to tell
             self._send(client, encode(reply))
 
@@ -336,8 +409,9 @@ class ZmqServer:
             self._by_fd[fd] = client
         return client
 
-    def _read_disconnects(self) -> None:
-        """Depart the clients whose connections the monitor reports closed."""
+    def _read_connection_events(self) -> None:
+        """Depart the clients whose connections the monitor reports closed, and mark their
+        descriptors closed until a new connection is accepted on one."""
         monitor = self._monitor
         if monitor.closed:
             return
@@ -346,8 +420,13 @@ class ZmqServer:
                 event = parse_monitor_message(monitor.recv_multipart(zmq.NOBLOCK))
             except zmq.Again:
                 return
-            client = self._by_fd.get(event["value"])
-            if client is not None and event["event"] == zmq.EVENT_DISCONNECTED:
+            fd = event["value"]
+            if event["event"] == zmq.EVENT_ACCEPTED:
+                self._closed_fds.discard(fd)
+                continue
+            self._closed_fds.add(fd)
+            client = self._by_fd.get(fd)
+            if client is not None:
                 self._depart(client, "disconnected")
 
     def _depart(self, client: _Client, why: str) -> None:
@@ -380,7 +459,7 @@ class ZmqServer:
         """Send each client the part of ``msg`` that concerns its own requests; finished
         requests are forgotten. Outputs of departed clients' requests and of requests this
         server did not take are dropped and counted."""
-        self._read_disconnects()
+        self._read_connection_events()
         routes = self._routes
         by_client: dict[_Client, list[int]] = {}
         for i, rid in enumerate(msg.rids):
@@ -409,18 +488,16 @@ class ZmqServer:
             client.rids.discard(rid)
             client.tokens -= route.tokens
 
-    def _send(self, client: _Client, payload: bytes) -> bool:
+    def _send(self, client: _Client, payload: bytes, envelope: tuple = ()) -> None:
         if self._socket.closed:
-            return False
+            return
         try:
-            self._socket.send_multipart((client.identity, payload), zmq.NOBLOCK)
-            return True
+            self._socket.send_multipart((client.identity, *envelope, payload), zmq.NOBLOCK)
         except zmq.ZMQError as exc:  # EAGAIN: too slow; EHOSTUNREACH: gone
             if exc.errno == zmq.EAGAIN:
                 self._abandon(client, "too slow")
             else:
                 self._depart(client, "gone")
-            return False
 
     # -- the loop's helpers -----------------------------------------------------------------
 
@@ -439,6 +516,16 @@ class ZmqServer:
             self._socket.close(linger=self.linger_ms)
         if not self._monitor.closed:
             self._monitor.close()
+
+
+def _shortened(text: str) -> str:
+    """``text`` cut in the middle to at most ``_MAX_PROBLEM_CHARS`` characters: a refusal
+    quotes what it refuses (a field name, a value), which a client makes as long as it likes,
+    and the place (``at `$.field```) comes last."""
+    if len(text) <= _MAX_PROBLEM_CHARS:
+        return text
+    head, tail = _MAX_PROBLEM_CHARS * 3 // 5, _MAX_PROBLEM_CHARS * 3 // 10
+    return f"{text[:head]}... ({len(text) - head - tail} characters left out) ...{text[-tail:]}"
 
 
 def _source_fd(frame: zmq.Frame) -> int:

@@ -9,8 +9,10 @@ starting with ``!``; ``--stats`` adds a ``rate:`` line every second.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
+from collections.abc import Iterator
 from logging import CRITICAL
 from typing import Any, TextIO
 
@@ -218,28 +220,36 @@ def cmd_tail(args: argparse.Namespace) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _logs_silenced() -> Iterator[None]:
+    """structlog logs nothing below CRITICAL inside; its configuration is restored after."""
+    config = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(CRITICAL))
+    try:
+        yield
+    finally:
+        structlog.configure(**config)
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """Run ``schedkit events check``: 0 when the stream conforms, 1 when it does not."""
     checker = StreamChecker(args.profile, dp_rank=args.dp_rank, has_replay=args.replay is not None)
-    log_config = structlog.get_config()
     # The report says what the subscriber would log (bad frames, payloads, lost history).
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(CRITICAL))
-    try:
-        sub = CheckedSubscriber(checker, args.endpoint, args.replay, args.topic)
-    except ValueError as exc:
-        structlog.configure(**log_config)
-        print(f"schedkit events check: {exc}", file=sys.stderr)
-        return 2
-    deadline = time.monotonic() + args.timeout
-    try:
-        count = args.count or float("inf")
-        while checker.batches < count and time.monotonic() < deadline:
-            sub.poll(50)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sub.close()
-        structlog.configure(**log_config)
+    with _logs_silenced():
+        try:
+            sub = CheckedSubscriber(checker, args.endpoint, args.replay, args.topic)
+        except ValueError as exc:
+            print(f"schedkit events check: {exc}", file=sys.stderr)
+            return 2
+        deadline = time.monotonic() + args.timeout
+        try:
+            count = args.count or float("inf")
+            while checker.batches < count and time.monotonic() < deadline:
+                sub.poll(50)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sub.close()
     checker.bad_frames(sub.frame_errors)
     for line in checker.report():
         print(line)

@@ -23,3 +23,4 @@ def test_quick_run_prints_memory_and_latencies():
         "peak RSS of the whole run \\(MiB\\)",
     ):
         assert re.search(figure + r" +\d+(\.\d)?$", out, re.MULTILINE), out
+    assert re.search(r"request under 1 MiB invalid frames \(s\) +\d+\.\d\d$", out, re.MULTILINE)

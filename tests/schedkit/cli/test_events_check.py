@@ -4,6 +4,7 @@ ranks, holes and broken page rules are caught, each under its cause."""
 
 from __future__ import annotations
 
+import argparse
 import threading
 import time
 
@@ -13,6 +14,7 @@ import structlog
 from schedkit.components.radix_cache import RadixCache, RadixKey
 
 from schedkit.cli import main
+from schedkit.cli.events import cmd_check
 from schedkit.kv_events import (
     PROFILES,
     AllBlocksCleared,
@@ -434,3 +436,19 @@ def test_malformed_batches_are_reported_not_raised(profile, faulty_kv_publisher,
         for line in out
     )
     assert err == ""
+
+
+@pytest.mark.parametrize("endpoint", ["not-an-endpoint", "tcp://127.0.0.1:1"])
+def test_the_logging_configuration_is_restored_after_a_check(endpoint, capsys):
+    before = structlog.get_config()
+    args = argparse.Namespace(
+        profile="sglang",
+        dp_rank=None,
+        replay=None,
+        endpoint=endpoint,
+        topic="",
+        count=None,
+        timeout=0.1,
+    )
+    assert cmd_check(args) == (2 if endpoint == "not-an-endpoint" else 1)
+    assert structlog.get_config() == before
