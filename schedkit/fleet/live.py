@@ -51,7 +51,7 @@ from schedkit.components.io_struct import (
     encode,
 )
 from schedkit.components.schedule_batch import FinishAbort, Req
-from schedkit.fleet.launch import LAUNCHERS, WorkerStartError
+from schedkit.fleet.launch import LAUNCHERS, WorkerStartError, exit_reason
 from schedkit.fleet.summary import FleetSummary, fleet_summary
 from schedkit.fleet.worker import LOOPBACK_ANY_PORT, WorkerSpec
 from schedkit.router import KvRouter, Router, make_policy
@@ -191,18 +191,25 @@ class LiveFleet:
         deadline = time.monotonic() + self.ready_timeout
         while len(ready) < self.num_workers:
             if self._report.poll(100):
-                msg = self._decode_report(self._report.recv())
-                if "error" in msg:
-                    raise WorkerStartError(f"worker {msg['rank']}: {msg['error']}")
-                ready[msg["rank"]] = msg["ready"]
+                self._take_ready(ready)
             gone = [r for r, h in enumerate(self.handles) if r not in ready and not h.is_alive()]
             if gone:
-                raise WorkerStartError(f"worker {gone[0]} exited before it was ready")
+                while self._report.poll(500):  # the report it sent before exiting, if any
+                    self._take_ready(ready)
+                why = exit_reason(self.handles[gone[0]])
+                raise WorkerStartError(f"worker {gone[0]} exited before it was ready ({why})")
             if time.monotonic() > deadline:
                 raise WorkerStartError(f"workers not ready after {self.ready_timeout:g} s")
         now = time.monotonic()
         self._last_seen = [now] * self.num_workers
         return ready
+
+    def _take_ready(self, ready: dict[int, dict]) -> None:
+        """One start-up report: a worker's endpoints into ``ready``, or its error raised."""
+        msg = self._decode_report(self._report.recv())
+        if "error" in msg:
+            raise WorkerStartError(f"worker {msg['rank']}: {msg['error']}")
+        ready[msg["rank"]] = msg["ready"]
 
     def kill(self, rank: int) -> None:
         """Kill worker ``rank`` outright, its process or its Ray actor (as a crash would)."""

@@ -4,25 +4,31 @@ free loopback ports, a router following their KV events, and workers that die.""
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 import attrs
 import msgspec
 import pytest
+import structlog
 import zmq
 from schedkit.components.io_struct import BatchTokenIDOutput, ErrorReply, encode
 from schedkit.components.schedule_batch import FinishLength, Req
 from structlog.testing import capture_logs
 
-from schedkit.fleet.launch import LAUNCHERS
+from schedkit.fleet import worker as worker_module
+from schedkit.fleet.launch import LAUNCHERS, ProcessLauncher
 from schedkit.fleet.live import LiveFleet, WorkerStartError
-from schedkit.fleet.worker import WorkerSpec
+from schedkit.fleet.worker import WorkerSpec, worker_main
 from schedkit.sim.workload import shared_prefix_workload
 
 WIRING = Path(__file__).resolve().parents[3] / "wiring.yaml"
@@ -135,43 +141,52 @@ GARBAGE = [
 ]
 
 
-@attrs.define
-class GarbageWorker:
-    """Stands in for a worker process: a thread that reports ready with a ROUTER endpoint
-    and answers every message with ``GARBAGE``; the handle of the launcher below."""
+def serve_garbage(spec: WorkerSpec, stop: threading.Event) -> None:
+    """A worker that reports ready with a ROUTER endpoint and answers every message with
+    ``GARBAGE``."""
+    context = zmq.Context()
+    requests, report = context.socket(zmq.ROUTER), context.socket(zmq.PUSH)
+    try:
+        port = requests.bind_to_random_port("tcp://127.0.0.1")
+        report.connect(spec.report_endpoint)
+        ready = {"pid": os.getpid(), "requests": f"tcp://127.0.0.1:{port}", "kv_events": None}
+        ready |= {"replay": None, "page_size": 1, "topic": "", "profile": "sglang"}
+        report.send(msgspec.msgpack.encode({"rank": spec.rank, "ready": ready}))
+        while not stop.is_set():
+            if requests.poll(20):
+                identity, _ = requests.recv_multipart()
+                for payload in GARBAGE:
+                    requests.send_multipart([identity, payload])
+    finally:
+        requests.close(linger=0)
+        report.close(linger=0)
+        context.term()
 
+
+@attrs.define
+class ThreadWorker:
+    """Stands in for a worker process: ``target(spec, stop)`` on a thread, with a process
+    handle's methods (``kill`` sets ``stop``)."""
+
+    target: Callable[[WorkerSpec, threading.Event], None]
     spec: WorkerSpec
     stop: threading.Event = attrs.Factory(threading.Event)
     thread: threading.Thread | None = None
     sentinel: int = -1
-    _exited: int = -1
+    exited: int = -1
     pid: int = os.getpid()
 
-    def start(self) -> GarbageWorker:
-        self.sentinel, self._exited = os.pipe()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
+    def start(self) -> ThreadWorker:
+        self.sentinel, self.exited = os.pipe()
+        self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
         return self
 
-    def _serve(self) -> None:
-        context = zmq.Context()
-        requests, report = context.socket(zmq.ROUTER), context.socket(zmq.PUSH)
+    def _run(self) -> None:
         try:
-            port = requests.bind_to_random_port("tcp://127.0.0.1")
-            report.connect(self.spec.report_endpoint)
-            ready = {"pid": self.pid, "requests": f"tcp://127.0.0.1:{port}", "kv_events": None}
-            ready |= {"replay": None, "page_size": 1, "topic": "", "profile": "sglang"}
-            report.send(msgspec.msgpack.encode({"rank": self.spec.rank, "ready": ready}))
-            while not self.stop.is_set():
-                if requests.poll(20):
-                    identity, _ = requests.recv_multipart()
-                    for payload in GARBAGE:
-                        requests.send_multipart([identity, payload])
+            self.target(self.spec, self.stop)
         finally:
-            requests.close(linger=0)
-            report.close(linger=0)
-            context.term()
-            os.write(self._exited, b"x")
+            os.write(self.exited, b"x")
 
     def is_alive(self) -> bool:
         return self.thread.is_alive()
@@ -182,23 +197,29 @@ class GarbageWorker:
     def join(self, timeout: float | None = None) -> None:
         self.thread.join(timeout)
 
+    def exit_reason(self) -> str:
+        return "its thread returned"
 
-class GarbageLauncher:
-    def __init__(self) -> None:
-        self.handles: list[GarbageWorker] = []
 
-    def launch(self, spec: WorkerSpec) -> GarbageWorker:
-        self.handles.append(GarbageWorker(spec).start())
+@attrs.define
+class ThreadLauncher:
+    """Each worker a ``ThreadWorker`` running ``target``."""
+
+    target: Callable[[WorkerSpec, threading.Event], None]
+    handles: list[ThreadWorker] = attrs.Factory(list)
+
+    def launch(self, spec: WorkerSpec) -> ThreadWorker:
+        self.handles.append(ThreadWorker(self.target, spec).start())
         return self.handles[-1]
 
     def close(self) -> None:
         for handle in self.handles:
             os.close(handle.sentinel)
-            os.close(handle._exited)
+            os.close(handle.exited)
 
 
 def test_a_worker_that_keeps_sending_garbage_is_taken_out(monkeypatch):
-    monkeypatch.setitem(LAUNCHERS, "garbage", GarbageLauncher)
+    monkeypatch.setitem(LAUNCHERS, "garbage", lambda: ThreadLauncher(serve_garbage))
     fleet = LiveFleet(WIRING, 1, "round_robin", launcher="garbage", max_bad_messages=3)
     with capture_logs() as logs, fleet:
         summary = fleet.run(workload(2, rate=1000.0))
@@ -270,8 +291,38 @@ def test_a_silent_worker_is_taken_out_after_the_heartbeat_timeout():
 def test_a_worker_that_cannot_start_is_reported(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("components:\n  scheduler:\n    args:\n      max_running_requests: 0\n")
-    with pytest.raises(WorkerStartError, match=r"worker \d: .*max_running_requests"):
+    where = re.escape(f"{bad}:4: components.scheduler.args.max_running_requests")
+    with pytest.raises(WorkerStartError, match=rf"^worker 0: {where}: .* got 0$"):
         LiveFleet(WIRING, 1, "round_robin", overlays=[bad]).start()
+
+
+def test_any_exception_of_a_starting_worker_is_reported_with_its_type_and_place(monkeypatch):
+    def broken_build(wiring):
+        raise RuntimeError("the device is gone")
+
+    monkeypatch.setattr(worker_module, "build", broken_build)
+    monkeypatch.setattr(structlog, "configure", lambda **_: None)  # worker_main sets it
+    monkeypatch.setitem(LAUNCHERS, "thread", lambda: ThreadLauncher(lambda s, _: worker_main(s)))
+    fleet = LiveFleet(WIRING, 1, "round_robin", launcher="thread")
+    with pytest.raises(WorkerStartError) as raised:
+        fleet.start()
+    here = Path(__file__).name
+    assert re.fullmatch(
+        rf"worker 0: RuntimeError: the device is gone \(at .*{here}:\d+\)", str(raised.value)
+    )
+
+
+def test_a_worker_that_exits_without_a_report_is_said_to_with_its_exit_code(monkeypatch):
+    def launch_exit_3(spec: WorkerSpec) -> BaseProcess:
+        process = multiprocessing.get_context("spawn").Process(target=os._exit, args=(3,))
+        process.start()
+        return process
+
+    monkeypatch.setattr(ProcessLauncher, "launch", staticmethod(launch_exit_3))
+    with pytest.raises(
+        WorkerStartError, match=r"^worker 0 exited before it was ready \(exit code 3\)$"
+    ):
+        LiveFleet(WIRING, 1, "round_robin").start()
 
 
 def test_nothing_imports_ray_unless_its_launcher_is_chosen():
