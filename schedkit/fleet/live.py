@@ -28,8 +28,6 @@ the bookkeeping of requests in flight.)
 from __future__ import annotations
 
 import contextlib
-import heapq
-import itertools
 import math
 import os
 import time
@@ -55,6 +53,7 @@ from schedkit.fleet.launch import LAUNCHERS, WorkerStartError, exit_reason
 from schedkit.fleet.summary import FleetSummary, fleet_summary
 from schedkit.fleet.worker import LOOPBACK_ANY_PORT, WorkerSpec
 from schedkit.router import KvRouter, Router, make_policy
+from schedkit.sim.arrivals import PendingArrivals
 from schedkit.sim.driver import Tally
 from schedkit.sim.workload import Workload
 
@@ -223,32 +222,22 @@ class LiveFleet:
         """Send ``workload`` through the fleet on the wall clock until every request
         finished or failed, stop the workers and summarise. ``on_route(fleet, n)`` is called
         after the n-th request is sent."""
-        order = itertools.count()
-        arrivals = iter(workload.initial())
-        upcoming = next(arrivals, None)
-        follow_ups: list = []
+        pending = PendingArrivals(workload)
         start = time.monotonic()
         next_heartbeat, sent, interrupted = start, 0, False
         try:
-            while upcoming is not None or follow_ups or self._inflight:
+            while pending or self._inflight:
                 now = time.monotonic()
                 elapsed = now - start
-                while upcoming is not None and upcoming.time <= elapsed:
-                    self._send(upcoming.time, upcoming.req)
-                    upcoming, sent = next(arrivals, None), sent + 1
+                for arrival in pending.due(elapsed):
+                    self._send(arrival.time, arrival.req)
+                    sent += 1
                     if on_route is not None:
                         on_route(self, sent)
-                while follow_ups and follow_ups[0][0] <= elapsed:
-                    at, _, req = heapq.heappop(follow_ups)
-                    self._send(at, req)
                 if now >= next_heartbeat:
                     self._check_workers(now)
                     next_heartbeat = now + self.heartbeat_interval
-                due = min(
-                    upcoming.time if upcoming is not None else math.inf,
-                    follow_ups[0][0] if follow_ups else math.inf,
-                )
-                wait = min(due - elapsed, next_heartbeat - now, 0.05)
+                wait = min(pending.next_time() - elapsed, next_heartbeat - now, 0.05)
                 for sock, _ in self._poller.poll(max(0, int(wait * 1000))):
                     if sock in self._sentinels:
                         self._mark_dead(self._sentinels[sock], "its process exited")
@@ -257,9 +246,7 @@ class LiveFleet:
                     while self.alive[rank] and sock.poll(0):
                         received = time.monotonic() - start
                         for req in self._receive(rank, sock.recv(), received):
-                            follow = workload.follow_up(req, received)
-                            if follow is not None:
-                                heapq.heappush(follow_ups, (follow.time, next(order), follow.req))
+                            pending.finished(req, received)
                 if isinstance(self.router, KvRouter):
                     self.router.poll(0)
         except KeyboardInterrupt:
