@@ -21,7 +21,7 @@ import msgspec
 import pytest
 import structlog
 import zmq
-from schedkit.components.io_struct import BatchTokenIDOutput, ErrorReply, encode
+from schedkit.components.io_struct import ErrorReply, encode
 from schedkit.components.schedule_batch import FinishLength, Req
 from structlog.testing import capture_logs
 
@@ -30,6 +30,7 @@ from schedkit.fleet.launch import LAUNCHERS, ProcessLauncher
 from schedkit.fleet.live import LiveFleet, WorkerStartError
 from schedkit.fleet.worker import WorkerSpec, worker_main
 from schedkit.sim.workload import shared_prefix_workload
+from tests.components.test_output_sender import token_msg
 
 WIRING = Path(__file__).resolve().parents[3] / "wiring.yaml"
 
@@ -42,17 +43,7 @@ def workload(num_requests: int, output_len: int = 16, rate: float = 40.0):
 
 def outputs(*columns: tuple[str, list[int], object]) -> bytes:
     """A worker's output message: (rid, new tokens, finish reason or None) per request."""
-    return encode(
-        BatchTokenIDOutput(
-            rids=[rid for rid, _, _ in columns],
-            finished_reasons=[reason for _, _, reason in columns],
-            output_ids=[tokens for _, tokens, _ in columns],
-            prompt_tokens=[4] * len(columns),
-            completion_tokens=[len(tokens) for _, tokens, _ in columns],
-            cached_tokens=[0] * len(columns),
-            cached_tokens_details=[None] * len(columns),
-        )
-    )
+    return encode(token_msg(*columns))
 
 
 @pytest.fixture
