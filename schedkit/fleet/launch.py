@@ -2,14 +2,16 @@
 
 A launcher's ``launch(spec)`` starts one worker and returns a handle with ``is_alive()``,
 ``kill()``, ``join(timeout)`` and a ``sentinel``: a file descriptor that becomes readable once
-the worker has exited, which the router polls with its sockets. ``close()``, once every
-worker has stopped, releases what the launcher holds.
+the worker has exited, which the router polls with its sockets; ``exit_reason(handle)`` says
+how a worker that is gone ended. ``close()``, once every worker has stopped, releases what
+the launcher holds.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import threading
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -18,7 +20,14 @@ import attrs
 
 from schedkit.fleet.worker import WorkerSpec, worker_main
 
-__all__ = ["LAUNCHERS", "ProcessLauncher", "RayHandle", "RayLauncher", "WorkerStartError"]
+__all__ = [
+    "LAUNCHERS",
+    "ProcessLauncher",
+    "RayHandle",
+    "RayLauncher",
+    "WorkerStartError",
+    "exit_reason",
+]
 
 
 class WorkerStartError(RuntimeError):
@@ -38,6 +47,20 @@ class ProcessLauncher:
 
     def close(self) -> None:
         """Nothing to release: the processes were joined by the fleet."""
+
+
+def exit_reason(handle: Any) -> str:
+    """How a worker that is no longer alive ended: its handle's ``exit_reason()`` (a Ray
+    actor's), else a process's exit code or the signal that killed it."""
+    if hasattr(handle, "exit_reason"):
+        return handle.exit_reason()
+    code = handle.exitcode
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 class _RayWorker:
@@ -80,6 +103,18 @@ class RayHandle:
 
         ready, _ = ray.wait([self.done], timeout=0)
         return not ready
+
+    def exit_reason(self) -> str:
+        """The exception that ended the actor's ``run`` call (it died, or raised before the
+        worker could report), or that it returned."""
+        import ray
+
+        try:
+            ray.get(self.done, timeout=0)
+        except Exception as exc:
+            first_line = (str(exc).strip().splitlines() or [""])[0]
+            return f"{type(exc).__name__}: {first_line}"
+        return "it returned"
 
     def kill(self) -> None:
         """Kill the actor outright (as a crash would)."""

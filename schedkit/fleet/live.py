@@ -8,7 +8,18 @@ and load (its requests in flight on each worker), sends it on a DEALER connected
 worker's ``zmq_server`` and reads the outputs back. A worker whose process exits, or that
 answers no ``get_loads`` heartbeat for ``heartbeat_timeout`` seconds, is taken out of the
 routing and its requests in flight are reported failed (a worker's exit is seen at once:
-its launcher's sentinel, for a process or a Ray actor, is polled with the sockets).
+its launcher's sentinel, for a process or a Ray actor, is polled with the sockets). A
+message from a worker that does not decode is counted (``bad_messages``) and logged; a
+worker that sends ``max_bad_messages`` of them in a row is taken out as broken.
+
+Latencies are taken as the outputs arrive, on the router's clock. A message carrying ``k``
+tokens that arrives ``gap`` seconds after the request's previous one gives ``k`` inter-token
+latencies of ``gap / k`` (as SGLang's ``bench_serving`` counts a chunk of several tokens);
+the first message's ``k`` tokens start the request's TTFT and give ``k - 1`` latencies of 0
+(they arrived with the first). So a request of ``n`` tokens has ``n - 1`` ITL samples summing
+to its last token's time minus its first's, as in a single-scheduler run (one sample per
+token after the first, ``schedkit.sim.samples.Tally``), and its TPOT is their mean.
+(``bench_serving`` leaves the first chunk's extra tokens out of its ITL samples.)
 
 (Longer than 300 lines: starting, driving and stopping the workers share the sockets and
 the bookkeeping of requests in flight.)
@@ -17,8 +28,6 @@ the bookkeeping of requests in flight.)
 from __future__ import annotations
 
 import contextlib
-import heapq
-import itertools
 import math
 import os
 import time
@@ -27,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import structlog
 import zmq
 
 from schedkit.components.io_struct import (
@@ -39,14 +49,17 @@ from schedkit.components.io_struct import (
     encode,
 )
 from schedkit.components.schedule_batch import FinishAbort, Req
-from schedkit.fleet.launch import LAUNCHERS, WorkerStartError
+from schedkit.fleet.launch import LAUNCHERS, WorkerStartError, exit_reason
 from schedkit.fleet.summary import FleetSummary, fleet_summary
 from schedkit.fleet.worker import LOOPBACK_ANY_PORT, WorkerSpec
 from schedkit.router import KvRouter, Router, make_policy
+from schedkit.sim.arrivals import PendingArrivals
 from schedkit.sim.driver import Tally
 from schedkit.sim.workload import Workload
 
 __all__ = ["LAUNCHERS", "LiveFleet", "WorkerStartError"]
+
+log = structlog.get_logger(__name__)
 
 
 def _bind(context: zmq.Context, kind: int) -> tuple[zmq.Socket, str]:
@@ -71,6 +84,7 @@ class LiveFleet:
         heartbeat_timeout: float = 5.0,
         ready_timeout: float = 120.0,
         grace: float = 2.0,
+        max_bad_messages: int = 10,
     ) -> None:
         if num_workers < 1:
             raise ValueError(f"a fleet needs at least one worker, got {num_workers}")
@@ -86,6 +100,9 @@ class LiveFleet:
         self.launcher = launcher
         self.heartbeat_interval, self.heartbeat_timeout = heartbeat_interval, heartbeat_timeout
         self.ready_timeout, self.grace = ready_timeout, grace
+        self.max_bad_messages = max_bad_messages
+        self.bad_messages = [0] * num_workers  # messages that did not decode, per worker
+        self._bad_in_a_row = [0] * num_workers
         self.handles: list[Any] = []
         self.endpoints: dict[int, dict] = {}  # each worker's ready report: pid and endpoints
         self._launcher: Any = None
@@ -173,18 +190,25 @@ class LiveFleet:
         deadline = time.monotonic() + self.ready_timeout
         while len(ready) < self.num_workers:
             if self._report.poll(100):
-                msg = self._decode_report(self._report.recv())
-                if "error" in msg:
-                    raise WorkerStartError(f"worker {msg['rank']}: {msg['error']}")
-                ready[msg["rank"]] = msg["ready"]
+                self._take_ready(ready)
             gone = [r for r, h in enumerate(self.handles) if r not in ready and not h.is_alive()]
             if gone:
-                raise WorkerStartError(f"worker {gone[0]} exited before it was ready")
+                while self._report.poll(500):  # the report it sent before exiting, if any
+                    self._take_ready(ready)
+                why = exit_reason(self.handles[gone[0]])
+                raise WorkerStartError(f"worker {gone[0]} exited before it was ready ({why})")
             if time.monotonic() > deadline:
                 raise WorkerStartError(f"workers not ready after {self.ready_timeout:g} s")
         now = time.monotonic()
         self._last_seen = [now] * self.num_workers
         return ready
+
+    def _take_ready(self, ready: dict[int, dict]) -> None:
+        """One start-up report: a worker's endpoints into ``ready``, or its error raised."""
+        msg = self._decode_report(self._report.recv())
+        if "error" in msg:
+            raise WorkerStartError(f"worker {msg['rank']}: {msg['error']}")
+        ready[msg["rank"]] = msg["ready"]
 
     def kill(self, rank: int) -> None:
         """Kill worker ``rank`` outright, its process or its Ray actor (as a crash would)."""
@@ -198,42 +222,31 @@ class LiveFleet:
         """Send ``workload`` through the fleet on the wall clock until every request
         finished or failed, stop the workers and summarise. ``on_route(fleet, n)`` is called
         after the n-th request is sent."""
-        order = itertools.count()
-        arrivals = iter(workload.initial())
-        upcoming = next(arrivals, None)
-        follow_ups: list = []
+        pending = PendingArrivals(workload)
         start = time.monotonic()
         next_heartbeat, sent, interrupted = start, 0, False
         try:
-            while upcoming is not None or follow_ups or self._inflight:
+            while pending or self._inflight:
                 now = time.monotonic()
                 elapsed = now - start
-                while upcoming is not None and upcoming.time <= elapsed:
-                    self._send(upcoming.time, upcoming.req)
-                    upcoming, sent = next(arrivals, None), sent + 1
+                for arrival in pending.due(elapsed):
+                    self._send(arrival.time, arrival.req)
+                    sent += 1
                     if on_route is not None:
                         on_route(self, sent)
-                while follow_ups and follow_ups[0][0] <= elapsed:
-                    at, _, req = heapq.heappop(follow_ups)
-                    self._send(at, req)
                 if now >= next_heartbeat:
                     self._check_workers(now)
                     next_heartbeat = now + self.heartbeat_interval
-                due = min(
-                    upcoming.time if upcoming is not None else math.inf,
-                    follow_ups[0][0] if follow_ups else math.inf,
-                )
-                wait = min(due - elapsed, next_heartbeat - now, 0.05)
+                wait = min(pending.next_time() - elapsed, next_heartbeat - now, 0.05)
                 for sock, _ in self._poller.poll(max(0, int(wait * 1000))):
                     if sock in self._sentinels:
                         self._mark_dead(self._sentinels[sock], "its process exited")
                         continue
                     rank = self._dealers.index(sock)
                     while self.alive[rank] and sock.poll(0):
-                        for req in self._receive(rank, sock.recv(), start):
-                            follow = workload.follow_up(req, time.monotonic() - start)
-                            if follow is not None:
-                                heapq.heappush(follow_ups, (follow.time, next(order), follow.req))
+                        received = time.monotonic() - start
+                        for req in self._receive(rank, sock.recv(), received):
+                            pending.finished(req, received)
                 if isinstance(self.router, KvRouter):
                     self.router.poll(0)
         except KeyboardInterrupt:
@@ -271,37 +284,74 @@ class LiveFleet:
         self._load[rank] += 1
         self.routed[rank] += 1
 
-    def _receive(self, rank: int, payload: bytes, start: float) -> list[Req]:
-        """Take in one message from worker ``rank``; returns the requests it finished."""
-        now = time.monotonic() - start
+    def _receive(self, rank: int, payload: bytes, now: float) -> list[Req]:
+        """Take in one message from worker ``rank``, ``now`` seconds from the start; returns
+        the requests it finished. Outputs for a request routed to another worker are logged
+        and ignored."""
+        try:
+            msg = decode_server_message(payload)
+            if isinstance(msg, BatchTokenIDOutput):
+                _check_columns(msg)
+        except (msgspec.DecodeError, RecursionError, ValueError) as exc:
+            self._bad_message(rank, exc)
+            return []
         self._last_seen[rank] = time.monotonic()
-        msg = decode_server_message(payload)
+        self._bad_in_a_row[rank] = 0
         finished = []
         if isinstance(msg, BatchTokenIDOutput):
-            for i, rid in enumerate(msg.rids):
-                entry = self._inflight.get(rid)
-                if entry is None:
+            for rid, tokens, reason in zip(
+                msg.rids, msg.output_ids, msg.finished_reasons, strict=True
+            ):
+                req = self._routed_to(rank, rid)
+                if req is None:
                     continue
-                req, tokens = entry[1], msg.output_ids[i]
                 if tokens:
-                    # finish_time holds the time of the request's last output until it ends
-                    if req.first_token_time is None:
+                    last = req.last_token_time
+                    if last is None:
                         req.first_token_time = now
+                        req.itl.extend([0.0] * (len(tokens) - 1))
                     else:
-                        gap = (now - req.finish_time) / len(tokens)
-                        req.itl.extend([gap] * len(tokens))
-                    req.finish_time = now
+                        req.itl.extend([(now - last) / len(tokens)] * len(tokens))
+                    req.last_token_time = now
                     req.output_ids.extend(tokens)
-                reason = msg.finished_reasons[i]
                 if reason is not None:
                     req.finished_reason, req.finish_time = reason, now
                     self._finish(rid)
-                    finished.append(req)
-        elif isinstance(msg, ErrorReply) and msg.rid in self._inflight:
-            rank, req = self._inflight[msg.rid]
-            req.finished_reason = FinishAbort(message=msg.message)
-            self._finish(msg.rid)
-        return [req for req in finished if not isinstance(req.finished_reason, FinishAbort)]
+                    if not isinstance(reason, FinishAbort):
+                        finished.append(req)
+        elif isinstance(msg, ErrorReply):
+            if msg.rid not in self._inflight:  # e.g. a heartbeat it refused
+                log.warning("fleet.worker_refused", worker=rank, rid=msg.rid, error=msg.message)
+            elif (req := self._routed_to(rank, msg.rid)) is not None:
+                req.finished_reason = FinishAbort(message=msg.message)
+                self._finish(msg.rid)
+        return finished
+
+    def _routed_to(self, rank: int, rid: str) -> Req | None:
+        """The request ``rid`` in flight on worker ``rank``; None (logged when it is in
+        flight on another worker) otherwise."""
+        entry = self._inflight.get(rid)
+        if entry is None:
+            return None
+        owner, req = entry
+        if owner != rank:
+            log.warning("fleet.output_from_wrong_worker", rid=rid, worker=rank, routed_to=owner)
+            return None
+        return req
+
+    def _bad_message(self, rank: int, exc: Exception) -> None:
+        """Count and log a message from worker ``rank`` that does not decode; take the
+        worker out when ``max_bad_messages`` came in a row."""
+        self.bad_messages[rank] += 1
+        self._bad_in_a_row[rank] += 1
+        in_a_row = self._bad_in_a_row[rank]
+        log.warning(
+            "fleet.bad_worker_message", worker=rank, error=str(exc)[:500], in_a_row=in_a_row
+        )
+        if in_a_row >= self.max_bad_messages:
+            self._mark_dead(
+                rank, f"sent {in_a_row} messages in a row that do not decode (last: {exc})"
+            )
 
     def _finish(self, rid: str) -> None:
         rank, req = self._inflight.pop(rid)
@@ -392,3 +442,15 @@ class LiveFleet:
             interrupted=interrupted,
             unrouted=self._unrouted,
         )
+
+
+def _check_columns(msg: BatchTokenIDOutput) -> None:
+    """ValueError unless the per-request columns the router reads have one entry per rid."""
+    lengths = {
+        "rids": len(msg.rids),
+        "output_ids": len(msg.output_ids),
+        "finished_reasons": len(msg.finished_reasons),
+    }
+    if len(set(lengths.values())) > 1:
+        found = ", ".join(f"{name} {n}" for name, n in lengths.items())
+        raise ValueError(f"BatchTokenIDOutput columns differ in length ({found}); one per rid")

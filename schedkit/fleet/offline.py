@@ -14,7 +14,6 @@ and seed give the same numbers. The wiring's model runner should run on the virt
 from __future__ import annotations
 
 import contextlib
-import heapq
 import itertools
 import math
 import os
@@ -30,6 +29,7 @@ from schedkit.fleet.summary import FleetSummary, fleet_summary
 from schedkit.kv_events import KvEventsConfig
 from schedkit.kv_events.structs import get_profile
 from schedkit.router import Router, make_policy
+from schedkit.sim.arrivals import PendingArrivals
 from schedkit.sim.driver import Stepper, peak_rss_mb
 from schedkit.sim.workload import Workload
 from schedkit.wiring import Wiring, WiringError, load_wiring
@@ -157,19 +157,13 @@ class OfflineFleet:
 
     def run(self) -> FleetSummary:
         """Run the workload to the end (or Ctrl-C) and summarise it."""
-        steppers, workload = self.steppers, self.workload
-        order = itertools.count()
-        arrivals = iter(workload.initial())
-        upcoming = next(arrivals, None)
-        follow_ups: list = []
+        steppers = self.steppers
+        pending = PendingArrivals(self.workload)
         wall_start = time.perf_counter()
         finished_count, interrupted = 0, False
         try:
             while True:
-                due = min(
-                    upcoming.time if upcoming is not None else math.inf,
-                    follow_ups[0][0] if follow_ups else math.inf,
-                )
+                due = pending.next_time()
                 busy = [s for s in steppers if s.inflight]
                 behind = min(busy, key=Stepper.elapsed, default=None)
                 if behind is None and due == math.inf:
@@ -182,24 +176,18 @@ class OfflineFleet:
                     if self.channels:
                         self._take_events(rank)
                     for req in finished:
-                        follow = workload.follow_up(req, behind.elapsed())
-                        if follow is not None:
-                            heapq.heappush(follow_ups, (follow.time, next(order), follow.req))
+                        pending.finished(req, behind.elapsed())
                     if finished and self.progress is not None:
                         finished_count += len(finished)
                         self.progress(finished_count, behind.elapsed())
                     continue
-                if upcoming is not None and upcoming.time <= due:
-                    req = upcoming.req
-                    upcoming = next(arrivals, None)
-                else:
-                    req = heapq.heappop(follow_ups)[2]
+                arrival = pending.pop()
                 for stepper in steppers:
                     if not stepper.inflight:
                         stepper.wait_until(due)
-                rank = self.router.route(req.origin_input_ids).rank
+                rank = self.router.route(arrival.req.origin_input_ids).rank
                 self.routed[rank] += 1
-                steppers[rank].submit(due, req)
+                steppers[rank].submit(due, arrival.req)
         except KeyboardInterrupt:
             interrupted = True
         finally:

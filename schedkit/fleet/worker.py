@@ -4,9 +4,10 @@ KV events (with replay) on its own loopback ports, all on free ports.
 
 It reports to the parent on a PUSH socket: ``{"rank", "ready": {...endpoints}}`` once built,
 ``{"rank", "stats": {...}}`` after it stopped (peak RSS, prefix-cache token counts, uptime),
-or ``{"rank", "error": message}`` when it cannot start. It stops on SIGTERM, on any message
-on the parent's stop PUB socket, or when its parent process is gone, then finishes what is
-in flight for ``grace`` seconds and aborts the rest, as ``schedkit serve`` does.
+or ``{"rank", "error": message}`` when it fails (``describe_error``: any exception). It
+stops on SIGTERM, on any message on the parent's stop PUB socket, or when its parent process
+is gone, then finishes what is in flight for ``grace`` seconds and aborts the rest, as
+``schedkit serve`` does.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 
 import attrs
 import msgspec
@@ -29,7 +31,7 @@ from schedkit.serving import drain
 from schedkit.sim.driver import peak_rss_mb
 from schedkit.wiring import Ref, WiringError
 
-__all__ = ["WorkerSpec", "serve_overlay", "worker_main"]
+__all__ = ["WorkerSpec", "describe_error", "serve_overlay", "worker_main"]
 
 LOOPBACK_ANY_PORT = "tcp://127.0.0.1:0"
 
@@ -58,6 +60,16 @@ def serve_overlay() -> dict:
             "model_runner": {"args": {"clock": "wall"}},
         }
     }
+
+
+def describe_error(exc: BaseException) -> str:
+    """What a worker tells its parent of an exception: a wiring error's problems (each names
+    its ``FILE:LINE``), or any other exception's type, message and where it was raised."""
+    if isinstance(exc, WiringError):
+        return "; ".join(exc.errors)
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
 
 
 def _watch_stop(context: zmq.Context, spec: WorkerSpec, stop: threading.Event) -> None:
@@ -128,9 +140,10 @@ def worker_main(spec: WorkerSpec) -> None:
             }
         watcher.join(timeout=1.0)
         report.send(send({"rank": spec.rank, "stats": stats}))
-    except (WiringError, ValueError, OSError, zmq.ZMQError) as exc:
-        message = "; ".join(exc.errors) if isinstance(exc, WiringError) else str(exc)
-        report.send(send({"rank": spec.rank, "error": message}))
+    except Exception as exc:
+        report.send(send({"rank": spec.rank, "error": describe_error(exc)}))
+        if not isinstance(exc, WiringError):  # not the wiring's fault: the stack to stderr
+            traceback.print_exc()
     finally:
         with contextlib.suppress(zmq.ZMQError):
             report.close(linger=2000)

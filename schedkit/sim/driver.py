@@ -7,13 +7,13 @@ clock sleeps). Latencies are measured on that clock: simulated seconds with ``cl
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import time
 from collections.abc import Callable
 
 from schedkit.components.schedule_batch import Req
 from schedkit.container import Assembly
+from schedkit.sim.arrivals import PendingArrivals
 from schedkit.sim.run_summary import RunSummary, peak_rss_mb, summarize
 from schedkit.sim.samples import Tally
 from schedkit.sim.workload import Workload
@@ -150,34 +150,22 @@ def drive(
     where a caller can read them after the run (``--plot`` does).
     """
     stepper = Stepper(assembly, on_finish, samples)
-    order = itertools.count()
-    arrivals = iter(workload.initial())
-    upcoming = next(arrivals, None)
-    follow_ups: list[tuple[float, int, Req]] = []
+    pending = PendingArrivals(workload)
     wall_start = time.perf_counter()
     interrupted = False
 
     try:
-        while upcoming is not None or follow_ups or stepper.inflight:
-            elapsed = stepper.elapsed()
-            while upcoming is not None and upcoming.time <= elapsed:
-                stepper.submit(upcoming.time, upcoming.req)
-                upcoming = next(arrivals, None)
-            while follow_ups and follow_ups[0][0] <= elapsed:
-                at, _, req = heapq.heappop(follow_ups)
-                stepper.submit(at, req)
+        while pending or stepper.inflight:
+            for arrival in pending.due(stepper.elapsed()):
+                stepper.submit(arrival.time, arrival.req)
             ran, finished = stepper.step()
             if finished:
                 for req in finished:
-                    follow = workload.follow_up(req, stepper.elapsed())
-                    if follow is not None:
-                        heapq.heappush(follow_ups, (follow.time, next(order), follow.req))
+                    pending.finished(req, stepper.elapsed())
                 if progress is not None:
                     progress(stepper.tally.done + stepper.tally.failed, stepper.elapsed())
-            if not ran and (upcoming is not None or follow_ups):
-                due = [upcoming.time] if upcoming is not None else []
-                due += [follow_ups[0][0]] if follow_ups else []
-                stepper.wait_until(min(due))
+            if not ran and pending:
+                stepper.wait_until(pending.next_time())
     except KeyboardInterrupt:
         interrupted = True
     finally:

@@ -4,17 +4,33 @@ free loopback ports, a router following their KV events, and workers that die.""
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
+import attrs
+import msgspec
 import pytest
+import structlog
+import zmq
+from schedkit.components.io_struct import ErrorReply, encode
+from schedkit.components.schedule_batch import FinishLength, Req
+from structlog.testing import capture_logs
 
+from schedkit.fleet import worker as worker_module
+from schedkit.fleet.launch import LAUNCHERS, ProcessLauncher
 from schedkit.fleet.live import LiveFleet, WorkerStartError
+from schedkit.fleet.worker import WorkerSpec, worker_main
 from schedkit.sim.workload import shared_prefix_workload
+from tests.components.test_output_sender import token_msg
 
 WIRING = Path(__file__).resolve().parents[3] / "wiring.yaml"
 
@@ -23,6 +39,189 @@ def workload(num_requests: int, output_len: int = 16, rate: float = 40.0):
     return shared_prefix_workload(
         num_requests, groups=5, output_len=output_len, rate=rate, stream=True
     )
+
+
+def outputs(*columns: tuple[str, list[int], object]) -> bytes:
+    """A worker's output message: (rid, new tokens, finish reason or None) per request."""
+    return encode(token_msg(*columns))
+
+
+@pytest.fixture
+def unstarted():
+    """A fleet whose workers are not started, to feed worker messages to by hand."""
+    fleet = LiveFleet(WIRING, 2, "round_robin")
+    yield fleet
+    fleet.close()
+
+
+def in_flight(fleet: LiveFleet, rank: int, rid: str) -> Req:
+    req = Req(rid=rid, origin_input_ids=[1, 2, 3, 4])
+    fleet._inflight[rid] = (rank, req)
+    fleet._load[rank] += 1
+    return req
+
+
+def test_itl_has_one_sample_per_token_after_the_first_when_messages_carry_several(unstarted):
+    req = in_flight(unstarted, 0, "a")
+    assert unstarted._receive(0, outputs(("a", [5, 6, 7], None)), 1.0) == []
+    assert unstarted._receive(0, outputs(("a", [8, 9, 10], None)), 1.3) == []
+    assert unstarted._receive(0, outputs(("a", [11], FinishLength(length=7))), 1.4) == [req]
+    # The first message's other two tokens came with the first; the next three shared 0.3 s.
+    assert req.itl == pytest.approx([0.0, 0.0, 0.1, 0.1, 0.1, 0.1])
+    tally = unstarted._tallies[0]
+    assert (tally.done, tally.output_tokens) == (1, 7)
+    assert list(tally.ttft) == [1.0]
+    # As in a single-scheduler run: n - 1 samples summing to last minus first token time,
+    # so TPOT is their mean.
+    assert len(tally.itl) == 7 - 1
+    assert sum(tally.itl) == pytest.approx(1.4 - 1.0)
+    assert list(tally.tpot) == pytest.approx([sum(tally.itl) / len(tally.itl)])
+
+
+def test_a_refusal_from_another_worker_leaves_the_request_alone(unstarted):
+    req = in_flight(unstarted, 0, "a")
+    with capture_logs() as logs:
+        unstarted._receive(1, encode(ErrorReply(message="no such request", rid="a")), 1.0)
+        unstarted._receive(1, outputs(("a", [5], FinishLength(length=1))), 1.1)
+    assert unstarted._inflight["a"] == (0, req)
+    assert req.finished_reason is None and req.output_ids == []
+    assert [e["event"] for e in logs] == ["fleet.output_from_wrong_worker"] * 2
+    unstarted._receive(0, encode(ErrorReply(message="refused", rid="a")), 1.2)
+    assert "a" not in unstarted._inflight
+    assert unstarted._tallies[0].failed == 1
+
+
+@pytest.mark.parametrize(
+    ("payload", "error"),
+    [
+        (b"\xc1", "invalid"),
+        (msgspec.msgpack.encode({"kind": "token_ids", "rids": ["a"]}), "missing required field"),
+        (msgspec.msgpack.encode({"kind": "tokens"}), "Invalid value 'tokens'"),
+        (outputs(("a", [5], None))[:-3], "truncated"),
+    ],
+)
+def test_a_message_that_does_not_decode_is_counted_and_logged(unstarted, payload, error):
+    req = in_flight(unstarted, 0, "a")
+    with capture_logs() as logs:
+        assert unstarted._receive(0, payload, 1.0) == []
+    assert unstarted.bad_messages == [1, 0]
+    [entry] = logs
+    assert entry["event"] == "fleet.bad_worker_message" and entry["worker"] == 0
+    assert error in entry["error"]
+    # A good message after it is taken in as usual.
+    unstarted._receive(0, outputs(("a", [5], FinishLength(length=1))), 1.1)
+    assert req.finished_reason == FinishLength(length=1)
+    assert unstarted.alive == [True, True]
+
+
+def test_an_output_whose_columns_differ_in_length_is_a_bad_message(unstarted):
+    req = in_flight(unstarted, 0, "a")
+    in_flight(unstarted, 0, "b")
+    message = msgspec.msgpack.decode(outputs(("a", [5], None), ("b", [6], None)))
+    message["output_ids"] = [[5]]
+    with capture_logs() as logs:
+        unstarted._receive(0, msgspec.msgpack.encode(message), 1.0)
+    assert "rids 2, output_ids 1, finished_reasons 2" in logs[0]["error"]
+    assert unstarted.bad_messages == [1, 0] and req.output_ids == []
+
+
+GARBAGE = [
+    b"\xc1",
+    msgspec.msgpack.encode({"kind": "token_ids", "rids": ["a"]}),
+    msgspec.msgpack.encode({"kind": "tokens"}),
+]
+
+
+def serve_garbage(spec: WorkerSpec, stop: threading.Event) -> None:
+    """A worker that reports ready with a ROUTER endpoint and answers every message with
+    ``GARBAGE``."""
+    context = zmq.Context()
+    requests, report = context.socket(zmq.ROUTER), context.socket(zmq.PUSH)
+    try:
+        port = requests.bind_to_random_port("tcp://127.0.0.1")
+        report.connect(spec.report_endpoint)
+        ready = {"pid": os.getpid(), "requests": f"tcp://127.0.0.1:{port}", "kv_events": None}
+        ready |= {"replay": None, "page_size": 1, "topic": "", "profile": "sglang"}
+        report.send(msgspec.msgpack.encode({"rank": spec.rank, "ready": ready}))
+        while not stop.is_set():
+            if requests.poll(20):
+                identity, _ = requests.recv_multipart()
+                for payload in GARBAGE:
+                    requests.send_multipart([identity, payload])
+    finally:
+        requests.close(linger=0)
+        report.close(linger=0)
+        context.term()
+
+
+@attrs.define
+class ThreadWorker:
+    """Stands in for a worker process: ``target(spec, stop)`` on a thread, with a process
+    handle's methods (``kill`` sets ``stop``)."""
+
+    target: Callable[[WorkerSpec, threading.Event], None]
+    spec: WorkerSpec
+    stop: threading.Event = attrs.Factory(threading.Event)
+    thread: threading.Thread | None = None
+    sentinel: int = -1
+    exited: int = -1
+    pid: int = os.getpid()
+
+    def start(self) -> ThreadWorker:
+        self.sentinel, self.exited = os.pipe()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            self.target(self.spec, self.stop)
+        finally:
+            os.write(self.exited, b"x")
+
+    def is_alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def kill(self) -> None:
+        self.stop.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        self.thread.join(timeout)
+
+    def exit_reason(self) -> str:
+        return "its thread returned"
+
+
+@attrs.define
+class ThreadLauncher:
+    """Each worker a ``ThreadWorker`` running ``target``."""
+
+    target: Callable[[WorkerSpec, threading.Event], None]
+    handles: list[ThreadWorker] = attrs.Factory(list)
+
+    def launch(self, spec: WorkerSpec) -> ThreadWorker:
+        self.handles.append(ThreadWorker(self.target, spec).start())
+        return self.handles[-1]
+
+    def close(self) -> None:
+        for handle in self.handles:
+            os.close(handle.sentinel)
+            os.close(handle.exited)
+
+
+def test_a_worker_that_keeps_sending_garbage_is_taken_out(monkeypatch):
+    monkeypatch.setitem(LAUNCHERS, "garbage", lambda: ThreadLauncher(serve_garbage))
+    fleet = LiveFleet(WIRING, 1, "round_robin", launcher="garbage", max_bad_messages=3)
+    with capture_logs() as logs, fleet:
+        summary = fleet.run(workload(2, rate=1000.0))
+    assert fleet.deaths == {
+        0: "sent 3 messages in a row that do not decode (last: Invalid value 'tokens' - at "
+        "`$.kind`)"
+    }
+    assert fleet.bad_messages == [3]
+    assert summary.fleet.requests_failed == 2 and summary.fleet.requests_done == 0
+    bad = [e for e in logs if e["event"] == "fleet.bad_worker_message"]
+    assert [e["in_a_row"] for e in bad] == [1, 2, 3]
 
 
 def test_every_request_completes_and_the_router_follows_the_kv_events():
@@ -83,8 +282,38 @@ def test_a_silent_worker_is_taken_out_after_the_heartbeat_timeout():
 def test_a_worker_that_cannot_start_is_reported(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("components:\n  scheduler:\n    args:\n      max_running_requests: 0\n")
-    with pytest.raises(WorkerStartError, match=r"worker \d: .*max_running_requests"):
+    where = re.escape(f"{bad}:4: components.scheduler.args.max_running_requests")
+    with pytest.raises(WorkerStartError, match=rf"^worker 0: {where}: .* got 0$"):
         LiveFleet(WIRING, 1, "round_robin", overlays=[bad]).start()
+
+
+def test_any_exception_of_a_starting_worker_is_reported_with_its_type_and_place(monkeypatch):
+    def broken_build(wiring):
+        raise RuntimeError("the device is gone")
+
+    monkeypatch.setattr(worker_module, "build", broken_build)
+    monkeypatch.setattr(structlog, "configure", lambda **_: None)  # worker_main sets it
+    monkeypatch.setitem(LAUNCHERS, "thread", lambda: ThreadLauncher(lambda s, _: worker_main(s)))
+    fleet = LiveFleet(WIRING, 1, "round_robin", launcher="thread")
+    with pytest.raises(WorkerStartError) as raised:
+        fleet.start()
+    here = Path(__file__).name
+    assert re.fullmatch(
+        rf"worker 0: RuntimeError: the device is gone \(at .*{here}:\d+\)", str(raised.value)
+    )
+
+
+def test_a_worker_that_exits_without_a_report_is_said_to_with_its_exit_code(monkeypatch):
+    def launch_exit_3(spec: WorkerSpec) -> BaseProcess:
+        process = multiprocessing.get_context("spawn").Process(target=os._exit, args=(3,))
+        process.start()
+        return process
+
+    monkeypatch.setattr(ProcessLauncher, "launch", staticmethod(launch_exit_3))
+    with pytest.raises(
+        WorkerStartError, match=r"^worker 0 exited before it was ready \(exit code 3\)$"
+    ):
+        LiveFleet(WIRING, 1, "round_robin").start()
 
 
 def test_nothing_imports_ray_unless_its_launcher_is_chosen():
