@@ -153,7 +153,9 @@ def test_a_subscriber_gap_is_filled_while_others_stall_the_replay_socket(closing
 
 
 def test_requests_beyond_the_client_cap_get_an_end_marker_in_order(closing):
-    pub = closing(ZmqEventPublisher(config(replay=True, heartbeat_interval=0), start=False))
+    pub = closing(
+        ZmqEventPublisher(config(replay=True, heartbeat_interval=0, topic="kv"), start=False)
+    )
     for i in range(5):
         pub.publish(batch(i))
     pub.flush()
@@ -170,7 +172,8 @@ def test_requests_beyond_the_client_cap_get_an_end_marker_in_order(closing):
             seq = int.from_bytes(frames[2], "big", signed=True)
             answers[-1].append(seq)
             if seq == -1:
-                assert frames[3] == b""  # what engines' clients read as the end of a replay
+                # What engines' clients read as the end of a replay, framed as they send it.
+                assert frames[1] == frames[3] == b""
                 answers.append([])
     finally:
         sock.close()
