@@ -5,8 +5,8 @@ publisher, registered as ``zmq`` and ``null``.
 wake-up protocol, which read best together.)
 
 ``ZmqEventPublisher.publish`` only appends to a bounded queue. A sender thread encodes each
-batch under the configured profile, sends it as ``[topic, seq, payload]`` and hands the payload
-to the replay buffer. The sender polls the queue every ``POLL_INTERVAL`` seconds instead of
+batch under the configured profile, hands the payload to the replay buffer and sends it as
+``[topic, seq, payload]``. The sender polls the queue every ``POLL_INTERVAL`` seconds instead of
 being woken by each ``publish``, so the common call (once per scheduler step) costs a deque
 append and no system call; see ``ZmqEventPublisher`` for the latency this buys.
 """
@@ -22,8 +22,13 @@ from collections import deque
 import structlog
 import zmq
 
-from schedkit.endpoints import check_endpoint, unpredictable_routing_ids
-from schedkit.kv_events.config import KvEventsConfig, offset_endpoint, register_publisher
+from schedkit.endpoints import unpredictable_routing_ids
+from schedkit.kv_events.config import (
+    KvEventsConfig,
+    bind_or_connect,
+    offset_endpoint,
+    register_publisher,
+)
 from schedkit.kv_events.replay import END_SEQ, ReplayServer, replay_send_hwm
 from schedkit.kv_events.structs import EventBatch, KVEventBatch, get_profile
 
@@ -212,20 +217,12 @@ class ZmqEventPublisher:
             self.start()
 
     def _open(self, sock: zmq.Socket, endpoint: str, mode: str) -> str:
-        endpoint = offset_endpoint(endpoint, self.dp_rank)
-        check_endpoint(endpoint, bind=mode == "bind", allow_remote=self.config.allow_remote)
-        try:
-            if mode == "bind":
-                sock.bind(endpoint)
-                return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
-            if mode == "connect":
-                sock.connect(endpoint)
-                return endpoint
-        except zmq.ZMQError as exc:
-            raise OSError(
-                exc.errno, f"KV-event publisher cannot {mode} to {endpoint}: {exc.strerror}"
-            ) from exc
-        raise ValueError(f"unknown KV-events mode {mode!r}; valid: bind, connect")
+        return bind_or_connect(
+            sock,
+            offset_endpoint(endpoint, self.dp_rank),
+            mode,
+            allow_remote=self.config.allow_remote,
+        )
 
     @property
     def replay_endpoint(self) -> str | None:
@@ -373,9 +370,11 @@ class ZmqEventPublisher:
             log.exception("kv_events.encode_failed", seq=seq, endpoint=self.endpoint)
             return False
         seq_bytes = seq.to_bytes(8, "big")
-        self._pub.send_multipart((self._topic, seq_bytes, payload))
+        # Buffered before it goes out live: a subscriber that drops live frames it cannot
+        # trust and then asks for a replay must find every frame it dropped in the ring.
         if self._replay is not None:
             self._replay.add(seq, seq_bytes, payload)
+        self._pub.send_multipart((self._topic, seq_bytes, payload))
         self._last_send = time.monotonic()
         return True
 
