@@ -431,14 +431,16 @@ class KvEventSubscriber:
             self._notice(PublisherRestarted(last, seq, "seq" if went_back else "epoch"))
         self._epoch = epoch
         self._last = self._live_last = None
-        if not went_back:
-            # The frame came after a gap: it, and what is queued behind it, may be the old
-            # publisher's tail. The replay holds all that the new one sent before it.
-            self._drain_live()
         self._replayed(replay, 0, seq if went_back else None, out)
         if went_back and (self._last is None or seq > self._last):
             self._apply(seq, payload, out)
         self._live_last = self._last
+        if not went_back:
+            # The frame came after a gap: it, and what is queued behind it, may be the old
+            # publisher's tail. What the new one sent since the replay was answered is
+            # queued there too, so it is asked for again once the queue is dropped.
+            self._drain_live()
+            self._ask(_REPLAY, start=0 if self._last is None else self._last + 1)
 
     def _restarted(self, epoch: bytes) -> None:
         """A new publisher answers an epoch check: drop what is queued live (the old one's
