@@ -315,7 +315,13 @@ class KvEventSubscriber:
 
     def _read_live(self, out: list) -> None:
         if self._monitor is not None and self._reconnected():
-            # The frames queued from here on may come from a new publisher.
+            # The frames queued from here on may come from a new publisher. An epoch check
+            # in flight may have gone to the old one and never be answered; answers are
+            # matched to requests by their order, so the new publisher's would be taken for
+            # its. It is given up, under a new identity that no late answer reaches.
+            if self._requests:  # epoch checks only: nothing holds live frames here
+                self._requests.clear()
+                self._new_dealer()
             self._ask(_RECONNECT)
             return
         sub = self._sub
