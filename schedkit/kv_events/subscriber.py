@@ -153,8 +153,10 @@ class KvEventSubscriber:
     ``PublisherRestarted`` (if it had delivered anything) and replays the new publisher from
     seq 0, its ``AllBlocksCleared`` included, right after the notice. Unless the seq went
     back, it first discards the live frames queued so far: the old publisher's tail may be
-    among them and nothing tells them apart. Every batch, an empty heartbeat too, shows a
-    missed tail as a gap.
+    among them and nothing tells them apart; what the new one sent among them is replayed.
+    Replay answers are matched to requests by their order, so an epoch check in flight when
+    the live socket connects again is given up under a new identity. Every batch, an empty
+    heartbeat too, shows a missed tail as a gap.
 
     Close it (or use it as a context manager). One that is garbage-collected open closes its
     sockets without lingering and warns (``ResourceWarning``); finalisation never blocks,
