@@ -38,7 +38,6 @@ log = structlog.get_logger(__name__)
 
 POLL_INTERVAL = 0.001  # seconds between the sender's looks at the queue while batches come
 IDLE_AFTER = 0.1  # seconds without a batch after which the sender sleeps until woken
-_POLLS_BEFORE_SLEEP = round(IDLE_AFTER / POLL_INTERVAL)
 _WAKE_FRACTION = 4  # publish() wakes the sender when the queue reaches 1/4 of its bound
 
 
@@ -314,14 +313,15 @@ class ZmqEventPublisher:
 
     def _send_loop(self) -> None:
         queue, wakeup = self._queue, self._wakeup
-        polls_left = _POLLS_BEFORE_SLEEP
+        # Measured on the clock, not in polls: on a loaded machine a poll takes far longer
+        # than POLL_INTERVAL, and counted polls kept the sender awake well past IDLE_AFTER.
+        idle_at = time.monotonic() + IDLE_AFTER
         try:
             while not self._stopping:
                 if queue:
                     self._drain()
-                    polls_left = _POLLS_BEFORE_SLEEP
-                elif polls_left:
-                    polls_left -= 1
+                    idle_at = time.monotonic() + IDLE_AFTER
+                elif time.monotonic() < idle_at:
                     wakeup.acquire(timeout=POLL_INTERVAL)
                 else:
                     # publish() sees the flag after its append, so a batch that arrives
@@ -330,7 +330,7 @@ class ZmqEventPublisher:
                     if not queue and not self._stopping:
                         wakeup.acquire(timeout=self._heartbeat or -1)
                     self._asleep = False
-                    polls_left = _POLLS_BEFORE_SLEEP
+                    idle_at = time.monotonic() + IDLE_AFTER
                 if self._heartbeat and not queue and not self._stopping:
                     self._maybe_heartbeat()
             self._drain()
