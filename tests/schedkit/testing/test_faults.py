@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -18,6 +20,8 @@ from schedkit.kv_events import (
     ZmqEventPublisher,
     encode_batch,
 )
+from schedkit.kv_events.replay import replay_send_hwm
+from tests.schedkit.kv_events.test_replay import PREDICTED_IDS, dealer, replay
 
 
 def batch(i: int) -> KVEventBatch:
@@ -200,3 +204,55 @@ def test_a_connecting_publisher_reaches_a_bound_subscriber(faulty_kv_publisher):
     finally:
         sub.close(linger=0)
         context.term()
+
+
+# A FaultyPublisher alone in a fresh process, where libc's rand() starts where it starts in
+# every process; it prints its replay endpoint and runs until its stdin closes.
+FAULTY_PUBLISHER = """
+import sys
+from schedkit.kv_events import KVEventBatch
+from schedkit.testing.faults import FaultyPublisher
+pub = FaultyPublisher()
+for i in range(3):
+    pub.publish(KVEventBatch(float(i), []))
+print("replay_endpoint", pub.replay_endpoint, flush=True)
+sys.stdin.read()
+pub.shutdown()
+"""
+
+
+def test_a_client_taking_the_next_automatic_routing_id_does_not_kill_it():
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FAULTY_PUBLISHER], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    clients = []
+    try:
+        line = proc.stdout.readline().decode()
+        assert line.startswith("replay_endpoint "), "the publisher exited before it was ready"
+        endpoint = line.split()[1]
+        for routing_id in PREDICTED_IDS:  # each connected and answered before the next
+            clients.append(dealer(endpoint, routing_id))
+            assert len(replay(clients[-1], 0)) == 4
+        clients.append(dealer(endpoint))  # anonymous: gets the next automatic id
+        replies = replay(clients[-1], 1)
+        assert proc.poll() is None, f"the publisher died with status {proc.returncode}"
+        assert [int.from_bytes(f[2], "big", signed=True) for f in replies] == [1, 2, -1]
+    finally:
+        for sock in clients:
+            sock.close()
+        proc.stdin.close()
+        status = proc.wait(10)
+        proc.stdout.close()
+    assert status == 0
+
+
+def test_its_replay_socket_queues_a_whole_replay_for_a_client(faulty_kv_publisher):
+    # libzmq's default (1000) would drop a client reading a longer replay slowly as stalled.
+    pub = faulty_kv_publisher(
+        KvEventsConfig(
+            endpoint="tcp://127.0.0.1:0", replay_endpoint="tcp://127.0.0.1:0", buffer_steps=5000
+        )
+    )
+    for _ in range(2):  # and again after a restart
+        assert pub._replay._router.getsockopt(zmq.SNDHWM) == replay_send_hwm(5000) > 5000
+        pub.restart()
