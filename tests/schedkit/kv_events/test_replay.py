@@ -59,8 +59,15 @@ def replay(sock: zmq.Socket, start: int, timeout: float = 5.0) -> list[list[byte
 
 
 def test_a_client_taking_the_next_automatic_routing_id_does_not_kill_the_publisher():
+    survives_a_client_taking_the_next_automatic_routing_id(PUBLISHER)
+
+
+def survives_a_client_taking_the_next_automatic_routing_id(publisher: str) -> None:
+    """Run the ``publisher`` script (three batches, seqs 0-2, then it prints its replay
+    endpoint) in a fresh process; clients take the ids its ROUTER would give next, then an
+    anonymous one asks for a replay: the publisher must answer it and live on."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", PUBLISHER],
+        [sys.executable, "-c", publisher],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

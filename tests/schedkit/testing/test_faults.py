@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import pytest
@@ -21,7 +19,9 @@ from schedkit.kv_events import (
     encode_batch,
 )
 from schedkit.kv_events.replay import replay_send_hwm
-from tests.schedkit.kv_events.test_replay import PREDICTED_IDS, dealer, replay
+from tests.schedkit.kv_events.test_replay import (
+    survives_a_client_taking_the_next_automatic_routing_id,
+)
 
 
 def batch(i: int) -> KVEventBatch:
@@ -222,28 +222,7 @@ pub.shutdown()
 
 
 def test_a_client_taking_the_next_automatic_routing_id_does_not_kill_it():
-    proc = subprocess.Popen(
-        [sys.executable, "-c", FAULTY_PUBLISHER], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    )
-    clients = []
-    try:
-        line = proc.stdout.readline().decode()
-        assert line.startswith("replay_endpoint "), "the publisher exited before it was ready"
-        endpoint = line.split()[1]
-        for routing_id in PREDICTED_IDS:  # each connected and answered before the next
-            clients.append(dealer(endpoint, routing_id))
-            assert len(replay(clients[-1], 0)) == 4
-        clients.append(dealer(endpoint))  # anonymous: gets the next automatic id
-        replies = replay(clients[-1], 1)
-        assert proc.poll() is None, f"the publisher died with status {proc.returncode}"
-        assert [int.from_bytes(f[2], "big", signed=True) for f in replies] == [1, 2, -1]
-    finally:
-        for sock in clients:
-            sock.close()
-        proc.stdin.close()
-        status = proc.wait(10)
-        proc.stdout.close()
-    assert status == 0
+    survives_a_client_taking_the_next_automatic_routing_id(FAULTY_PUBLISHER)
 
 
 def test_its_replay_socket_queues_a_whole_replay_for_a_client(faulty_kv_publisher):
