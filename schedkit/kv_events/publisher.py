@@ -313,7 +313,7 @@ class ZmqEventPublisher:
 
     def _send_loop(self) -> None:
         queue, wakeup = self._queue, self._wakeup
-        # Measured on the clock, not in polls: on a loaded machine a poll takes far longer
+        # Measured on the clock, not in polls: on a loaded machine a poll takes longer
         # than POLL_INTERVAL, and counted polls kept the sender awake well past IDLE_AFTER.
         idle_at = time.monotonic() + IDLE_AFTER
         try:
