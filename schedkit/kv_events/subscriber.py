@@ -155,8 +155,9 @@ class KvEventSubscriber:
     back, it first discards the live frames queued so far: the old publisher's tail may be
     among them and nothing tells them apart; what the new one sent among them is replayed.
     Replay answers are matched to requests by their order, so an epoch check in flight when
-    the live socket connects again is given up under a new identity. Every batch, an empty
-    heartbeat too, shows a missed tail as a gap.
+    the live socket connects again is given up under a new identity. After a reconnect to
+    the same publisher it replays what went out while the live socket was away; otherwise
+    every batch, an empty heartbeat too, shows a missed tail as a gap.
 
     Close it (or use it as a context manager). One that is garbage-collected open closes its
     sockets without lingering and warns (``ResourceWarning``); finalisation never blocks,
@@ -606,8 +607,13 @@ class KvEventSubscriber:
                 self._prepare(out)
         elif self._new_epoch(answer):
             self._restarted(answer)
-        elif answer and self._epoch is None:
-            self._epoch = answer
+        else:
+            if answer and self._epoch is None:
+                self._epoch = answer
+            if request.kind == _RECONNECT and answer is not None:
+                # What went out while the live socket was away (a restart's first batches
+                # after its replay, say) is in the replay ring; no later frame may show it.
+                self._ask(_REPLAY, start=0 if self._last is None else self._last + 1)
 
     def _read_reply(self) -> bool:
         """Read one reply into the first unanswered request; False when none is waiting."""

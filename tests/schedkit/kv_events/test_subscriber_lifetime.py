@@ -153,6 +153,70 @@ def test_an_epoch_check_the_old_publisher_never_answered_does_not_hold_up_the_ne
     ]
 
 
+def test_batches_sent_while_the_live_socket_was_away_are_replayed_once_it_is_back(closing):
+    # One publisher throughout (one epoch, its replay socket up), whose live socket goes away
+    # for a while; nothing is sent after it is back, so no later seq shows what was missed.
+    context = zmq.Context()
+    router, live = context.socket(zmq.ROUTER), context.socket(zmq.XPUB)
+    for sock in (live, router):
+        sock.setsockopt(zmq.LINGER, 0)
+    port = live.bind_to_random_port("tcp://127.0.0.1")
+    endpoint = f"tcp://127.0.0.1:{port}"
+    replay_endpoint = f"tcp://127.0.0.1:{router.bind_to_random_port('tcp://127.0.0.1')}"
+    sent: dict[int, bytes] = {}
+
+    def publish(seq: int, live_too: bool = True) -> None:
+        sent[seq] = encode_batch(batch(seq))
+        if live_too:
+            live.send_multipart([b"", seq.to_bytes(8, "big"), sent[seq]])
+
+    def serve_replays() -> None:
+        while router.poll(0):
+            identity, _, request = router.recv_multipart()
+            if request != EPOCH_REQUEST:
+                for seq in range(int.from_bytes(request, "big"), len(sent)):
+                    router.send_multipart([identity, b"", b"", seq.to_bytes(8, "big"), sent[seq]])
+            epoch = b"epoch-01" if request == EPOCH_REQUEST else b""
+            router.send_multipart([identity, b"", b"", END_SEQ, epoch])
+
+    def poll_serving(done) -> list:
+        got: list = []
+        deadline = time.monotonic() + 10.0
+        while not done(got):
+            assert time.monotonic() < deadline, f"got {seqs(got)}"
+            serve_replays()
+            got += sub.poll(20)
+        return got
+
+    sub = closing(
+        KvEventSubscriber(endpoint, replay_endpoint, replay_timeout=30, epoch_check_interval=60)
+    )
+    try:
+        assert live.poll(5000)
+        live.recv()  # the subscription
+        publish(0)
+        assert seqs(poll_serving(lambda g: g)) == [0]
+        live.close()
+        publish(1, live_too=False)  # no one connected: they go out to nobody
+        publish(2, live_too=False)
+        live = context.socket(zmq.XPUB)
+        live.setsockopt(zmq.LINGER, 0)
+        deadline = time.monotonic() + 5.0
+        while True:  # the closed socket may hold the port for a moment
+            try:
+                live.bind(endpoint)
+                break
+            except zmq.ZMQError:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        assert seqs(poll_serving(lambda g: g and g[-1][0] == 2)) == [1, 2]
+        assert sub.notices == []
+    finally:
+        live.close()
+        router.close()
+        context.term()
+
+
 class Owner:
     """Holds a subscriber whose notice handler is one of its own methods: a reference cycle.
     With ``own_context`` it also owns the subscriber's context, as KvRouter does, so the
