@@ -347,8 +347,7 @@ class ZmqEventPublisher:
                 return
             seq = self._next_seq
             self._next_seq = seq + 1
-            sent = self._send(seq, KVEventBatch(time.time(), [], self.dp_rank))
-        self.heartbeats += sent
+            self._send(seq, KVEventBatch(time.time(), [], self.dp_rank), heartbeat=True)
 
     def _drain(self) -> None:
         queue = self._queue
@@ -356,11 +355,11 @@ class ZmqEventPublisher:
             seq, batch = queue.popleft()
             if seq is None:  # a flush() marker
                 batch.set()
-            elif self._send(seq, batch):
-                self.published += 1
+            else:
+                self._send(seq, batch)
 
-    def _send(self, seq: int, batch: EventBatch) -> bool:
-        """Encode, send and buffer one batch; False if it could not be encoded."""
+    def _send(self, seq: int, batch: EventBatch, *, heartbeat: bool = False) -> None:
+        """Encode, buffer, count (in ``heartbeats`` or ``published``) and send one batch."""
         try:
             if batch.attn_dp_rank is None:
                 batch.attn_dp_rank = self.dp_rank
@@ -368,15 +367,19 @@ class ZmqEventPublisher:
         except Exception:
             self.encode_errors += 1
             log.exception("kv_events.encode_failed", seq=seq, endpoint=self.endpoint)
-            return False
+            return
         seq_bytes = seq.to_bytes(8, "big")
         # Buffered before it goes out live: a subscriber that drops live frames it cannot
         # trust and then asks for a replay must find every frame it dropped in the ring.
         if self._replay is not None:
             self._replay.add(seq, seq_bytes, payload)
+        # Counted before it goes out, so that whoever has received it sees it counted.
+        if heartbeat:
+            self.heartbeats += 1
+        else:
+            self.published += 1
         self._pub.send_multipart((self._topic, seq_bytes, payload))
         self._last_send = time.monotonic()
-        return True
 
 
 register_publisher("null", NullEventPublisher)
