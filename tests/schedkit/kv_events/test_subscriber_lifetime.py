@@ -1,6 +1,7 @@
 """KvEventSubscriber against a publisher that dies or restarts, and a subscriber its owner
-forgets: poll keeps its timeout, a restart right after a batch is noticed, finalisation never
-blocks."""
+forgets: poll keeps its timeout, a restart right after a batch is noticed, an epoch check the
+old publisher never answered holds nothing up, what went out while the live socket was away is
+replayed, finalisation never blocks."""
 
 from __future__ import annotations
 
