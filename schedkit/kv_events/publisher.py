@@ -5,8 +5,8 @@ publisher, registered as ``zmq`` and ``null``.
 wake-up protocol, which read best together.)
 
 ``ZmqEventPublisher.publish`` only appends to a bounded queue. A sender thread encodes each
-batch under the configured profile, sends it as ``[topic, seq, payload]`` and hands the payload
-to the replay buffer. The sender polls the queue every ``POLL_INTERVAL`` seconds instead of
+batch under the configured profile, hands the payload to the replay buffer and sends it as
+``[topic, seq, payload]``. The sender polls the queue every ``POLL_INTERVAL`` seconds instead of
 being woken by each ``publish``, so the common call (once per scheduler step) costs a deque
 append and no system call; see ``ZmqEventPublisher`` for the latency this buys.
 """
@@ -22,8 +22,13 @@ from collections import deque
 import structlog
 import zmq
 
-from schedkit.endpoints import check_endpoint, unpredictable_routing_ids
-from schedkit.kv_events.config import KvEventsConfig, offset_endpoint, register_publisher
+from schedkit.endpoints import unpredictable_routing_ids
+from schedkit.kv_events.config import (
+    KvEventsConfig,
+    bind_or_connect,
+    offset_endpoint,
+    register_publisher,
+)
 from schedkit.kv_events.replay import END_SEQ, ReplayServer, replay_send_hwm
 from schedkit.kv_events.structs import EventBatch, KVEventBatch, get_profile
 
@@ -33,7 +38,6 @@ log = structlog.get_logger(__name__)
 
 POLL_INTERVAL = 0.001  # seconds between the sender's looks at the queue while batches come
 IDLE_AFTER = 0.1  # seconds without a batch after which the sender sleeps until woken
-_POLLS_BEFORE_SLEEP = round(IDLE_AFTER / POLL_INTERVAL)
 _WAKE_FRACTION = 4  # publish() wakes the sender when the queue reaches 1/4 of its bound
 
 
@@ -212,20 +216,12 @@ class ZmqEventPublisher:
             self.start()
 
     def _open(self, sock: zmq.Socket, endpoint: str, mode: str) -> str:
-        endpoint = offset_endpoint(endpoint, self.dp_rank)
-        check_endpoint(endpoint, bind=mode == "bind", allow_remote=self.config.allow_remote)
-        try:
-            if mode == "bind":
-                sock.bind(endpoint)
-                return sock.getsockopt(zmq.LAST_ENDPOINT).decode()
-            if mode == "connect":
-                sock.connect(endpoint)
-                return endpoint
-        except zmq.ZMQError as exc:
-            raise OSError(
-                exc.errno, f"KV-event publisher cannot {mode} to {endpoint}: {exc.strerror}"
-            ) from exc
-        raise ValueError(f"unknown KV-events mode {mode!r}; valid: bind, connect")
+        return bind_or_connect(
+            sock,
+            offset_endpoint(endpoint, self.dp_rank),
+            mode,
+            allow_remote=self.config.allow_remote,
+        )
 
     @property
     def replay_endpoint(self) -> str | None:
@@ -317,14 +313,15 @@ class ZmqEventPublisher:
 
     def _send_loop(self) -> None:
         queue, wakeup = self._queue, self._wakeup
-        polls_left = _POLLS_BEFORE_SLEEP
+        # Measured on the clock, not in polls: on a loaded machine a poll takes longer
+        # than POLL_INTERVAL, and counted polls kept the sender awake well past IDLE_AFTER.
+        idle_at = time.monotonic() + IDLE_AFTER
         try:
             while not self._stopping:
                 if queue:
                     self._drain()
-                    polls_left = _POLLS_BEFORE_SLEEP
-                elif polls_left:
-                    polls_left -= 1
+                    idle_at = time.monotonic() + IDLE_AFTER
+                elif time.monotonic() < idle_at:
                     wakeup.acquire(timeout=POLL_INTERVAL)
                 else:
                     # publish() sees the flag after its append, so a batch that arrives
@@ -333,7 +330,7 @@ class ZmqEventPublisher:
                     if not queue and not self._stopping:
                         wakeup.acquire(timeout=self._heartbeat or -1)
                     self._asleep = False
-                    polls_left = _POLLS_BEFORE_SLEEP
+                    idle_at = time.monotonic() + IDLE_AFTER
                 if self._heartbeat and not queue and not self._stopping:
                     self._maybe_heartbeat()
             self._drain()
@@ -350,8 +347,7 @@ class ZmqEventPublisher:
                 return
             seq = self._next_seq
             self._next_seq = seq + 1
-            sent = self._send(seq, KVEventBatch(time.time(), [], self.dp_rank))
-        self.heartbeats += sent
+            self._send(seq, KVEventBatch(time.time(), [], self.dp_rank), heartbeat=True)
 
     def _drain(self) -> None:
         queue = self._queue
@@ -359,11 +355,11 @@ class ZmqEventPublisher:
             seq, batch = queue.popleft()
             if seq is None:  # a flush() marker
                 batch.set()
-            elif self._send(seq, batch):
-                self.published += 1
+            else:
+                self._send(seq, batch)
 
-    def _send(self, seq: int, batch: EventBatch) -> bool:
-        """Encode, send and buffer one batch; False if it could not be encoded."""
+    def _send(self, seq: int, batch: EventBatch, *, heartbeat: bool = False) -> None:
+        """Encode, buffer, count (in ``heartbeats`` or ``published``) and send one batch."""
         try:
             if batch.attn_dp_rank is None:
                 batch.attn_dp_rank = self.dp_rank
@@ -371,13 +367,19 @@ class ZmqEventPublisher:
         except Exception:
             self.encode_errors += 1
             log.exception("kv_events.encode_failed", seq=seq, endpoint=self.endpoint)
-            return False
+            return
         seq_bytes = seq.to_bytes(8, "big")
-        self._pub.send_multipart((self._topic, seq_bytes, payload))
+        # Buffered before it goes out live: a subscriber that drops live frames it cannot
+        # trust and then asks for a replay must find every frame it dropped in the ring.
         if self._replay is not None:
             self._replay.add(seq, seq_bytes, payload)
+        # Counted before it goes out, so that whoever has received it sees it counted.
+        if heartbeat:
+            self.heartbeats += 1
+        else:
+            self.published += 1
+        self._pub.send_multipart((self._topic, seq_bytes, payload))
         self._last_send = time.monotonic()
-        return True
 
 
 register_publisher("null", NullEventPublisher)

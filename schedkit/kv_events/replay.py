@@ -3,14 +3,15 @@ socket, served from its own thread, that resends them to clients which missed so
 
 A client (DEALER) sends ``["", start_seq as 8 bytes big-endian]``; the answer is every buffered
 batch with seq >= start as ``["", topic, seq, payload]`` and then the end marker
-``["", topic, -1 as signed 8 bytes, ""]``. A request the server will not serve (its client has
-``max_per_client`` replays pending already, or ``max_requests`` replays are being served) is
-answered with the end marker alone, as if nothing were held: vLLM's example subscriber stops
-reading a replay at the empty payload, ours at seq -1, so neither mistakes it. A client may also
-send ``["", b"epoch"]``: the answer is one end marker whose payload is the publisher's epoch (8
-random bytes drawn when the publisher started), so that a subscriber tells a restarted publisher
-from a gap whatever the seqs. Engines' own replay servers answer that request with an empty end
-marker. Each client's answers go out in the order of its requests.
+``["", "", -1 as signed 8 bytes, ""]`` (its topic frame empty, as SGLang and vLLM send it). A
+request the server will not serve (its client has ``max_per_client`` replays pending already,
+or ``max_requests`` replays are being served) is answered with the end marker alone, as if
+nothing were held: vLLM's example subscriber stops reading a replay at the empty payload, ours
+at seq -1, so neither mistakes it. A client may also send ``["", b"epoch"]``: the answer is one
+end marker whose payload is the publisher's epoch (8 random bytes drawn when the publisher
+started), so that a subscriber tells a restarted publisher from a gap whatever the seqs.
+Engines' own replay servers answer that request with an empty end marker. Each client's
+answers go out in the order of its requests.
 """
 
 from __future__ import annotations
@@ -240,7 +241,7 @@ class ReplayServer:
                     return True
                 entry = queue[0]
                 if entry[0] is _END:
-                    send((identity, b"", topic, END_SEQ, entry[1]), zmq.NOBLOCK)
+                    send((identity, b"", b"", END_SEQ, entry[1]), zmq.NOBLOCK)
                     entry[2] -= 1
                     if not entry[2]:
                         queue.popleft()
@@ -251,7 +252,7 @@ class ReplayServer:
                     position = max(entry[0], ring.first)
                     item = ring.get(position) if position < ring.added else None
                 if item is None:
-                    send((identity, b"", topic, END_SEQ, b""), zmq.NOBLOCK)
+                    send((identity, b"", b"", END_SEQ, b""), zmq.NOBLOCK)
                     queue.popleft()
                     self._pending -= 1
                     continue

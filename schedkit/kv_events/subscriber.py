@@ -153,8 +153,11 @@ class KvEventSubscriber:
     ``PublisherRestarted`` (if it had delivered anything) and replays the new publisher from
     seq 0, its ``AllBlocksCleared`` included, right after the notice. Unless the seq went
     back, it first discards the live frames queued so far: the old publisher's tail may be
-    among them and nothing tells them apart. Every batch, an empty heartbeat too, shows a
-    missed tail as a gap.
+    among them and nothing tells them apart; what the new one sent among them is replayed.
+    Replay answers are matched to requests by their order, so an epoch check in flight when
+    the live socket connects again is given up under a new identity. After a reconnect to
+    the same publisher it replays what went out while the live socket was away; otherwise
+    every batch, an empty heartbeat too, shows a missed tail as a gap.
 
     Close it (or use it as a context manager). One that is garbage-collected open closes its
     sockets without lingering and warns (``ResourceWarning``); finalisation never blocks,
@@ -315,7 +318,13 @@ class KvEventSubscriber:
 
     def _read_live(self, out: list) -> None:
         if self._monitor is not None and self._reconnected():
-            # The frames queued from here on may come from a new publisher.
+            # The frames queued from here on may come from a new publisher. An epoch check
+            # in flight may have gone to the old one and never be answered; answers are
+            # matched to requests by their order, so the new publisher's would be taken for
+            # its. It is given up, under a new identity that no late answer reaches.
+            if self._requests:  # epoch checks only: nothing holds live frames here
+                self._requests.clear()
+                self._new_dealer()
             self._ask(_RECONNECT)
             return
         sub = self._sub
@@ -431,14 +440,16 @@ class KvEventSubscriber:
             self._notice(PublisherRestarted(last, seq, "seq" if went_back else "epoch"))
         self._epoch = epoch
         self._last = self._live_last = None
-        if not went_back:
-            # The frame came after a gap: it, and what is queued behind it, may be the old
-            # publisher's tail. The replay holds all that the new one sent before it.
-            self._drain_live()
         self._replayed(replay, 0, seq if went_back else None, out)
         if went_back and (self._last is None or seq > self._last):
             self._apply(seq, payload, out)
         self._live_last = self._last
+        if not went_back:
+            # The frame came after a gap: it, and what is queued behind it, may be the old
+            # publisher's tail. What the new one sent since the replay was answered is
+            # queued there too, so it is asked for again once the queue is dropped.
+            self._drain_live()
+            self._ask(_REPLAY, start=0 if self._last is None else self._last + 1)
 
     def _restarted(self, epoch: bytes) -> None:
         """A new publisher answers an epoch check: drop what is queued live (the old one's
@@ -596,8 +607,13 @@ class KvEventSubscriber:
                 self._prepare(out)
         elif self._new_epoch(answer):
             self._restarted(answer)
-        elif answer and self._epoch is None:
-            self._epoch = answer
+        else:
+            if answer and self._epoch is None:
+                self._epoch = answer
+            if request.kind == _RECONNECT and answer is not None:
+                # What went out while the live socket was away (a restart's first batches
+                # after its replay, say) is in the replay ring; no later frame may show it.
+                self._ask(_REPLAY, start=0 if self._last is None else self._last + 1)
 
     def _read_reply(self) -> bool:
         """Read one reply into the first unanswered request; False when none is waiting."""

@@ -29,8 +29,9 @@ from collections.abc import Iterable
 
 import zmq
 
+from schedkit.endpoints import unpredictable_routing_ids
 from schedkit.kv_events.config import KvEventsConfig, bind_or_connect, offset_endpoint
-from schedkit.kv_events.replay import ReplayServer
+from schedkit.kv_events.replay import ReplayServer, replay_send_hwm
 from schedkit.kv_events.structs import AllBlocksCleared, EventBatch, KVEventBatch, get_profile
 
 __all__ = ["FaultyPublisher"]
@@ -81,7 +82,11 @@ class FaultyPublisher:
 
     def _start_epoch(self) -> None:
         if self.config.replay_endpoint is not None:
+            unpredictable_routing_ids()  # before the ROUTER draws its first peer id
             router = self._context.socket(zmq.ROUTER)
+            # A whole replay fits in a client's queue, as on ZmqEventPublisher's socket:
+            # otherwise a client that reads a long replay slowly is dropped as stalled.
+            router.setsockopt(zmq.SNDHWM, replay_send_hwm(self.config.buffer_steps))
             # A restart binds again where the first epoch was bound.
             endpoint = self.replay_endpoint or offset_endpoint(
                 self.config.replay_endpoint, self.dp_rank

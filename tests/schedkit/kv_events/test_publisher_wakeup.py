@@ -40,7 +40,7 @@ def test_batches_go_out_without_flush_while_polling_and_after_sleeping(closing):
 
 
 def test_flush_and_shutdown_wake_a_sleeping_sender(closing):
-    pub = ZmqEventPublisher(config())
+    pub = closing(ZmqEventPublisher(config()))  # shut down even if an assertion fails first
     time.sleep(IDLE_AFTER + 0.1)
     assert pub._asleep
     pub.publish(batch(0))

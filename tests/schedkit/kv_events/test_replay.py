@@ -59,8 +59,15 @@ def replay(sock: zmq.Socket, start: int, timeout: float = 5.0) -> list[list[byte
 
 
 def test_a_client_taking_the_next_automatic_routing_id_does_not_kill_the_publisher():
+    survives_a_client_taking_the_next_automatic_routing_id(PUBLISHER)
+
+
+def survives_a_client_taking_the_next_automatic_routing_id(publisher: str) -> None:
+    """Run the ``publisher`` script (three batches, seqs 0-2, then it prints its replay
+    endpoint) in a fresh process; clients take the ids its ROUTER would give next, then an
+    anonymous one asks for a replay: the publisher must answer it and live on."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", PUBLISHER],
+        [sys.executable, "-c", publisher],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -153,7 +160,9 @@ def test_a_subscriber_gap_is_filled_while_others_stall_the_replay_socket(closing
 
 
 def test_requests_beyond_the_client_cap_get_an_end_marker_in_order(closing):
-    pub = closing(ZmqEventPublisher(config(replay=True, heartbeat_interval=0), start=False))
+    pub = closing(
+        ZmqEventPublisher(config(replay=True, heartbeat_interval=0, topic="kv"), start=False)
+    )
     for i in range(5):
         pub.publish(batch(i))
     pub.flush()
@@ -170,7 +179,8 @@ def test_requests_beyond_the_client_cap_get_an_end_marker_in_order(closing):
             seq = int.from_bytes(frames[2], "big", signed=True)
             answers[-1].append(seq)
             if seq == -1:
-                assert frames[3] == b""  # what engines' clients read as the end of a replay
+                # What engines' clients read as the end of a replay, framed as they send it.
+                assert frames[1] == frames[3] == b""
                 answers.append([])
     finally:
         sock.close()

@@ -1,6 +1,7 @@
 """KvEventSubscriber against a publisher that dies or restarts, and a subscriber its owner
-forgets: poll keeps its timeout, a restart right after a batch is noticed, finalisation never
-blocks."""
+forgets: poll keeps its timeout, a restart right after a batch is noticed, an epoch check the
+old publisher never answered holds nothing up, what went out while the live socket was away is
+replayed, finalisation never blocks."""
 
 from __future__ import annotations
 
@@ -17,9 +18,12 @@ from schedkit.kv_events import (
     AllBlocksCleared,
     KVEventBatch,
     KvEventsConfig,
+    KvEventSubscriber,
     PublisherRestarted,
     ZmqEventPublisher,
+    encode_batch,
 )
+from schedkit.kv_events.replay import END_SEQ, EPOCH_REQUEST
 from tests.schedkit.kv_events.helpers import (
     batch,
     config,
@@ -98,6 +102,120 @@ def test_a_restart_right_after_publishing_delivers_the_new_stream(closing, first
         assert restarts == []  # nothing had been delivered: nothing to void
     else:
         assert len(restarts) == 1 and restarts[0].last_seq == first + len(old_tail) - 1
+
+
+def test_an_epoch_check_the_old_publisher_never_answered_does_not_hold_up_the_new_one(closing):
+    context = zmq.Context()  # terminated once the old publisher is gone: its ports are free
+    live, router = context.socket(zmq.XPUB), context.socket(zmq.ROUTER)
+    for sock in (live, router):
+        sock.setsockopt(zmq.LINGER, 0)
+    endpoint = f"tcp://127.0.0.1:{live.bind_to_random_port('tcp://127.0.0.1')}"
+    replay_endpoint = f"tcp://127.0.0.1:{router.bind_to_random_port('tcp://127.0.0.1')}"
+    # An answer that never comes is given up on after 30 s, far longer than the test takes.
+    sub = closing(
+        KvEventSubscriber(endpoint, replay_endpoint, epoch_check_interval=0.05, replay_timeout=30)
+    )
+    try:
+        # The old publisher tells its epoch and sends seq 0...
+        assert router.poll(5000) and live.poll(5000)
+        identity, _, request = router.recv_multipart()
+        assert request == EPOCH_REQUEST
+        router.send_multipart([identity, b"", b"", END_SEQ, b"old-epoc"])
+        live.recv()  # the subscription
+        live.send_multipart([b"", (0).to_bytes(8, "big"), encode_batch(batch(0))])
+        assert seqs(poll_until(sub, lambda g: g, [])) == [0]
+        # ...then hangs: it reads the next epoch check but never answers it, and dies.
+        while not router.poll(20):
+            sub.poll(20)
+        identity, _, request = router.recv_multipart()
+        assert request == EPOCH_REQUEST
+    finally:
+        live.close()
+        router.close()
+        context.term()
+    new = closing(
+        ZmqEventPublisher(
+            KvEventsConfig(endpoint=endpoint, replay_endpoint=replay_endpoint, heartbeat_interval=0)
+        )
+    )
+    new.publish(KVEventBatch(0.0, [AllBlocksCleared()]))
+    for i in range(1, 5):
+        new.publish(batch(100 + i))
+    new.flush()
+
+    # The new publisher's answers are not taken for the lost check's: the restart is seen,
+    # and the new stream delivered, without waiting for the lost answer.
+    got = wait_live(new, sub, timeout=10.0)
+    poll_until(sub, lambda g: g[-1][0] >= new.last_seq, got, timeout=10.0)
+    assert seqs(got) == list(range(new.last_seq + 1))
+    assert got[0][1].events == [AllBlocksCleared()]
+    assert [(type(n), n.last_seq, n.reason) for n in sub.notices] == [
+        (PublisherRestarted, 0, "epoch")
+    ]
+
+
+def test_batches_sent_while_the_live_socket_was_away_are_replayed_once_it_is_back(closing):
+    # One publisher throughout (one epoch, its replay socket up), whose live socket goes away
+    # for a while; nothing is sent after it is back, so no later seq shows what was missed.
+    context = zmq.Context()
+    router, live = context.socket(zmq.ROUTER), context.socket(zmq.XPUB)
+    for sock in (live, router):
+        sock.setsockopt(zmq.LINGER, 0)
+    port = live.bind_to_random_port("tcp://127.0.0.1")
+    endpoint = f"tcp://127.0.0.1:{port}"
+    replay_endpoint = f"tcp://127.0.0.1:{router.bind_to_random_port('tcp://127.0.0.1')}"
+    sent: dict[int, bytes] = {}
+
+    def publish(seq: int, live_too: bool = True) -> None:
+        sent[seq] = encode_batch(batch(seq))
+        if live_too:
+            live.send_multipart([b"", seq.to_bytes(8, "big"), sent[seq]])
+
+    def serve_replays() -> None:
+        while router.poll(0):
+            identity, _, request = router.recv_multipart()
+            if request != EPOCH_REQUEST:
+                for seq in range(int.from_bytes(request, "big"), len(sent)):
+                    router.send_multipart([identity, b"", b"", seq.to_bytes(8, "big"), sent[seq]])
+            epoch = b"epoch-01" if request == EPOCH_REQUEST else b""
+            router.send_multipart([identity, b"", b"", END_SEQ, epoch])
+
+    def poll_serving(done) -> list:
+        got: list = []
+        deadline = time.monotonic() + 10.0
+        while not done(got):
+            assert time.monotonic() < deadline, f"got {seqs(got)}"
+            serve_replays()
+            got += sub.poll(20)
+        return got
+
+    sub = closing(
+        KvEventSubscriber(endpoint, replay_endpoint, replay_timeout=30, epoch_check_interval=60)
+    )
+    try:
+        assert live.poll(5000)
+        live.recv()  # the subscription
+        publish(0)
+        assert seqs(poll_serving(lambda g: g)) == [0]
+        live.close()
+        publish(1, live_too=False)  # no one connected: they go out to nobody
+        publish(2, live_too=False)
+        live = context.socket(zmq.XPUB)
+        live.setsockopt(zmq.LINGER, 0)
+        deadline = time.monotonic() + 5.0
+        while True:  # the closed socket may hold the port for a moment
+            try:
+                live.bind(endpoint)
+                break
+            except zmq.ZMQError:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        assert seqs(poll_serving(lambda g: g and g[-1][0] == 2)) == [1, 2]
+        assert sub.notices == []
+    finally:
+        live.close()
+        router.close()
+        context.term()
 
 
 class Owner:

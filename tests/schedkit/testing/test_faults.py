@@ -18,6 +18,10 @@ from schedkit.kv_events import (
     ZmqEventPublisher,
     encode_batch,
 )
+from schedkit.kv_events.replay import replay_send_hwm
+from tests.schedkit.kv_events.test_replay import (
+    survives_a_client_taking_the_next_automatic_routing_id,
+)
 
 
 def batch(i: int) -> KVEventBatch:
@@ -200,3 +204,34 @@ def test_a_connecting_publisher_reaches_a_bound_subscriber(faulty_kv_publisher):
     finally:
         sub.close(linger=0)
         context.term()
+
+
+# A FaultyPublisher alone in a fresh process, where libc's rand() starts where it starts in
+# every process; it prints its replay endpoint and runs until its stdin closes.
+FAULTY_PUBLISHER = """
+import sys
+from schedkit.kv_events import KVEventBatch
+from schedkit.testing.faults import FaultyPublisher
+pub = FaultyPublisher()
+for i in range(3):
+    pub.publish(KVEventBatch(float(i), []))
+print("replay_endpoint", pub.replay_endpoint, flush=True)
+sys.stdin.read()
+pub.shutdown()
+"""
+
+
+def test_a_client_taking_the_next_automatic_routing_id_does_not_kill_it():
+    survives_a_client_taking_the_next_automatic_routing_id(FAULTY_PUBLISHER)
+
+
+def test_its_replay_socket_queues_a_whole_replay_for_a_client(faulty_kv_publisher):
+    # libzmq's default (1000) would drop a client reading a longer replay slowly as stalled.
+    pub = faulty_kv_publisher(
+        KvEventsConfig(
+            endpoint="tcp://127.0.0.1:0", replay_endpoint="tcp://127.0.0.1:0", buffer_steps=5000
+        )
+    )
+    for _ in range(2):  # and again after a restart
+        assert pub._replay._router.getsockopt(zmq.SNDHWM) == replay_send_hwm(5000) > 5000
+        pub.restart()
