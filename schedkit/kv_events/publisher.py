@@ -184,7 +184,12 @@ class ZmqEventPublisher:
             self.endpoint = self._open(self._pub, config.endpoint, config.mode)
             if config.replay_endpoint is not None:
                 unpredictable_routing_ids()  # before the ROUTER draws its first peer id
-                router = self._context.socket(zmq.ROUTER)
+                # The replay ROUTER closes with linger 0 and may hold a whole replay queued
+                # for clients that left; it lives in the process-wide context, which is never
+                # terminated, because libzmq's zmq_ctx_term can hang on such a socket even
+                # after it closed (seen once in several runs of the test suite).
+                own = self._own_context
+                router = (zmq.Context.instance() if own else self._context).socket(zmq.ROUTER)
                 router.setsockopt(zmq.SNDHWM, replay_send_hwm(config.buffer_steps))
                 replay_endpoint = self._open(router, config.replay_endpoint, "bind")
                 self._replay = ReplayServer(

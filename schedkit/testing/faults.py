@@ -83,7 +83,9 @@ class FaultyPublisher:
     def _start_epoch(self) -> None:
         if self.config.replay_endpoint is not None:
             unpredictable_routing_ids()  # before the ROUTER draws its first peer id
-            router = self._context.socket(zmq.ROUTER)
+            # In the process-wide context, as on ZmqEventPublisher: zmq_ctx_term can hang on
+            # a closed ROUTER that held replies for clients that left.
+            router = zmq.Context.instance().socket(zmq.ROUTER)
             # A whole replay fits in a client's queue, as on ZmqEventPublisher's socket:
             # otherwise a client that reads a long replay slowly is dropped as stalled.
             router.setsockopt(zmq.SNDHWM, replay_send_hwm(self.config.buffer_steps))
