@@ -17,13 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import msgspec
 import zmq
@@ -38,20 +34,7 @@ from schedkit.components.io_struct import (
     encode,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_endpoint() -> str:
-    """A tcp endpoint on 127.0.0.1 whose port was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
-
-
-def peak_rss_mib(pid: int) -> float:
-    """The peak resident memory (VmHWM) of process ``pid`` so far."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(status.split("VmHWM:")[1].split()[0]) / 1024
+from schedkit.testing.serving import peak_rss_mib, start_serve
 
 
 class Client:
@@ -135,22 +118,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="flood 100 requests, not 1,000")
     flood_size = 100 if parser.parse_args().quick else 1000
-    endpoint = free_endpoint()
-    env = {
-        **os.environ,
-        "SCHEDKIT_REQUEST_ENDPOINT": endpoint,
-        "SCHEDKIT_KV_EVENTS_ENDPOINT": free_endpoint(),
-        "SCHEDKIT_KV_REPLAY_ENDPOINT": free_endpoint(),
-    }
-    command = [sys.executable, "-m", "schedkit.cli", "serve", "wiring.yaml"]
-    server = subprocess.Popen(
-        [*command, "-o", "examples/serve.yaml"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    server, endpoint = start_serve(stderr=subprocess.DEVNULL)
     try:
         json.loads(server.stdout.readline())
         row = "{:<52} {:>10}"

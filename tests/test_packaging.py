@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from schedkit import wirings
-from tests.serving import free_endpoint
+from schedkit.testing.serving import free_endpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 # each shipped wiring, as the wheel names it, and the documented file it links to

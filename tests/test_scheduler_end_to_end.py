@@ -18,7 +18,7 @@ import schedkit
 from schedkit import Req, SamplingParams
 from schedkit.kv_events import KvEventSubscriber, KvIndex, page_hashes
 from schedkit.testing import cache_page_hashes
-from tests.serving import free_endpoint, start_serve
+from schedkit.testing.serving import free_endpoint, start_serve
 
 ROOT = Path(__file__).resolve().parents[1]
 WIRING = ROOT / "wiring.yaml"

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import msgspec
 import zmq
@@ -24,9 +23,7 @@ from schedkit.components.io_struct import (
     encode,
 )
 
-from tests.serving import start_serve
-
-ROOT = Path(__file__).resolve().parents[1]
+from schedkit.testing.serving import peak_rss_mib, start_serve
 
 
 class Client:
@@ -176,11 +173,6 @@ def first_automatic_routing_ids(routers: int, per_router: int) -> list[bytes]:
         start = low | (high << 31) & 0xFFFFFFFF
         ids += [b"\x00" + ((start + i) & 0xFFFFFFFF).to_bytes(4, "big") for i in range(per_router)]
     return ids
-
-
-def peak_rss_mib(pid: int) -> float:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(status.split("VmHWM:")[1].split()[0]) / 1024
 
 
 def test_serve_survives_hostile_frames_ids_and_floods_and_stays_under_300_mib():

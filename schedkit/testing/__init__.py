@@ -10,6 +10,8 @@
   and restarts on demand, for testing a router's recovery (``schedkit.testing.faults``).
 - ``cache_page_hashes(cache)``: the page hashes a radix cache holds, to compare with what its
   events say (``schedkit.testing.caches``).
+- ``start_serve()``, ``free_endpoint()``, ``peak_rss_mib(pid)``: a real ``schedkit serve`` in a
+  child process on free loopback ports (``schedkit.testing.serving``).
 - ``LeakCheck``: finds assemblies not shut down, threads and ZeroMQ sockets left behind
   (``schedkit.testing.leaks``).
 - The pytest plugin (``schedkit.testing.plugin``): the ``make_assembly``,
@@ -36,6 +38,9 @@ _LAZY = {
     "FaultyPublisher": "schedkit.testing.faults",
     "LeakCheck": "schedkit.testing.leaks",
     "LeakError": "schedkit.testing.leaks",
+    "free_endpoint": "schedkit.testing.serving",
+    "peak_rss_mib": "schedkit.testing.serving",
+    "start_serve": "schedkit.testing.serving",
 }
 
 __all__ = sorted(_LAZY)

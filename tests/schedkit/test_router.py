@@ -28,7 +28,7 @@ from schedkit.router import (
     batches_after_break,
     make_policy,
 )
-from tests.serving import free_endpoint
+from schedkit.testing.serving import free_endpoint
 
 PAGE = 4
 

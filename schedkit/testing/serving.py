@@ -1,0 +1,50 @@
+"""A real ``schedkit serve`` in a child process on free loopback ports, for end-to-end tests and
+benchmarks of the request socket: ``start_serve()``, ``free_endpoint()`` and
+``peak_rss_mib(pid)``."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from schedkit import wirings
+
+__all__ = ["free_endpoint", "peak_rss_mib", "start_serve"]
+
+
+def free_endpoint() -> str:
+    """A tcp endpoint on 127.0.0.1 whose port was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+def start_serve(*, stderr: int = subprocess.PIPE) -> tuple[subprocess.Popen, str]:
+    """``schedkit serve`` on the shipped default wiring with the ``serve`` overlay, its request
+    endpoint and KV events on free ports; returns the process (text stdout, whose first line
+    is the ready message) and the request endpoint."""
+    endpoint = free_endpoint()
+    env = {
+        **os.environ,
+        "SCHEDKIT_REQUEST_ENDPOINT": endpoint,
+        "SCHEDKIT_KV_EVENTS_ENDPOINT": free_endpoint(),
+        "SCHEDKIT_KV_REPLAY_ENDPOINT": free_endpoint(),
+    }
+    command = [sys.executable, "-m", "schedkit.cli", "serve", str(wirings.path())]
+    server = subprocess.Popen(
+        [*command, "-o", str(wirings.path("serve"))],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+    )
+    return server, endpoint
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The peak resident memory (VmHWM, Linux) of process ``pid`` so far, in MiB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmHWM:")[1].split()[0]) / 1024
