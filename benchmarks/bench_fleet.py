@@ -35,7 +35,7 @@ from schedkit.cli.args import number
 from schedkit.fleet import FleetSummary, run_offline
 from schedkit.fleet.live import LiveFleet
 from schedkit.sim.plot import INSTALL_HINT, PlotError, require_matplotlib
-from schedkit.sim.traces import open_trace, write_mooncake_like
+from schedkit.workloads.traces import open_trace, write_mooncake_like
 
 ROOT = Path(__file__).resolve().parents[1]
 WIRING = ROOT / "wiring.yaml"

@@ -27,10 +27,10 @@ from typing import Any
 
 import structlog
 from kv_transport import transport_rate
-from schedkit.components._event_recorder import EventRecorder
-from schedkit.components.kv_events_publisher import KvEventsPublisher
-from schedkit.components.metrics_reporter import SchedulerStats
-from schedkit.components.radix_cache import RadixCache
+from schedkit.components.cache.event_recorder import EventRecorder
+from schedkit.components.cache.radix_cache import RadixCache
+from schedkit.components.io.kv_events_publisher import KvEventsPublisher
+from schedkit.components.metrics.reporter import SchedulerStats
 
 from schedkit.kv_events import (
     KVEventBatch,

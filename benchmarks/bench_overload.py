@@ -28,7 +28,7 @@ from bench_scheduler import calibration_ms
 import schedkit
 from schedkit.cli.args import number
 from schedkit.sim.driver import drive
-from schedkit.sim.workload import synthetic
+from schedkit.workloads.workload import synthetic
 
 WIRING = Path(__file__).resolve().parents[1] / "wiring.yaml"
 SUSTAINABLE_RATE = 4.0

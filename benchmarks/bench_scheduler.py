@@ -43,11 +43,11 @@ from typing import Any
 import structlog
 from hand_built import DroppingSender, hand_built
 from nano_vllm_reference import NanoVllmUnavailable, load_nano_vllm, run_nano_vllm
-from schedkit.components.output_sender import InprocOutputCollector
+from schedkit.components.io.output_sender import InprocOutputCollector
 
 import schedkit
-from schedkit.sim.model_runner import SimulatedModelRunner
-from schedkit.sim.workload import shared_prefix_workload
+from schedkit.runner.model_runner import SimulatedModelRunner
+from schedkit.workloads.workload import shared_prefix_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 WIRING = ROOT / "wiring.yaml"

@@ -6,19 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from schedkit.components.allocator import TokenToKVPoolAllocator
-from schedkit.components.batch_result_processor import BatchResultProcessor
-from schedkit.components.kv_events_publisher import KvEventsPublisher
-from schedkit.components.load_inquirer import LoadInquirer
-from schedkit.components.metrics_reporter import MetricsReporter
-from schedkit.components.output_streamer import OutputStreamer
-from schedkit.components.parallel_state import ParallelState
-from schedkit.components.radix_cache import RadixCache
-from schedkit.components.request_receiver import InprocRequestReceiver
-from schedkit.components.schedule_policy import LPMPolicy
-from schedkit.components.scheduler import Scheduler
+from schedkit.components.cache.allocator import TokenToKVPoolAllocator
+from schedkit.components.cache.radix_cache import RadixCache
+from schedkit.components.io.kv_events_publisher import KvEventsPublisher
+from schedkit.components.io.output_streamer import OutputStreamer
+from schedkit.components.io.request_receiver import InprocRequestReceiver
+from schedkit.components.metrics.reporter import MetricsReporter
+from schedkit.components.scheduler.batch_result_processor import BatchResultProcessor
+from schedkit.components.scheduler.load_inquirer import LoadInquirer
+from schedkit.components.scheduler.schedule_policy import LPMPolicy
+from schedkit.components.scheduler.scheduler import Scheduler
 
-from schedkit.sim.model_runner import SimulatedModelRunner
+from schedkit.core.parallel_state import ParallelState
+from schedkit.runner.model_runner import SimulatedModelRunner
 
 __all__ = ["DroppingSender", "hand_built"]
 

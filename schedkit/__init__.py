@@ -7,21 +7,21 @@ the rest load on first use, so component modules stay independent of the framewo
 from __future__ import annotations
 
 from schedkit._lazy import lazy_attributes
-from schedkit.component import component, component_name, is_component, registered
+from schedkit.core.component import component, component_name, is_component, registered
 
 _LAZY = {
-    "Assembly": "schedkit.container",
-    "ComponentBuildError": "schedkit.container",
-    "build": "schedkit.container",
-    "Ref": "schedkit.wiring",
-    "Wiring": "schedkit.wiring",
-    "WiringError": "schedkit.wiring",
-    "call": "schedkit.wiring",
-    "late": "schedkit.wiring",
-    "load_wiring": "schedkit.wiring",
-    "ref": "schedkit.wiring",
-    "Req": "schedkit.components.schedule_batch",
-    "SamplingParams": "schedkit.components.schedule_batch",
+    "Assembly": "schedkit.assembly.container",
+    "ComponentBuildError": "schedkit.assembly.container",
+    "build": "schedkit.assembly.container",
+    "Ref": "schedkit.assembly.wiring",
+    "Wiring": "schedkit.assembly.wiring",
+    "WiringError": "schedkit.assembly.wiring",
+    "call": "schedkit.assembly.wiring",
+    "late": "schedkit.assembly.wiring",
+    "load_wiring": "schedkit.assembly.loading",
+    "ref": "schedkit.assembly.wiring",
+    "Req": "schedkit.core.schedule_batch",
+    "SamplingParams": "schedkit.core.schedule_batch",
 }
 
 __all__ = ["component", "component_name", "is_component", "registered", *_LAZY]

@@ -38,7 +38,6 @@ import attrs
 import msgspec
 import zmq
 
-from schedkit.components.kv_events_publisher import KvMetrics
 from schedkit.kv_events import (
     HistoryLost,
     KvEventSubscriber,
@@ -47,6 +46,7 @@ from schedkit.kv_events import (
     PublisherRestarted,
     offset_endpoint,
 )
+from schedkit.kv_events.structs import KvMetrics
 
 __all__ = [
     "POLICIES",

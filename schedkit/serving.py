@@ -7,7 +7,7 @@ import time
 
 import structlog
 
-from schedkit.container import Assembly
+from schedkit.assembly.container import Assembly
 
 __all__ = ["drain"]
 

@@ -62,8 +62,8 @@ def test_the_wheel_holds_the_wirings(wheel):
         for name, documented in SHIPPED.items():
             assert name in names
             assert archive.read(name) == documented.read_bytes()
-    assert "schedkit/components/scheduler.py" in names
-    assert "schedkit/sim/presets.py" in names
+    assert "schedkit/components/scheduler/scheduler.py" in names
+    assert "schedkit/runner/presets.py" in names
 
 
 def test_an_installed_wheel_runs_without_a_wiring_file(wheel, tmp_path):

@@ -12,7 +12,7 @@ import time
 
 import msgspec
 import zmq
-from schedkit.components.io_struct import (
+from schedkit.components.io.io_struct import (
     BatchTokenIDOutput,
     ControlReply,
     ControlReq,

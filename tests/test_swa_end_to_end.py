@@ -6,15 +6,15 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from schedkit.components.swa_radix_cache import SWARadixCache
+from schedkit.components.cache.swa_radix_cache import SWARadixCache
 
 import schedkit
 from schedkit import Req, SamplingParams
 from schedkit.kv_events import KvIndex
 from schedkit.sim.driver import drive
-from schedkit.sim.workload import Arrival, StaticWorkload
 from schedkit.testing import cache_page_hashes
 from schedkit.testing.doubles import CapturingEventPublisher
+from schedkit.workloads.workload import Arrival, StaticWorkload
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every published batch is encoded, decoded back and kept, to be replayed by the test, and

@@ -17,11 +17,11 @@ import msgspec
 import structlog
 import yaml
 
+from schedkit.assembly.validate import iter_refs
+from schedkit.assembly.wiring import Ref, Wiring, WiringError
+from schedkit.assembly.yaml_reader import WiringDumper
 from schedkit.cli import calibrate, events, fleet, init, run
 from schedkit.cli.args import add_wiring_args, print_problems, wiring_from_args
-from schedkit.validate import iter_refs
-from schedkit.wiring import Ref, Wiring, WiringError
-from schedkit.wiring_yaml import WiringDumper
 
 __all__ = ["main"]
 

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from schedkit import wirings
-from schedkit.sim import presets
-from schedkit.wiring import Wiring, WiringError, load_wiring
+from schedkit.assembly.loading import load_wiring
+from schedkit.assembly.wiring import Wiring, WiringError
+from schedkit.runner import presets
 
 __all__ = ["add_wiring_args", "number", "print_problems", "wiring_from_args", "wiring_sources"]
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import yaml
 
+from schedkit.assembly.yaml_reader import WiringDumper
 from schedkit.cli.args import number, print_problems
-from schedkit.sim.calibrate import TERMS, CalibrationError, fit
-from schedkit.sim.calibration_csv import COLUMNS, read_steps
-from schedkit.wiring_yaml import WiringDumper
+from schedkit.runner.calibrate import TERMS, CalibrationError, fit
+from schedkit.runner.calibration_csv import COLUMNS, read_steps
 
 __all__ = ["add_parser"]
 
@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "calibrate",
         help="fit the simulated runner's cost model to measured step times (CSV)",
-        description=f"CSV columns: {', '.join(COLUMNS)} (see schedkit/sim/calibration_csv.py)",
+        description=f"CSV columns: {', '.join(COLUMNS)} (see schedkit/runner/calibration_csv.py)",
     )
     p.add_argument("csv", metavar="FILE.csv", help="one measured forward step per line")
     p.add_argument(

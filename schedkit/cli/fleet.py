@@ -19,7 +19,7 @@ from schedkit.fleet.offline import run_offline
 from schedkit.fleet.summary import FleetSummary
 from schedkit.router import POLICIES, make_policy
 from schedkit.sim.driver import StuckError
-from schedkit.sim.workload import Workload
+from schedkit.workloads.workload import Workload
 
 __all__ = ["add_parser"]
 

@@ -17,6 +17,8 @@ from typing import Any, TextIO
 import msgspec
 import structlog
 
+from schedkit.assembly.container import Assembly, build
+from schedkit.assembly.wiring import Wiring
 from schedkit.cli.args import add_wiring_args, number, wiring_from_args
 from schedkit.cli.workload_args import (
     add_summary_args,
@@ -24,14 +26,12 @@ from schedkit.cli.workload_args import (
     progress_display,
     workload_from_args,
 )
-from schedkit.components.schedule_batch import Req
-from schedkit.container import Assembly, build
+from schedkit.core.schedule_batch import Req
 from schedkit.kv_events import KvEventsConfig
 from schedkit.serving import drain
 from schedkit.sim.driver import StuckError, drive
 from schedkit.sim.plot import PlotError, check_plot_target, plot_run
-from schedkit.sim.samples import Tally
-from schedkit.wiring import Wiring
+from schedkit.workloads.samples import Tally
 
 __all__ = ["add_parsers"]
 

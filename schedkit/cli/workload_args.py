@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable, Iterator
 
 from schedkit.cli.args import number, print_problems
-from schedkit.sim.trace_formats import FORMATS
-from schedkit.sim.traces import open_trace
-from schedkit.sim.workload import CHAT_RATE, SYNTHETIC, Workload, WorkloadError, synthetic
+from schedkit.workloads.trace_formats import FORMATS
+from schedkit.workloads.traces import open_trace
+from schedkit.workloads.workload import CHAT_RATE, SYNTHETIC, Workload, WorkloadError, synthetic
 
 __all__ = [
     "add_summary_args",

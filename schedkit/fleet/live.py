@@ -18,7 +18,7 @@ latencies of ``gap / k`` (as SGLang's ``bench_serving`` counts a chunk of severa
 the first message's ``k`` tokens start the request's TTFT and give ``k - 1`` latencies of 0
 (they arrived with the first). So a request of ``n`` tokens has ``n - 1`` ITL samples summing
 to its last token's time minus its first's, as in a single-scheduler run (one sample per
-token after the first, ``schedkit.sim.samples.Tally``), and its TPOT is their mean.
+token after the first, ``schedkit.workloads.samples.Tally``), and its TPOT is their mean.
 (``bench_serving`` leaves the first chunk's extra tokens out of its ITL samples.)
 
 (Longer than 300 lines: starting, driving and stopping the workers share the sockets and
@@ -39,7 +39,7 @@ import msgspec
 import structlog
 import zmq
 
-from schedkit.components.io_struct import (
+from schedkit.components.io.io_struct import (
     BatchTokenIDOutput,
     ControlReq,
     ErrorReply,
@@ -48,14 +48,14 @@ from schedkit.components.io_struct import (
     decode_server_message,
     encode,
 )
-from schedkit.components.schedule_batch import FinishAbort, Req
+from schedkit.core.schedule_batch import FinishAbort, Req
 from schedkit.fleet.launch import LAUNCHERS, WorkerStartError, exit_reason
 from schedkit.fleet.summary import FleetSummary, fleet_summary
 from schedkit.fleet.worker import LOOPBACK_ANY_PORT, WorkerSpec
 from schedkit.router import KvRouter, Router, make_policy
-from schedkit.sim.arrivals import PendingArrivals
 from schedkit.sim.driver import Tally
-from schedkit.sim.workload import Workload
+from schedkit.workloads.arrivals import PendingArrivals
+from schedkit.workloads.workload import Workload
 
 __all__ = ["LAUNCHERS", "LiveFleet", "WorkerStartError"]
 

@@ -23,16 +23,17 @@ from pathlib import Path
 
 import msgspec
 
-from schedkit.container import Assembly, build
+from schedkit.assembly.container import Assembly, build
+from schedkit.assembly.loading import load_wiring
+from schedkit.assembly.wiring import Wiring, WiringError
 from schedkit.fleet.events import attach
 from schedkit.fleet.summary import FleetSummary, fleet_summary
 from schedkit.kv_events import KvEventsConfig
 from schedkit.kv_events.structs import get_profile
 from schedkit.router import Router, make_policy
-from schedkit.sim.arrivals import PendingArrivals
 from schedkit.sim.driver import Stepper, peak_rss_mb
-from schedkit.sim.workload import Workload
-from schedkit.wiring import Wiring, WiringError, load_wiring
+from schedkit.workloads.arrivals import PendingArrivals
+from schedkit.workloads.workload import Workload
 
 __all__ = ["OfflineFleet", "kv_events_config", "run_offline", "worker_wiring"]
 

@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 
 from schedkit.sim.run_summary import json_figures
-from schedkit.sim.samples import Tally, percentiles
+from schedkit.workloads.samples import Tally, percentiles
 
 __all__ = [
     "FleetSummary",

@@ -25,11 +25,11 @@ import msgspec
 import structlog
 import zmq
 
-from schedkit.container import build
+from schedkit.assembly.container import build
+from schedkit.assembly.wiring import Ref, WiringError
 from schedkit.fleet.offline import worker_wiring
 from schedkit.serving import drain
 from schedkit.sim.driver import peak_rss_mb
-from schedkit.wiring import Ref, WiringError
 
 __all__ = ["WorkerSpec", "describe_error", "serve_overlay", "worker_main"]
 

@@ -10,7 +10,6 @@ from schedkit.kv_events.config import (
 )
 from schedkit.kv_events.hashing import digest_to_int, namespace_seed, page_digests, page_hashes
 from schedkit.kv_events.index import KvIndex
-from schedkit.kv_events.publisher import NullEventPublisher, ZmqEventPublisher
 from schedkit.kv_events.structs import (
     PROFILES,
     AllBlocksCleared,
@@ -32,6 +31,7 @@ from schedkit.kv_events.subscriber import (
     Notice,
     PublisherRestarted,
 )
+from schedkit.kv_events.zmq_publisher import NullEventPublisher, ZmqEventPublisher
 
 __all__ = [
     "PROFILES",

@@ -149,7 +149,7 @@ class EventPublisher(Protocol):
     def queue_depth(self) -> int: ...
 
 
-# Filled by schedkit.kv_events.publisher with "null" and "zmq" when the package is imported.
+# Filled by schedkit.kv_events.zmq_publisher with "null" and "zmq" when the package is imported.
 _FACTORIES: dict[str, Callable[[KvEventsConfig, int], EventPublisher]] = {}
 
 

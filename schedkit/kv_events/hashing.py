@@ -19,6 +19,8 @@ import sys
 from array import array
 from collections.abc import Sequence
 
+from schedkit.core.schedule_batch import MAX_TOKEN_ID
+
 __all__ = [
     "MAX_TOKEN_ID",
     "digest_to_int",
@@ -33,7 +35,6 @@ __all__ = [
 _sha256 = hashlib.sha256
 _SWAP = sys.byteorder != "little"
 _NAMESPACE_TAG = b"sglang-kv-event-namespace-v1"
-MAX_TOKEN_ID = 2**32 - 1
 
 
 def token_bytes(token_ids: Sequence[int]) -> bytes:

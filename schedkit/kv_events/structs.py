@@ -33,6 +33,7 @@ __all__ = [
     "EventBatch",
     "KVCacheEvent",
     "KVEventBatch",
+    "KvMetrics",
     "Profile",
     "ProfileName",
     "decode_batch",
@@ -303,3 +304,18 @@ def decode_batch(payload: bytes, profile: str = "sglang") -> KVEventBatch:
     """Decode one msgpack payload into the in-memory structs. Every profile decodes every
     stream (``profile`` is accepted for symmetry with ``encode_batch``)."""
     return get_profile(profile).decode(payload)
+
+
+class KvMetrics(msgspec.Struct, tag=True, array_like=True, gc=False):
+    """The load and KV-usage record a KV-aware router reads from each DP rank, encoded as
+    SGLang encodes it: ``["KvMetrics", request_active_slots, ...]``. ``gpu_cache_usage_perc``
+    and ``gpu_prefix_cache_hit_rate`` are fractions in [0, 1]; the block counts are pages."""
+
+    request_active_slots: int
+    request_total_slots: int
+    kv_active_blocks: int
+    kv_total_blocks: int
+    num_requests_waiting: int
+    gpu_cache_usage_perc: float
+    gpu_prefix_cache_hit_rate: float
+    data_parallel_rank: int

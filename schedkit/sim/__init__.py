@@ -1,2 +1,2 @@
-"""What makes a scheduler run without a GPU: the simulated model runner, synthetic and JSONL
-workloads, and the driver that feeds a workload through an assembly on a virtual clock."""
+"""A run above the container: the driver that feeds a workload through an assembly on the
+model runner's clock, the summary of a run and its plots."""

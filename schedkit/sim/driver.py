@@ -11,12 +11,12 @@ import itertools
 import time
 from collections.abc import Callable
 
-from schedkit.components.schedule_batch import Req
-from schedkit.container import Assembly
-from schedkit.sim.arrivals import PendingArrivals
+from schedkit.assembly.container import Assembly
+from schedkit.core.schedule_batch import Req
 from schedkit.sim.run_summary import RunSummary, peak_rss_mb, summarize
-from schedkit.sim.samples import Tally
-from schedkit.sim.workload import Workload
+from schedkit.workloads.arrivals import PendingArrivals
+from schedkit.workloads.samples import Tally
+from schedkit.workloads.workload import Workload
 
 __all__ = [
     "RunSummary",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from schedkit.sim.samples import Tally, cdf_points
+from schedkit.workloads.samples import Tally, cdf_points
 
 __all__ = ["PlotError", "check_plot_target", "plot_data", "plot_run", "require_matplotlib"]
 

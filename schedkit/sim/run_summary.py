@@ -11,8 +11,8 @@ from typing import Any
 
 import attrs
 
-from schedkit.container import Assembly
-from schedkit.sim.samples import Tally, percentiles
+from schedkit.assembly.container import Assembly
+from schedkit.workloads.samples import Tally, percentiles
 
 __all__ = ["RunSummary", "json_figures", "peak_rss_mb", "summarize"]
 

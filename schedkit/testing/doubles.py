@@ -15,14 +15,14 @@ from typing import Any, ClassVar
 import attrs
 from structlog.testing import capture_logs
 
-from schedkit.component import component
-from schedkit.components.io_struct import (
+from schedkit.components.io.io_struct import (
     BatchEmbeddingOutput,
     BatchTokenIDOutput,
     decode_output,
     encode,
 )
-from schedkit.components.schedule_batch import FinishReason
+from schedkit.core.component import component
+from schedkit.core.schedule_batch import FinishReason
 from schedkit.kv_events import KvEventsConfig, get_profile, register_publisher
 from schedkit.kv_events.structs import EventBatch, KVEventBatch
 

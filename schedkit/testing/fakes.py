@@ -60,7 +60,7 @@ class _Interface:
     def __init__(self, cls: type) -> None:
         if not attrs.has(cls):
             raise TypeError(
-                f"fake() takes an attrs class such as a @schedkit.component, got {cls!r}"
+                f"fake() takes an attrs class such as a @schedkit.core.component, got {cls!r}"
             )
         self.cls = cls
         self.name = cls.__name__

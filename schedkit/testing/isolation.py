@@ -15,10 +15,11 @@ from typing import Any
 
 import attrs
 
-from schedkit.late_binding import late_binding
+from schedkit.assembly.late_binding import late_binding
+from schedkit.assembly.loading import load_wiring
+from schedkit.assembly.validate import iter_refs
+from schedkit.assembly.wiring import Ref, Wiring, WiringError
 from schedkit.testing.fakes import fake
-from schedkit.validate import iter_refs
-from schedkit.wiring import Ref, Wiring, WiringError, load_wiring
 
 __all__ = ["Isolated", "isolate"]
 

@@ -3,10 +3,10 @@ contexts.
 
 ``LeakCheck`` watches from ``start()`` to ``finish()``:
 
-- assemblies: ``schedkit.container.build_hooks`` hands it every assembly ``build`` returns; one
-  not shut down by ``finish()`` is a leak, reported with the components ``shutdown()`` would
-  have stopped and where it was built. The check then shuts it down, so that what it holds
-  does not spill into later tests.
+- assemblies: ``schedkit.assembly.container.build_hooks`` hands it every assembly ``build``
+  returns; one not shut down by ``finish()`` is a leak, reported with the components
+  ``shutdown()`` would have stopped and where it was built. The check then shuts it down, so
+  that what it holds does not spill into later tests.
 - threads: those alive at ``finish()`` that were not alive at ``start()``, after waiting up to
   ``join_timeout`` seconds in total for them to end (daemon threads included).
 - ZeroMQ: while the check runs, ``zmq.Socket.__init__`` and ``zmq.Context.__init__`` are wrapped
@@ -55,7 +55,7 @@ class _Created:
 
 
 def _creator(frame: FrameType | None) -> _Created:
-    from schedkit.component import is_component
+    from schedkit.core.component import is_component
 
     where = None
     while frame is not None:
@@ -101,7 +101,7 @@ class LeakCheck:
         """Begin watching."""
         import zmq
 
-        from schedkit import container
+        from schedkit.assembly import container
 
         if self._started:
             raise RuntimeError("LeakCheck.start() called twice")
@@ -131,7 +131,7 @@ class LeakCheck:
 
     def finish(self) -> list[str]:
         """Stop watching; shut down leaked assemblies; return one message per leak."""
-        from schedkit import container
+        from schedkit.assembly import container
 
         if not self._started:
             raise RuntimeError("LeakCheck.finish() without start()")

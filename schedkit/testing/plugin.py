@@ -104,9 +104,10 @@ def make_assembly(
 ) -> Iterator[Callable[..., Any]]:
     """A factory ``make_assembly(source="wiring.yaml", overlays=(), overrides=None)`` that
     loads, validates and builds a wiring; every assembly it made is shut down at teardown."""
-    from schedkit.container import build
+    from schedkit.assembly.container import build
+    from schedkit.assembly.loading import load_wiring
+    from schedkit.assembly.wiring import Wiring
     from schedkit.testing import doubles  # noqa: F401  registers the "capture" publisher
-    from schedkit.wiring import Wiring, load_wiring
 
     built = []
     rootpath = request.config.rootpath

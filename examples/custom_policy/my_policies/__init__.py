@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from schedkit.components.schedule_batch import Req
-
 from schedkit import component
+from schedkit.core.schedule_batch import Req
 
 __all__ = ["ShortestUncachedFirst"]
 

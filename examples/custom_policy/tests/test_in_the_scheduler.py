@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 from my_policies import ShortestUncachedFirst
-from schedkit.components.schedule_batch import Req, SamplingParams
+
+from schedkit.core.schedule_batch import Req, SamplingParams
 
 HERE = Path(__file__).resolve().parents[1]
 WIRING = HERE.parents[1] / "wiring.yaml"

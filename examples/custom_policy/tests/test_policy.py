@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 from my_policies import ShortestUncachedFirst
-from schedkit.components.radix_cache import MatchResult, RadixCache
-from schedkit.components.schedule_batch import Req
+from schedkit.components.cache.radix_cache import MatchResult, RadixCache
 
+from schedkit.core.schedule_batch import Req
 from schedkit.testing import fake, isolate
 
 HERE = Path(__file__).resolve().parents[1]

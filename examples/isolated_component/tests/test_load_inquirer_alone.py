@@ -1,13 +1,14 @@
 """LoadInquirer on its own: a real allocator and cache, and lambdas for everything the
 scheduler and the metrics reporter would bind late."""
 
-from schedkit.components.allocator import TokenToKVPoolAllocator
-from schedkit.components.load_inquirer import LoadInquirer
-from schedkit.components.metrics_reporter import SchedulerStats
-from schedkit.components.parallel_state import ParallelState
-from schedkit.components.radix_cache import RadixCache
-from schedkit.components.schedule_batch import ForwardMode, Req, ScheduleBatch
-from schedkit.components.waiting_queue import WaitingQueue
+from schedkit.components.cache.allocator import TokenToKVPoolAllocator
+from schedkit.components.cache.radix_cache import RadixCache
+from schedkit.components.metrics.reporter import SchedulerStats
+from schedkit.components.scheduler.load_inquirer import LoadInquirer
+from schedkit.components.scheduler.waiting_queue import WaitingQueue
+
+from schedkit.core.parallel_state import ParallelState
+from schedkit.core.schedule_batch import ForwardMode, Req, ScheduleBatch
 
 
 def _req(rid, prompt_len, prefix_len=0):

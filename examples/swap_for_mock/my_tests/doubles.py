@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import attrs
-from schedkit.components.schedule_batch import ForwardMode, GenerationBatchResult, ScheduleBatch
 
 from schedkit import component
+from schedkit.core.schedule_batch import ForwardMode, GenerationBatchResult, ScheduleBatch
 
 
 @component("scripted_model_runner")

@@ -3,7 +3,8 @@
 from pathlib import Path
 
 from my_tests.doubles import ScriptedModelRunner
-from schedkit.components.schedule_batch import FinishLength, FinishMatchedToken, Req, SamplingParams
+
+from schedkit.core.schedule_batch import FinishLength, FinishMatchedToken, Req, SamplingParams
 
 HERE = Path(__file__).resolve().parents[1]
 WIRING = HERE.parents[1] / "wiring.yaml"

@@ -3,9 +3,9 @@ result processor ask it to stream?"""
 
 from pathlib import Path
 
-from schedkit.components.output_streamer import OutputStreamer
-from schedkit.components.schedule_batch import Req, SamplingParams
+from schedkit.components.io.output_streamer import OutputStreamer
 
+from schedkit.core.schedule_batch import Req, SamplingParams
 from schedkit.testing import fake
 
 HERE = Path(__file__).resolve().parents[1]

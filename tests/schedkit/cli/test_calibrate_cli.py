@@ -2,8 +2,8 @@ import yaml
 
 from schedkit import load_wiring
 from schedkit.cli import main
-from schedkit.sim.model_runner import SimulatedModelRunner
-from tests.schedkit.sim.test_calibrate import measured_csv
+from schedkit.runner.model_runner import SimulatedModelRunner
+from tests.schedkit.runner.test_calibrate import measured_csv
 
 
 def test_calibrate_prints_coefficients_error_and_a_usable_overlay(tmp_path, capsys):

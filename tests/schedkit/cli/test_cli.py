@@ -5,7 +5,7 @@ from pathlib import Path
 import yaml
 
 from schedkit.cli import main
-from tests.schedkit.test_validate import EXPECTED, MISTAKES
+from tests.schedkit.assembly.test_validate import EXPECTED, MISTAKES
 
 GOOD = """\
 plugins: [tests.schedkit.sample_components]

@@ -11,7 +11,7 @@ import time
 import msgspec
 import pytest
 import structlog
-from schedkit.components.radix_cache import RadixCache, RadixKey
+from schedkit.components.cache.radix_cache import RadixCache, RadixKey
 
 from schedkit.cli import main
 from schedkit.cli.events import cmd_check

@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from schedkit.cli import main
-from schedkit.sim.presets import GPUS, MODELS, kv_pool_tokens, runner_args
+from schedkit.runner.presets import GPUS, MODELS, kv_pool_tokens, runner_args
 from tests.schedkit.cli.test_cli import _RefLoader
 
 

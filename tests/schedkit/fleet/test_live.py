@@ -21,16 +21,16 @@ import msgspec
 import pytest
 import structlog
 import zmq
-from schedkit.components.io_struct import ErrorReply, encode
-from schedkit.components.schedule_batch import FinishLength, Req
+from schedkit.components.io.io_struct import ErrorReply, encode
 from structlog.testing import capture_logs
 
+from schedkit.core.schedule_batch import FinishLength, Req
 from schedkit.fleet import worker as worker_module
 from schedkit.fleet.launch import LAUNCHERS, ProcessLauncher
 from schedkit.fleet.live import LiveFleet, WorkerStartError
 from schedkit.fleet.worker import WorkerSpec, worker_main
-from schedkit.sim.workload import shared_prefix_workload
-from tests.components.test_output_sender import token_msg
+from schedkit.workloads.workload import shared_prefix_workload
+from tests.components.io.test_output_sender import token_msg
 
 WIRING = Path(__file__).resolve().parents[3] / "wiring.yaml"
 

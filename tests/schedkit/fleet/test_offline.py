@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 import schedkit
+from schedkit.assembly.wiring import WiringError
 from schedkit.fleet import run_offline
 from schedkit.fleet.offline import OfflineFleet, kv_events_config, worker_wiring
-from schedkit.sim.workload import shared_prefix_workload
 from schedkit.testing import cache_page_hashes
-from schedkit.wiring import WiringError
+from schedkit.workloads.workload import shared_prefix_workload
 
 ROOT = Path(__file__).resolve().parents[3]
 WIRING = ROOT / "wiring.yaml"

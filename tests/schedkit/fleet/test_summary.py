@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import math
 
-from schedkit.components.schedule_batch import FinishAbort, Req, SamplingParams
-
+from schedkit.core.schedule_batch import FinishAbort, Req, SamplingParams
 from schedkit.fleet.summary import FleetSummary, merge_tallies, worker_figures
-from schedkit.sim.samples import Tally
+from schedkit.workloads.samples import Tally
 
 
 def finished(rid: str, arrival: float, first: float, finish: float, outputs: int) -> Req:

@@ -26,8 +26,8 @@ from schedkit.kv_events import (
     parse_kv_events_config,
     register_publisher,
 )
-from schedkit.kv_events.publisher import END_SEQ
 from schedkit.kv_events.replay import EPOCH_REQUEST
+from schedkit.kv_events.zmq_publisher import END_SEQ
 from tests.schedkit.kv_events.helpers import (
     PROBE_TS,
     batch,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from schedkit.kv_events import KvEventSubscriber, ZmqEventPublisher
-from schedkit.kv_events.publisher import IDLE_AFTER, POLL_INTERVAL
+from schedkit.kv_events.zmq_publisher import IDLE_AFTER, POLL_INTERVAL
 from tests.schedkit.kv_events.helpers import batch, config, wait_live
 
 

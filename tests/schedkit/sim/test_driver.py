@@ -14,12 +14,12 @@ import weakref
 from pathlib import Path
 
 import pytest
-from schedkit.components.schedule_batch import Req, SamplingParams
 
 import schedkit
+from schedkit.core.schedule_batch import Req, SamplingParams
 from schedkit.sim.driver import drive
-from schedkit.sim.samples import Tally, percentiles
-from schedkit.sim.workload import Arrival, GeneratedWorkload
+from schedkit.workloads.samples import Tally, percentiles
+from schedkit.workloads.workload import Arrival, GeneratedWorkload
 
 ROOT = Path(__file__).resolve().parents[3]
 QUIET = {

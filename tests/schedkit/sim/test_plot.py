@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from schedkit.components.schedule_batch import FinishLength, Req
 
+from schedkit.core.schedule_batch import FinishLength, Req
 from schedkit.sim import plot
-from schedkit.sim.samples import Tally
+from schedkit.workloads.samples import Tally
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -1,11 +1,11 @@
 from pathlib import Path
 
 import pytest
-from schedkit.components.io_struct import BatchTokenIDOutput
-from schedkit.components.kv_events_publisher import KvEventsPublisher
-from schedkit.components.radix_cache import RadixCache
-from schedkit.components.schedule_batch import FinishLength, Req, SamplingParams
+from schedkit.components.cache.radix_cache import RadixCache
+from schedkit.components.io.io_struct import BatchTokenIDOutput
+from schedkit.components.io.kv_events_publisher import KvEventsPublisher
 
+from schedkit.core.schedule_batch import FinishLength, Req, SamplingParams
 from schedkit.kv_events import BlockStored, KVEventBatch, create_publisher
 from schedkit.testing import (
     CapturingEventPublisher,

@@ -1,18 +1,18 @@
 import attrs
 import pytest
-from schedkit.components.batch_result_processor import BatchResultProcessor
-from schedkit.components.kv_events_publisher import KvEventsPublisher
-from schedkit.components.output_streamer import OutputStreamer
-from schedkit.components.radix_cache import RadixCache
-from schedkit.components.schedule_batch import (
+from schedkit.components.cache.radix_cache import RadixCache
+from schedkit.components.io.kv_events_publisher import KvEventsPublisher
+from schedkit.components.io.output_streamer import OutputStreamer
+from schedkit.components.scheduler.batch_result_processor import BatchResultProcessor
+
+from schedkit.core.component import component
+from schedkit.core.schedule_batch import (
     ForwardMode,
     GenerationBatchResult,
     Req,
     SamplingParams,
     ScheduleBatch,
 )
-
-from schedkit.component import component
 from schedkit.testing import Call, fake
 
 

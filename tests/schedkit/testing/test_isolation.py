@@ -1,10 +1,13 @@
 from pathlib import Path
 
 import pytest
-from schedkit.components.allocator import TokenToKVPoolAllocator
-from schedkit.components.metrics_reporter import MetricsReporter
-from schedkit.components.radix_cache import RadixCache
-from schedkit.components.schedule_batch import (
+from schedkit.components.cache.allocator import TokenToKVPoolAllocator
+from schedkit.components.cache.radix_cache import RadixCache
+from schedkit.components.metrics.reporter import MetricsReporter
+from schedkit.components.scheduler.scheduler import Scheduler
+
+from schedkit import WiringError, load_wiring
+from schedkit.core.schedule_batch import (
     FinishLength,
     ForwardMode,
     GenerationBatchResult,
@@ -12,10 +15,7 @@ from schedkit.components.schedule_batch import (
     SamplingParams,
     ScheduleBatch,
 )
-from schedkit.components.scheduler import Scheduler
-
-from schedkit import WiringError, load_wiring
-from schedkit.sim.model_runner import SimulatedModelRunner
+from schedkit.runner.model_runner import SimulatedModelRunner
 from schedkit.testing import isolate
 
 WIRING = Path(__file__).resolve().parents[3] / "wiring.yaml"

@@ -58,7 +58,7 @@ def test_make_assembly_shuts_down_what_it_built(pytester):
         + f"""
 import zmq
 
-from schedkit.components.schedule_batch import Req, SamplingParams
+from schedkit.core.schedule_batch import Req, SamplingParams
 
 built = []
 

@@ -1,0 +1,288 @@
+"""The radix prefix cache: token prefixes and their KV slots in a radix tree, after SGLang's
+RadixCache, with KV-cache events for KV-aware routers.
+
+KV slots are plain ints handed out by a ``TokenToKVPoolAllocator``. Ownership rules:
+
+- ``insert(key, value)`` takes ownership of every slot in ``value``. Slots for tokens the cache
+  already holds are freed, except those that already are the cache's own slot at that position
+  (a prefix obtained from ``match_prefix``); the slots of a trailing partial page (page_size > 1)
+  are freed too. The slots of the newly stored part belong to the cache from then on.
+- ``insert(key)`` without a value takes slots for the new part from the cache's allocator,
+  evicting unlocked entries (in eviction-policy order) if the pool is short.
+- ``evict`` and ``reset`` give the cache's slots back to the allocator.
+
+A key that is a ``RadixKey`` with an ``extra_key`` or ``cache_salt`` lives in its own
+namespace: it shares nodes only with keys of the same namespace, and its published page hashes
+are namespaced (``schedkit.kv_events.hashing``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain
+
+from schedkit.components.cache.allocator import OutOfKVSlotsError
+from schedkit.components.cache.radix_tree import MatchResult, RadixKey, RadixTree, TreeNode
+from schedkit.components.cache.req_to_cache import cache_finished_req, fill_ids_slice, req_namespace
+
+from schedkit.core.component import component
+from schedkit.core.schedule_batch import Req
+
+__all__ = ["MatchResult", "RadixCache", "RadixKey", "TreeNode"]
+
+
+@component("radix_cache")
+class RadixCache(RadixTree):
+    """Prefix cache over a radix tree; evicts unlocked leaves by ``eviction_policy``
+    (``lru``, ``lfu``, ``fifo`` or ``priority``).
+
+    With ``page_size > 1`` keys are matched and stored in whole pages and nodes split only at
+    page boundaries. With ``enable_kv_cache_events`` every new node's pages are announced
+    (``BlockStored``), every evicted node withdrawn (``BlockRemoved``) and ``reset`` (run by
+    the constructor too) announces ``AllBlocksCleared``. With ``disable`` nothing is cached:
+    matches are empty and inserted slots are freed.
+    """
+
+    def __attrs_post_init__(self) -> None:
+        self._setup()
+        self.reset()
+
+    def match_prefix(self, key: Sequence[int]) -> MatchResult:
+        """The longest cached whole-page prefix of ``key``; marks its nodes as just used.
+
+        A match ending inside a node splits that node so that ``last_node`` ends exactly at
+        the match (splitting emits no event).
+        """
+        node = self.root
+        if self.disable:
+            return MatchResult([], node)
+        namespace = getattr(key, "namespace", None)
+        if not isinstance(key, list):
+            key = list(key)
+        tick, child_of = self._tick, self._child
+        end = len(key) - len(key) % self.page_size
+        pos = 0
+        indices: list[int] = []
+        while pos < end:
+            child, m = child_of(node, key, pos, end, namespace)
+            if child is None:
+                break
+            child.last_access_time = tick()
+            child.hit_count += 1
+            indices += child.value
+            node = child
+            pos += m
+        return MatchResult(indices, node)
+
+    def insert(
+        self, key: Sequence[int], value: Sequence[int] | None = None, priority: int | None = None
+    ) -> int:
+        """Store ``key`` with its KV slots; returns how many leading tokens were already cached.
+
+        ``value`` holds one slot per token of ``key`` (see the module docstring for who owns
+        what afterwards); without it the cache allocates slots for the new part, evicting if
+        needed, and raises ``OutOfKVSlotsError`` if the pool cannot supply them. ``priority``
+        (the inserting request's) raises the eviction priority of every node on the path.
+        """
+        namespace = getattr(key, "namespace", None)
+        if not isinstance(key, list):
+            key = list(key)
+        if value is not None:
+            if type(value) is not list:
+                value = list(value)
+            if len(value) != len(key):
+                raise ValueError(
+                    f"value has {len(value)} slots for {len(key)} tokens; give one slot per token"
+                )
+        if self.disable:
+            if value:
+                self.allocator.free(value)
+            return 0
+        end = len(key) - len(key) % self.page_size
+        _, cached, duplicates = self._insert_below(
+            self.root, key, end, value, priority or 0, namespace
+        )
+        self._free(value[end:] if value is not None else [], duplicates)
+        return cached
+
+    def cache_finished_req(self, req: Req) -> None:
+        """SGLang's ``cache_finished_req``: insert the request's KV and release its lock (see
+        ``req_to_cache``). The insert starts at the request's locked prefix node: the prefix
+        is the path to that node, so it is not walked again."""
+        if self.disable:
+            cache_finished_req(self, req)
+            return
+        kv, start, priority = req.kv_indices, req.prefix_len, req.priority or 0
+        node = self._touch_path(req.last_node, priority, hit=False)
+        new = max(0, len(kv) - start)
+        end = start + new - new % self.page_size  # whole pages go in, the rest is freed
+        duplicates: list[int] = []
+        if end > start:
+            key, value = fill_ids_slice(req, start, end), kv[start:end]
+            namespace = req_namespace(req)
+            duplicates = self._insert_below(
+                node, key, len(key), value, priority, namespace, owned=True
+            )[2]
+        self._free(kv[end:], duplicates)
+        if req.last_node is not None:
+            self.dec_lock_ref(req.last_node)
+        req.swa_uuid_for_lock = None
+        req.kv_indices = []
+        req.prefix_len = 0
+        req.last_node = None
+
+    def cache_unfinished_req(self, req: Req) -> None:
+        """SGLang's ``cache_unfinished_req``: insert the request's whole pages and move its
+        lock to the node that ends them (see ``req_to_cache``). The insert starts at the
+        request's locked prefix node, and the match that follows in SGLang is the path the
+        insert walked."""
+        if self.disable:
+            return
+        kv, start, priority = req.kv_indices, req.prefix_len, req.priority or 0
+        aligned = len(kv) - len(kv) % self.page_size
+        node = req.last_node if req.last_node is not None else self.root
+        key = fill_ids_slice(req, start, aligned)
+        last, _, duplicates = self._insert_below(
+            node, key, len(key), kv[start:aligned], priority, req_namespace(req), owned=True
+        )
+        self._free([], duplicates)
+        self._touch_path(last, priority, hit=True)
+        token = self._lock(last)
+        if req.last_node is not None:
+            self.dec_lock_ref(req.last_node)
+        if duplicates:
+            # Pages cached by another request meanwhile: use the cache's slots for them.
+            values, walk = [], last
+            while walk is not node:
+                values.append(walk.value)
+                walk = walk.parent
+            cached = list(chain.from_iterable(reversed(values)))
+            req.kv_indices = kv[:start] + cached + kv[aligned:]
+        req.prefix_len = aligned
+        req.last_node = last
+        req.swa_uuid_for_lock = token
+
+    def _insert_below(
+        self,
+        node: TreeNode,
+        key: list[int],
+        end: int,
+        value: list[int] | None,
+        priority: int,
+        namespace: object,
+        owned: bool = False,
+    ) -> tuple[TreeNode, int, list[int]]:
+        """Store ``key[:end]`` (whole pages) below ``node``; ``value`` holds their slots, or
+        None to allocate them. Returns the node that ends the key, how many leading tokens
+        were cached already, and the given slots of tokens the cache already had with other
+        slots (for the caller to free). ``owned``: the lists are the caller's fresh copies,
+        which a new node may keep instead of copying them again."""
+        tick, child_of = self._tick, self._child
+        to_free: list[int] = []
+        pos = 0
+        while pos < end:
+            child, m = child_of(node, key, pos, end, namespace)
+            if child is None:
+                break
+            child.last_access_time = tick()
+            if priority > child.priority:
+                child.priority = priority
+            if value is not None:
+                given = value[pos : pos + m]
+                if given != child.value:
+                    to_free += [v for v, own in zip(given, child.value, strict=True) if v != own]
+            node = child
+            pos += m
+        cached = pos
+        if pos < end:
+            whole = owned and pos == 0 and end == len(key)
+            new_key = key if whole else key[pos:end]
+            raw = self._pack(new_key)
+            if value is None:
+                new_value = self._alloc(node, end - pos)
+            else:
+                new_value = value if whole else value[pos:end]
+            leaf = TreeNode(new_key, new_value, node, namespace, tick())
+            leaf.priority = priority
+            node = self._attach(leaf, raw)
+        return node, cached, to_free
+
+    def _free(self, tail: list[int], duplicates: list[int]) -> None:
+        """Free what an insert does not keep: a trailing partial page, then duplicates."""
+        for slots in (tail, duplicates):
+            if slots:
+                self.allocator.free(slots)
+
+    def _touch_path(self, node: TreeNode | None, priority: int, hit: bool) -> TreeNode:
+        """Mark the path from the root to ``node`` (None: the root) as just used, root first,
+        as a walk from the root would; returns ``node`` or the root."""
+        if node is None:
+            return self.root
+        path, walk, root = [], node, self.root
+        while walk is not root:
+            path.append(walk)
+            walk = walk.parent
+        tick = self._tick
+        for walk in reversed(path):
+            walk.last_access_time = tick()
+            walk.hit_count += hit
+            if priority > walk.priority:
+                walk.priority = priority
+        return node
+
+    def inc_lock_ref(self, node: TreeNode) -> int:
+        """Protect ``node`` and its ancestors from eviction; returns the evictable-size change
+        (pass it back to ``dec_lock_ref`` or not: the radix cache does not need it)."""
+        if self.disable:
+            return 0
+        self._check_lockable(node)
+        return self._lock(node)
+
+    def dec_lock_ref(self, node: TreeNode, swa_uuid_for_lock: object = None) -> int:
+        """Undo one ``inc_lock_ref(node)``; returns the change in evictable size.
+        ``swa_uuid_for_lock`` is accepted for the sliding-window cache's protocol and unused."""
+        if self.disable or node is self.root:
+            return 0
+        self._check_unlockable(node)
+        return self._unlock(node)
+
+    def evict(self, num_tokens: int) -> int:
+        """Evict unlocked leaves in eviction-policy order until ``num_tokens`` tokens are freed.
+
+        Returns the number of tokens evicted (whole nodes, so possibly more than asked; fewer
+        if not enough is evictable). A parent left without children becomes a candidate.
+        """
+        if self.disable or num_tokens <= 0:
+            return 0
+        evicted = 0
+        for leaf in self._evictable_leaves():
+            evicted += len(leaf.key)
+            self._detach(leaf)
+            if evicted >= num_tokens:
+                break
+        return evicted
+
+    def reset(self) -> None:
+        """Drop every entry, free its slots and announce ``AllBlocksCleared`` (events on)."""
+        slots: list[int] = []
+        for node in self._clear(TreeNode([], [], None, None, self._tick())):
+            slots += node.value
+            node.value = None
+        if slots:
+            self.allocator.free(slots)
+
+    def _alloc(self, node: TreeNode, n: int) -> list[int]:
+        if self.allocator.available_size() < n:
+            # Keep the node the new leaf hangs from while making room.
+            self._lock(node)
+            try:
+                self.evict(n - self.allocator.available_size())
+            finally:
+                self._unlock(node)
+        slots = self.allocator.alloc(n)
+        if slots is None:
+            raise OutOfKVSlotsError(
+                f"insert needs {n} KV slots but only {self.allocator.available_size()} are free "
+                f"after evicting ({self._protected_size} tokens are locked)"
+            )
+        return slots

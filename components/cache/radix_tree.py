@@ -1,0 +1,304 @@
+"""The radix tree both prefix caches are built on, after SGLang's RadixCache.
+
+``RadixTree`` holds what ``RadixCache`` and ``SWARadixCache`` share: nodes keyed by whole pages
+(isolated per namespace), the child lookup that splits a node where a key leaves it, attaching
+and detaching nodes with their KV events, full-attention locks (lock refs up the path), and a
+lazily maintained eviction heap ordered by the eviction policy (SGLang's ``evict_policy``):
+
+- ``lru``: least recently used first; ``lfu``: fewest hits first, then LRU;
+- ``fifo``: oldest node first; ``priority``: lowest request priority first, then LRU.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from heapq import heapify, heappop, heappush
+from typing import Any
+
+import attrs
+from schedkit.components.cache.allocator import TokenToKVPoolAllocator
+from schedkit.components.cache.event_recorder import EventRecorder
+from schedkit.components.cache.req_to_cache import cache_finished_req, cache_unfinished_req
+from schedkit.components.cache.tree_node import MatchResult, RadixKey, TreeNode, match_len
+
+from schedkit.core.component import at_least
+from schedkit.core.schedule_batch import Req
+
+__all__ = ["EVICTION_POLICIES", "MatchResult", "RadixKey", "RadixTree", "TreeNode", "make_pool"]
+
+EVICTION_POLICIES: dict[str, Callable[[Any], object]] = {
+    "lru": lambda n: n.last_access_time,
+    "lfu": lambda n: (n.hit_count, n.last_access_time),
+    "fifo": lambda n: n.creation_time,
+    "priority": lambda n: (n.priority, n.last_access_time),
+}
+
+
+def _page_key(key: list[int], pos: int, page_size: int) -> object:
+    """The children-dict key of the page of ``key`` that starts at ``pos``: its token with
+    ``page_size`` 1, else the page's tokens as a tuple."""
+    if page_size == 1:
+        return key[pos]
+    if pos == 0 and len(key) == page_size:
+        return tuple(key)  # the key is exactly one page: no slice first
+    return tuple(key[pos : pos + page_size])
+
+
+def make_pool(
+    allocator: TokenToKVPoolAllocator | None,
+    capacity: int | None,
+    page_size: int,
+    names: tuple[str, str] = ("allocator", "capacity"),
+) -> TokenToKVPoolAllocator:
+    """The pool a cache frees into: the given allocator, or a new one of ``capacity`` slots."""
+    allocator_name, capacity_name = names
+    if allocator is None:
+        if capacity is None:
+            raise ValueError(
+                f"the cache needs a KV pool: pass {allocator_name}=TokenToKVPoolAllocator(...) "
+                f"or {capacity_name}=<number of token slots>"
+            )
+        return TokenToKVPoolAllocator(size=capacity, page_size=page_size)
+    if capacity is not None:
+        raise ValueError(f"pass either {allocator_name}= or {capacity_name}=, not both")
+    if allocator.page_size != page_size:
+        raise ValueError(
+            f"{allocator_name}.page_size is {allocator.page_size} but the cache's page_size "
+            f"is {page_size}; they must match"
+        )
+    return allocator
+
+
+def _known_policy(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    if value not in EVICTION_POLICIES:
+        raise ValueError(
+            f"unknown eviction_policy {value!r}; valid: {', '.join(EVICTION_POLICIES)}"
+        )
+
+
+@attrs.define(slots=True, kw_only=True, on_setattr=attrs.setters.NO_OP)
+class RadixTree:
+    """The shared tree machinery; not a cache by itself (see ``RadixCache``)."""
+
+    page_size: int = attrs.field(default=1, validator=at_least(1))
+    enable_kv_cache_events: bool = False
+    allocator: TokenToKVPoolAllocator | None = None
+    capacity: int | None = None
+    eviction_policy: str = attrs.field(default="lru", validator=_known_policy)
+    disable: bool = False
+
+    root: TreeNode | None = attrs.field(init=False, repr=False, default=None)
+    _evictable_size: int = attrs.field(init=False, repr=False, default=0)
+    _protected_size: int = attrs.field(init=False, repr=False, default=0)
+    # Eviction candidates, lazily maintained: (policy key, seq, node) pushed whenever a node
+    # becomes an unlocked leaf. An entry is stale when its node has since been locked, got
+    # children or left the tree (dropped when popped) or its key grew (pushed again when
+    # popped). Keys only grow, so popping yields leaves in policy order.
+    _heap: list = attrs.field(init=False, repr=False, factory=list)
+    _num_nodes: int = attrs.field(init=False, repr=False, default=0)
+    _seq: Callable[[], int] = attrs.field(init=False, repr=False)
+    _events: EventRecorder | None = attrs.field(init=False, repr=False, default=None)
+    _tick: Callable[[], int] = attrs.field(init=False, repr=False)
+    _evict_key: Callable[[TreeNode], object] = attrs.field(init=False, repr=False)
+
+    def _setup(self) -> None:
+        """Check the shared arguments and build the pool, recorder and counters."""
+        self._evict_key = EVICTION_POLICIES[self.eviction_policy]
+        self.allocator = make_pool(self.allocator, self.capacity, self.page_size)
+        if self.enable_kv_cache_events:
+            self._events = EventRecorder(self.page_size)
+        self._tick = itertools.count().__next__
+        self._seq = itertools.count().__next__
+
+    def cache_finished_req(self, req: Req) -> None:
+        """SGLang's ``cache_finished_req``: hand the request's KV to the cache and release its
+        lock (``req_to_cache.cache_finished_req``)."""
+        cache_finished_req(self, req)
+
+    def cache_unfinished_req(self, req: Req) -> None:
+        """SGLang's ``cache_unfinished_req``: publish a running request's whole pages and move
+        its lock to the node that ends them (``req_to_cache.cache_unfinished_req``)."""
+        cache_unfinished_req(self, req)
+
+    def _child(self, node: TreeNode, key: list[int], pos: int, end: int, namespace: Any):
+        """The child of ``node`` that ``key[pos:end]`` enters and how many tokens it matches
+        there (whole pages); a child matched only in part is split first. (None, 0) if none."""
+        page_size = self.page_size
+        ckey = _page_key(key, pos, page_size)
+        if namespace is not None and node is self.root:
+            ckey = (namespace, ckey)
+        child = node.children.get(ckey)
+        if child is None:
+            return None, 0
+        m = len(child.key)
+        if m == page_size and pos + m <= end:
+            return child, m  # the child's whole key is its dict key: it matched already
+        if pos + m > end or key[pos : pos + m] != child.key:
+            m = match_len(child.key, key, pos, page_size)
+            child = self._split(child, m)
+        return child, m
+
+    def _split(self, child: TreeNode, m: int) -> TreeNode:
+        """Cut ``child`` after ``m`` tokens; returns the upper part (``child`` keeps the rest)."""
+        upper = type(child)(child.key[:m], child.value[:m], child.parent, child.namespace, 0)
+        upper.ckey = child.ckey
+        upper.lock_ref = child.lock_ref
+        upper.last_access_time = child.last_access_time
+        upper.creation_time = child.creation_time
+        upper.hit_count = child.hit_count
+        upper.priority = child.priority
+        if child.digests is not None:
+            cut = m // self.page_size
+            upper.digests, child.digests = child.digests[: 32 * cut], child.digests[32 * cut :]
+            upper.hashes, child.hashes = child.hashes[:cut], child.hashes[cut:]
+        self._split_extra(upper, child, m)
+        child.ckey = _page_key(child.key, m, self.page_size)
+        upper.children[child.ckey] = child
+        child.parent.children[upper.ckey] = upper
+        child.key = child.key[m:]
+        child.value = child.value[m:]
+        child.parent = upper
+        child.last_access_time = self._tick()
+        self._num_nodes += 1
+        return upper
+
+    def _split_extra(self, upper: TreeNode, lower: TreeNode, m: int) -> None:
+        """Split what a subclass keeps on its nodes besides the shared fields."""
+
+    def _pack(self, tokens: list[int]) -> bytes | None:
+        """The hash input of tokens about to be stored (None with events off); raises
+        ValueError for token ids that cannot be hashed, before the cache changes anything."""
+        return self._events.pack(tokens) if self._events is not None else None
+
+    def _attach(self, node: TreeNode, raw: bytes | None) -> TreeNode:
+        """Hang a new unlocked leaf under ``node.parent`` and announce its pages (``raw`` is
+        ``_pack(node.key)``)."""
+        parent = node.parent
+        key = node.key
+        ckey = _page_key(key, 0, self.page_size)
+        node.ckey = (node.namespace, ckey) if node.namespace and parent is self.root else ckey
+        parent.children[node.ckey] = node
+        self._evictable_size += len(key)
+        self._num_nodes += 1
+        if self._events is not None:
+            self._events.stored(node, raw)
+        self._push(node)
+        return node
+
+    def _detach(self, leaf: TreeNode) -> TreeNode:
+        """Take an unlocked leaf out of the tree, free its full KV and withdraw its pages;
+        returns its parent."""
+        if self._events is not None:
+            self._events.removed(leaf)
+        self.allocator.free(leaf.value)
+        parent = leaf.parent
+        del parent.children[leaf.ckey]
+        self._evictable_size -= len(leaf.key)
+        self._num_nodes -= 1
+        leaf.value = None
+        if not parent.children and parent.lock_ref == 0:
+            self._push(parent)
+        return parent
+
+    def _lock(self, node: TreeNode) -> int:
+        """Add a full lock on ``node`` and its ancestors; returns the evictable-size change."""
+        delta = 0
+        root = self.root
+        while node is not root:
+            if node.lock_ref == 0:
+                delta -= len(node.key)
+            node.lock_ref += 1
+            node = node.parent
+        self._evictable_size += delta
+        self._protected_size -= delta
+        return delta
+
+    def _unlock(self, node: TreeNode) -> int:
+        """Remove one full lock from ``node`` and its ancestors; returns the evictable change."""
+        root = self.root
+        if node.lock_ref == 1 and not node.children and node is not root:
+            self._push(node)  # an unlocked leaf from now on
+        delta = 0
+        while node is not root:
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                delta += len(node.key)
+            node = node.parent
+        self._evictable_size += delta
+        self._protected_size -= delta
+        return delta
+
+    def _check_lockable(self, node: TreeNode) -> None:
+        if node.value is None:
+            raise ValueError(
+                f"{node!r} is no longer in the cache (evicted or reset); lock a node from a "
+                "fresh match_prefix"
+            )
+
+    def _check_unlockable(self, node: TreeNode) -> None:
+        if node.value is None or node.lock_ref <= 0:
+            raise ValueError(f"dec_lock_ref on {node!r}, which holds no lock in this cache")
+
+    def _evictable_leaves(self):
+        """Unlocked leaves in eviction-policy order, computed lazily as they are taken."""
+        heap, key = self._heap, self._evict_key
+        while heap:
+            queued, _, leaf = heappop(heap)
+            if leaf.value is None or leaf.lock_ref or leaf.children:
+                continue  # stale: evicted, locked or no longer a leaf
+            if queued != key(leaf):
+                self._push(leaf)  # used since it was queued
+                continue
+            yield leaf
+
+    def _push(self, node: TreeNode) -> None:
+        """Queue ``node``, which just became (or still is) an unlocked leaf, for eviction."""
+        heap, key = self._heap, self._evict_key
+        if len(heap) > 2 * self._num_nodes + 64:
+            # Mostly stale entries: rebuild from the tree (amortised over the pushes since).
+            heap[:] = [
+                (key(n), self._seq(), n) for n in self._nodes() if not n.children and not n.lock_ref
+            ]
+            heapify(heap)
+        heappush(heap, (key(node), self._seq(), node))
+
+    def _nodes(self) -> list[TreeNode]:
+        """Every node of the tree but the root."""
+        nodes, stack = [], list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            nodes.append(node)
+            stack.extend(node.children.values())
+        return nodes
+
+    def _clear(self, root: TreeNode) -> list[TreeNode]:
+        """Replace the tree by ``root`` alone; returns the dropped nodes (values still set)."""
+        dropped = self._nodes() if self.root is not None else []
+        if self.root is not None:
+            self.root.value = None
+        root.lock_ref = 1
+        if self._events is not None:
+            root.digests, root.hashes = b"", []
+        self.root = root
+        self._evictable_size = self._protected_size = self._num_nodes = 0
+        self._heap = []
+        if self._events is not None:
+            self._events.cleared()
+        return dropped
+
+    def take_events(self) -> list:
+        """The KV events recorded since the last call, oldest first ([] with events off)."""
+        return self._events.take() if self._events is not None else []
+
+    def evictable_size(self) -> int:
+        """Tokens held in unlocked nodes (full KV)."""
+        return self._evictable_size
+
+    def protected_size(self) -> int:
+        """Tokens held in locked nodes (full KV)."""
+        return self._protected_size
+
+    def total_size(self) -> int:
+        """Tokens held by the cache (full KV)."""
+        return self._evictable_size + self._protected_size

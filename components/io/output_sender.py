@@ -1,0 +1,171 @@
+"""Output senders: where the output streamer's batch messages go.
+
+``InprocOutputCollector`` keeps every message in memory (tests) after a real msgpack round
+trip; ``OutputTally`` encodes and counts (runs, benchmarks: flat memory); ``ZmqOutputSender``
+pushes the encoded messages to a detokenizer over a ZeroMQ PUSH socket.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+import zmq
+from schedkit.components.io.io_struct import (
+    BatchEmbeddingOutput,
+    BatchTokenIDOutput,
+    check_endpoint,
+    decode_output,
+    encode,
+)
+
+from schedkit.core.component import component
+from schedkit.core.schedule_batch import FinishReason
+
+__all__ = ["InprocOutputCollector", "OutputTally", "ZmqOutputSender"]
+
+OutputMessage = BatchTokenIDOutput | BatchEmbeddingOutput
+
+
+@component("inproc_output_collector")
+class InprocOutputCollector:
+    """Collects output messages in process, as a detokenizer would receive them.
+
+    Each message is encoded and decoded again (unless ``roundtrip`` is False), so what is kept
+    went through the real wire format. ``outputs[rid]`` concatenates the new tokens of every
+    send, ``finished[rid]`` is the finish reason and ``send_counts[rid]`` the number of final
+    sends. Anything sent for a rid that already finished (a second final send included) is an
+    error: the rid is appended to ``double_finishes``.
+    """
+
+    roundtrip: bool = True
+    messages: list[OutputMessage] = attrs.field(init=False, factory=list)
+    outputs: dict[str, list[int]] = attrs.field(init=False, factory=dict)
+    finished: dict[str, FinishReason] = attrs.field(init=False, factory=dict)
+    send_counts: dict[str, int] = attrs.field(init=False, factory=dict)
+    double_finishes: list[str] = attrs.field(init=False, factory=list)
+    closed: bool = attrs.field(init=False, default=False)
+
+    def send(self, msg: OutputMessage) -> None:
+        """Record one batch message."""
+        if self.closed:
+            raise RuntimeError("send on a closed InprocOutputCollector")
+        if self.roundtrip:
+            msg = decode_output(encode(msg))
+        self.messages.append(msg)
+        finished, outputs, send_counts = self.finished, self.outputs, self.send_counts
+        token_ids = msg.output_ids if isinstance(msg, BatchTokenIDOutput) else None
+        for i, rid in enumerate(msg.rids):
+            if rid in finished:
+                self.double_finishes.append(rid)
+            if token_ids is not None:
+                tokens = outputs.get(rid)
+                if tokens is None:
+                    outputs[rid] = list(token_ids[i])
+                else:
+                    tokens.extend(token_ids[i])
+            reason = msg.finished_reasons[i]
+            if reason is not None:
+                finished[rid] = reason
+                send_counts[rid] = send_counts.get(rid, 0) + 1
+
+    def close(self) -> None:
+        """Refuse further sends; what was collected stays readable."""
+        self.closed = True
+
+
+@component("output_tally")
+class OutputTally:
+    """An output sender for runs and benchmarks: each message is encoded as the wire would
+    carry it, then only counted, so memory stays flat however many requests pass through.
+
+    ``messages``, ``output_tokens``, ``finished`` and ``bytes_encoded`` count what was sent;
+    a rid sent anything after its final send lands in ``double_finishes``. With ``encode``
+    False nothing is encoded (the scheduler's cost alone).
+    """
+
+    encode: bool = True
+    messages: int = attrs.field(init=False, default=0)
+    output_tokens: int = attrs.field(init=False, default=0)
+    finished: int = attrs.field(init=False, default=0)
+    bytes_encoded: int = attrs.field(init=False, default=0)
+    double_finishes: list[str] = attrs.field(init=False, factory=list)
+    closed: bool = attrs.field(init=False, default=False)
+    _done: set[str] = attrs.field(init=False, factory=set)
+
+    def send(self, msg: OutputMessage) -> None:
+        """Encode and count one batch message."""
+        if self.closed:
+            raise RuntimeError("send on a closed OutputTally")
+        if self.encode:
+            self.bytes_encoded += len(encode(msg))
+        self.messages += 1
+        done, rids, reasons = self._done, msg.rids, msg.finished_reasons
+        if isinstance(msg, BatchTokenIDOutput):
+            self.output_tokens += sum(map(len, msg.output_ids))
+        if not done.isdisjoint(rids):
+            self.double_finishes += [rid for rid in rids if rid in done]
+        if reasons.count(None) != len(reasons):
+            finished = [
+                rid for rid, reason in zip(rids, reasons, strict=True) if reason is not None
+            ]
+            done.update(finished)
+            self.finished += len(finished)
+
+    def close(self) -> None:
+        """Refuse further sends; the counts stay readable."""
+        self.closed = True
+
+
+@component("zmq_output_sender")
+class ZmqOutputSender:
+    """Pushes msgpack-encoded output messages on a ZeroMQ PUSH socket.
+
+    ``mode: connect`` (the default) connects to a detokenizer that binds ``endpoint``;
+    ``mode: bind`` binds it (loopback only unless ``allow_remote``; port 0 picks a free port,
+    see ``bound_endpoint``). ``send`` blocks while the socket's queue holds ``sndhwm`` messages
+    (0, the default, sets no limit) or, in bind mode, until a peer connects, like SGLang's
+    detokenizer socket.
+    ``close()`` waits at most ``linger_ms`` for queued messages to leave.
+    """
+
+    endpoint: str
+    mode: Literal["connect", "bind"] = "connect"
+    allow_remote: bool = False
+    linger_ms: int = 1000
+    sndhwm: int = 0
+    bound_endpoint: str = attrs.field(init=False, default="")
+    _socket: zmq.Socket = attrs.field(init=False, default=None, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.mode not in ("connect", "bind"):
+            raise ValueError(f"mode must be 'connect' or 'bind', got {self.mode!r}")
+        check_endpoint(self.endpoint, bind=self.mode == "bind", allow_remote=self.allow_remote)
+        if self.linger_ms < 0 or self.sndhwm < 0:
+            raise ValueError(
+                f"linger_ms and sndhwm must be >= 0, got {self.linger_ms} and {self.sndhwm}"
+            )
+        socket = zmq.Context.instance().socket(zmq.PUSH)
+        socket.setsockopt(zmq.SNDHWM, self.sndhwm)
+        try:
+            if self.mode == "bind":
+                socket.bind(self.endpoint)
+                self.bound_endpoint = socket.getsockopt_string(zmq.LAST_ENDPOINT)
+            else:
+                socket.connect(self.endpoint)
+                self.bound_endpoint = self.endpoint
+        except zmq.ZMQError as exc:
+            socket.close(linger=0)
+            raise ValueError(
+                f"cannot {self.mode} PUSH socket to {self.endpoint!r}: {exc}"
+            ) from None
+        self._socket = socket
+
+    def send(self, msg: OutputMessage) -> None:
+        """Encode and push one batch message."""
+        self._socket.send(encode(msg))
+
+    def close(self) -> None:
+        """Close the socket, waiting at most ``linger_ms`` for pending messages."""
+        if not self._socket.closed:
+            self._socket.close(linger=self.linger_ms)

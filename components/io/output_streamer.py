@@ -1,0 +1,184 @@
+"""The output streamer: decides which requests' new tokens go out after a step, and sends them.
+
+One call of ``stream_output`` sends at most one batch message. A finished request is sent once;
+an unfinished streaming request every ``stream_interval`` tokens; an unfinished non-streaming
+request every ``force_stream_interval`` tokens (so that clients see progress of long requests).
+Each send carries only the tokens produced since the request's previous send.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+from schedkit.components.io.io_struct import BatchEmbeddingOutput, BatchTokenIDOutput
+
+from schedkit.core.component import at_least, component
+from schedkit.core.parallel_state import ParallelState
+from schedkit.core.protocols import OutputSender, PrefixCache
+from schedkit.core.schedule_batch import Req
+
+__all__ = ["OutputStreamer"]
+
+
+def _false() -> bool:
+    return False
+
+
+@component("output_streamer")
+class OutputStreamer:
+    """Builds ``BatchTokenIDOutput`` (or ``BatchEmbeddingOutput``) messages and sends them.
+
+    ``sender`` needs ``send(msg)``. ``stream_interval`` is the server default for streaming
+    requests without their own; ``enable_hicache_storage`` is read at each call (the flag can
+    flip at run time); ``get_load``, when given, supplies the load attached to messages that
+    carry a finished request.
+    """
+
+    sender: OutputSender
+    tree_cache: PrefixCache | None
+    parallel_state: ParallelState
+    stream_interval: int = attrs.field(default=1, validator=at_least(1))
+    force_stream_interval: int = attrs.field(default=50, validator=at_least(1))
+    is_generation: bool = True
+    enable_hicache_storage: Callable[[], bool] = _false
+    get_load: Callable[[], dict] | None = None
+
+    def stream_output(
+        self,
+        reqs: list[Req],
+        return_logprob: bool = False,
+        skip_req: Req | None = None,
+        is_idle_batch: bool = False,
+    ) -> None:
+        """Send what is due for ``reqs`` (except ``skip_req``) in one message.
+
+        ``return_logprob`` is accepted for parity with SGLang; schedkit computes no logprobs.
+        ``is_idle_batch`` marks the empty batch of an idle step: under DP attention an empty
+        message still goes out for it so that every DP rank reports each step.
+        """
+        if self.is_generation:
+            self._stream_output_generation(reqs, skip_req, is_idle_batch)
+        else:
+            self._stream_output_embedding(reqs)
+
+    def _stream_output_generation(
+        self, reqs: list[Req], skip_req: Req | None, is_idle_batch: bool
+    ) -> None:
+        default_interval = self.stream_interval
+        force_interval = self.force_stream_interval
+        due: list[Req] = []
+        any_finished = False
+        # Most requests are not due at most steps: the interval test comes first.
+        for req in reqs:
+            if req.finished_reason is None:
+                num_output = len(req.output_ids)
+                params = req.sampling_params
+                if params.stream:
+                    interval = params.stream_interval or default_interval
+                    if interval > 1:
+                        if num_output % interval != 1:
+                            continue
+                    elif num_output % interval:
+                        continue
+                elif num_output % force_interval:
+                    continue
+                if num_output <= req.send_token_offset or req is skip_req:
+                    continue  # nothing new since the last send, or skipped
+            else:
+                if req.finished_output or req is skip_req:
+                    continue
+                req.finished_output = True
+                any_finished = True
+            due.append(req)
+
+        if not due and not (is_idle_batch and self.parallel_state.enable_dp_attention):
+            return
+
+        output_ids = []
+        for req in due:
+            ids = req.output_ids
+            output_ids.append(ids[req.send_token_offset :])
+            req.send_token_offset = len(ids)
+        self.sender.send(
+            BatchTokenIDOutput(
+                rids=[req.rid for req in due],
+                finished_reasons=[req.finished_reason for req in due],
+                output_ids=output_ids,
+                prompt_tokens=[len(req.origin_input_ids) for req in due],
+                completion_tokens=[req.send_token_offset for req in due],
+                cached_tokens=[req.cached_tokens for req in due],
+                cached_tokens_details=self._details(due),
+                dp_rank=self.parallel_state.dp_rank,
+                load=self.get_load() if any_finished and self.get_load is not None else None,
+            )
+        )
+
+    def _details(self, reqs: list[Req]) -> list[dict | None]:
+        """``get_cached_tokens_details`` of each request, reading the storage flag once."""
+        storage_enabled = self.enable_hicache_storage()
+        details: list[dict | None] = []
+        for req in reqs:
+            device, host, storage = (
+                req.cached_tokens_device,
+                req.cached_tokens_host,
+                req.cached_tokens_storage,
+            )
+            if storage_enabled or storage > 0:
+                details.append(self._details_with_storage(req, storage_enabled))
+            elif device > 0 or host > 0:
+                details.append({"device": device, "host": host})
+            elif req.cached_tokens > 0:
+                details.append({"device": req.cached_tokens, "host": 0})
+            else:
+                details.append(None)
+        return details
+
+    def _stream_output_embedding(self, reqs: list[Req]) -> None:
+        done = [req for req in reqs if req.finished_reason is not None and not req.finished_output]
+        if not done:
+            return
+        for req in done:
+            req.finished_output = True
+        self.sender.send(
+            BatchEmbeddingOutput(
+                rids=[req.rid for req in done],
+                finished_reasons=[req.finished_reason for req in done],
+                prompt_tokens=[len(req.origin_input_ids) for req in done],
+                cached_tokens=[req.cached_tokens for req in done],
+                cached_tokens_details=self._details(done),
+                dp_rank=self.parallel_state.dp_rank,
+            )
+        )
+
+    def get_cached_tokens_details(self, req: Req) -> dict | None:
+        """The request's prefix-cache hits by tier, or None when it had none.
+
+        ``{"device": d, "host": h}`` when any tier count is known and positive, plus
+        ``storage`` (and ``storage_backend``) with hierarchical-cache storage;
+        ``{"device": cached_tokens, "host": 0}`` when only the total is known.
+        """
+        return self._details_with_storage(req, self.enable_hicache_storage())
+
+    def _details_with_storage(self, req: Req, storage_enabled: bool) -> dict | None:
+        device, host, storage = (
+            req.cached_tokens_device,
+            req.cached_tokens_host,
+            req.cached_tokens_storage,
+        )
+        if device > 0 or host > 0 or storage > 0:
+            details: dict[str, int | str] = {"device": device, "host": host}
+            # A storage hit can be reported by another node even when this one has no storage.
+            if storage > 0 or storage_enabled:
+                details["storage"] = storage
+            if storage_enabled:
+                details["storage_backend"] = self._storage_backend_type()
+            return details
+        if req.cached_tokens > 0:
+            return {"device": req.cached_tokens, "host": 0}
+        return None
+
+    def _storage_backend_type(self) -> str:
+        controller = getattr(self.tree_cache, "cache_controller", None)
+        backend = getattr(controller, "storage_backend", None)
+        return "none" if backend is None else type(backend).__name__

@@ -1,0 +1,214 @@
+"""The metrics reporter: throughput, cache hit rate and pool usage, logged and exported.
+
+The batch result processor calls ``report_prefill_stats`` after each prefill batch,
+``increment_generated_tokens``/``advance_forward_ct_decode``/``report_decode_stats`` after each
+decode step; the host calls ``maybe_log_idle_metrics`` when idle and ``on_pause`` at the end of
+``pause_generation``. KV events are flushed (``publish_kv_events``) at the end of every prefill
+report, every ``decode_log_interval``-th decode report and every pause.
+
+Throughputs and the cache hit rate are kept current whether or not metrics are enabled (they
+cost a few additions); with ``enable_metrics`` the reporter also fills the pool and queue stats,
+logs a line per report through the collector, keeps Prometheus metrics (gauges, token counters,
+and per finished request, through ``observe_finished_request``, which the scheduler calls:
+latency histograms and request and token counters) named as ``metrics_profile`` says
+(``sglang`` or ``vllm``), serves them when ``prometheus_port`` is set, and emits KV metrics.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+import attrs
+from schedkit.components.metrics.collector import MetricsCollector, SchedulerStats
+
+from schedkit.core.component import at_least, component
+from schedkit.core.schedule_batch import Req, ScheduleBatch
+
+__all__ = ["IDLE_LOG_INTERVAL", "MetricsCollector", "MetricsReporter", "SchedulerStats"]
+
+IDLE_LOG_INTERVAL = 30.0  # seconds between two idle stats logs
+FORWARD_CT_MOD = 1 << 30
+
+
+def _noop() -> None:
+    return None
+
+
+@component("metrics_reporter")
+class MetricsReporter:
+    """Owns ``stats``, ``num_generated_tokens``, ``forward_ct_decode``, the throughputs and the
+    collector. ``now`` is the scheduler's clock (virtual or wall); ``load_inquirer`` supplies
+    the pool and queue numbers and is required with ``enable_metrics``. ``metrics_profile``
+    names the Prometheus metrics as SGLang (the default) or vLLM does; ``model_name`` labels
+    them, and under ``vllm`` so does ``dp_rank`` (as ``engine``)."""
+
+    load_inquirer: Any = None
+    emit_kv_metrics: Callable[[], None] = _noop
+    publish_kv_events: Callable[[], None] = _noop
+    now: Callable[[], float] = time.monotonic
+    decode_log_interval: int = attrs.field(default=40, validator=at_least(1))
+    enable_metrics: bool = False
+    prometheus_port: int | None = None
+    log_format: Literal["console", "json"] = "console"
+    metrics_profile: Literal["sglang", "vllm"] = "sglang"
+    model_name: str = "default"
+    dp_rank: int | None = None
+
+    stats: SchedulerStats = attrs.field(init=False, factory=SchedulerStats)
+    num_generated_tokens: int = attrs.field(init=False, default=0)
+    forward_ct_decode: int = attrs.field(init=False, default=0)
+    last_gen_throughput: float = attrs.field(init=False, default=0.0)
+    last_input_throughput: float = attrs.field(init=False, default=0.0)
+    total_prefill_tokens: int = attrs.field(init=False, default=0)
+    total_cached_tokens: int = attrs.field(init=False, default=0)
+    last_prefill_stats_tic: float = attrs.field(init=False, default=0.0)
+    last_decode_stats_tic: float = attrs.field(init=False, default=0.0)
+    collector: MetricsCollector = attrs.field(init=False, default=None)
+
+    def __attrs_post_init__(self) -> None:
+        if self.log_format not in ("console", "json"):
+            raise ValueError(f"log_format must be 'console' or 'json', got {self.log_format!r}")
+        if self.prometheus_port is not None:
+            if not self.enable_metrics:
+                raise ValueError("prometheus_port is set but enable_metrics is false; enable both")
+            if not isinstance(self.prometheus_port, int) or not 0 <= self.prometheus_port < 65536:
+                raise ValueError(
+                    f"prometheus_port must be a port number 0-65535, got {self.prometheus_port!r}"
+                )
+        if self.enable_metrics and self.load_inquirer is None:
+            raise ValueError("enable_metrics needs a load_inquirer to read pool and queue stats")
+        labels = (self.model_name,)
+        if self.metrics_profile == "vllm":
+            labels += (str(self.dp_rank or 0),)
+        self.collector = MetricsCollector(
+            now=self.now,
+            log_format=self.log_format,
+            export=self.enable_metrics,
+            prometheus_port=self.prometheus_port,
+            profile=self.metrics_profile,
+            label_values=labels,
+        )
+        self.last_prefill_stats_tic = self.last_decode_stats_tic = self.now()
+
+    def observe_finished_request(self, req: Req) -> None:
+        """With metrics on: a finished request's latencies and token counts into Prometheus."""
+        if self.enable_metrics:
+            self.collector.observe_finished(req)
+
+    def increment_generated_tokens(self, n: int) -> None:
+        """Count ``n`` newly generated tokens."""
+        self.num_generated_tokens += n
+
+    def advance_forward_ct_decode(self) -> None:
+        """Count one decode step (mod 2**30)."""
+        self.forward_ct_decode = (self.forward_ct_decode + 1) % FORWARD_CT_MOD
+
+    def report_prefill_stats(self, batch: ScheduleBatch) -> None:
+        """Input throughput and cache hit rate of a prefill batch; then flush KV events."""
+        now = self.now()
+        new_tokens = sum(batch.extend_lens)
+        cached_tokens = sum(batch.cache_hit_lens)
+        gap = now - self.last_prefill_stats_tic
+        self.last_prefill_stats_tic = now
+        self.last_input_throughput = new_tokens / gap if gap > 0 else 0.0
+        self.total_prefill_tokens += new_tokens
+        self.total_cached_tokens += cached_tokens
+        seen = self.total_prefill_tokens + self.total_cached_tokens
+        stats = self.stats
+        stats.input_throughput = self.last_input_throughput
+        stats.cache_hit_rate = self.total_cached_tokens / seen if seen else 0.0
+        if self.enable_metrics:
+            self._fill_stats(len(self.load_inquirer.get_running_batch().reqs))
+            self.collector.count_tokens(prompt=new_tokens, cached=cached_tokens)
+            self.collector.logger.info(
+                "prefill batch",
+                new_seq=batch.batch_size(),
+                new_token=new_tokens,
+                cached_token=cached_tokens,
+                token_usage=round(stats.token_usage, 2),
+                running_req=stats.num_running_reqs,
+                queue_req=stats.num_queue_reqs,
+                input_throughput=round(self.last_input_throughput, 2),
+            )
+            self.collector.log_stats(stats)
+            self.emit_kv_metrics()
+        self.publish_kv_events()
+
+    def report_decode_stats(self, batch: ScheduleBatch) -> None:
+        """Every ``decode_log_interval`` decode steps: generation throughput over the interval
+        (tokens counted since the last report / elapsed time), logs, then flush KV events."""
+        if self.forward_ct_decode % self.decode_log_interval:
+            return
+        now = self.now()
+        gap = now - self.last_decode_stats_tic
+        self.last_decode_stats_tic = now
+        generated = self.num_generated_tokens
+        self.num_generated_tokens = 0
+        self.last_gen_throughput = generated / gap if gap > 0 else 0.0
+        stats = self.stats
+        stats.gen_throughput = self.last_gen_throughput
+        if self.enable_metrics:
+            self._fill_stats(batch.batch_size())
+            self.collector.count_tokens(generated=generated)
+            self.collector.logger.info(
+                "decode batch",
+                running_req=stats.num_running_reqs,
+                token_usage=round(stats.token_usage, 2),
+                gen_throughput=round(self.last_gen_throughput, 2),
+                queue_req=stats.num_queue_reqs,
+            )
+            self.collector.log_stats(stats)
+            self.emit_kv_metrics()
+        self.publish_kv_events()
+
+    def maybe_log_idle_metrics(self) -> None:
+        """With metrics on and 30 s since the last stats log: zero the throughput, log.
+        Exported gauges are refreshed on every idle call, so that they never show requests
+        that have finished."""
+        if not self.enable_metrics:
+            return
+        stats = self.stats
+        if self.collector.exports:
+            self._fill_stats(len(self.load_inquirer.get_running_batch().reqs))
+            stats.gen_throughput = 0.0
+            self.collector.export(stats)
+        if self.now() <= self.collector.last_log_time + IDLE_LOG_INTERVAL:
+            return
+        self._fill_stats(len(self.load_inquirer.get_running_batch().reqs))
+        stats.gen_throughput = 0.0
+        self.collector.logger.info(
+            "idle",
+            running_req=stats.num_running_reqs,
+            queue_req=stats.num_queue_reqs,
+            token_usage=round(stats.token_usage, 2),
+        )
+        self.collector.log_stats(stats)
+
+    def on_pause(self) -> None:
+        """End of ``pause_generation`` (every mode): the loop stops reaching ``on_idle``, so
+        zero the throughput, force one idle stats log when metrics are on, and flush KV events.
+
+        The idle-log clock is reset to minus infinity rather than SGLang's 0 so that the log
+        also fires under a virtual clock that starts near 0.
+        """
+        self.last_gen_throughput = 0.0
+        self.stats.gen_throughput = 0.0
+        if self.enable_metrics:
+            self.collector.last_log_time = -math.inf
+            self.maybe_log_idle_metrics()
+        self.publish_kv_events()
+
+    def shutdown(self) -> None:
+        """Stop the collector's Prometheus server."""
+        self.collector.shutdown()
+
+    def _fill_stats(self, num_running_reqs: int) -> None:
+        inquirer, stats = self.load_inquirer, self.stats
+        capacity = inquirer.allocator.size
+        stats.num_running_reqs = num_running_reqs
+        stats.num_queue_reqs = len(inquirer.get_waiting_queue())
+        stats.num_used_tokens = inquirer.num_used_tokens()
+        stats.token_usage = stats.num_used_tokens / capacity if capacity else 0.0

@@ -1,0 +1,191 @@
+"""The batch result processor: what happens to a batch's requests after the model ran it.
+
+Prefill: each request that completed its prompt gets its first token and its finish state is
+checked; finished requests hand their KV to the prefix cache, unfinished ones publish it there
+(so that other requests can match it) and keep a lock on it. A chunked request's middle chunk
+produces no token: its KV is published and it is not streamed. Then outputs are streamed and
+prefill stats reported. Decode: the generated-token count grows, each request gets its token,
+finished ones hand their KV to the cache, outputs are streamed, the decode counter advances and
+decode stats are reported. An idle batch streams an empty batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from schedkit.core.component import component
+from schedkit.core.protocols import KVAllocator, PrefixCache
+from schedkit.core.schedule_batch import (
+    FinishAbort,
+    ForwardMode,
+    GenerationBatchResult,
+    Req,
+    ScheduleBatch,
+)
+
+__all__ = ["BatchResultProcessor"]
+
+_NO_TOKEN = "the model runner returned no token for this request"
+
+
+def _noop(*_args: object) -> None:
+    return None
+
+
+@component("batch_result_processor", frozen=True)
+class BatchResultProcessor:
+    """Applies a ``GenerationBatchResult`` to its batch.
+
+    ``output_streamer`` needs ``stream_output(reqs, return_logprob, skip_req)``. The metrics
+    callbacks and ``abort_request(rid)`` (the host drops the request from its queues) are bound
+    late. ``now``, when given, stamps ``first_token_time``, ``last_token_time``,
+    ``finish_time`` and the inter-token latencies ``itl`` of each request. ``allocator`` is
+    accepted for parity with SGLang's collaborators but not used: all KV goes back through
+    ``tree_cache`` (which frees into the allocator).
+    """
+
+    tree_cache: PrefixCache
+    output_streamer: Any
+    allocator: KVAllocator | None = None
+    eos_token_id: int | None = None
+    report_prefill_stats: Callable[[ScheduleBatch], None] = _noop
+    report_decode_stats: Callable[[ScheduleBatch], None] = _noop
+    increment_generated_tokens: Callable[[int], None] = _noop
+    advance_forward_ct_decode: Callable[[], None] = _noop
+    abort_request: Callable[[str], None] = _noop
+    now: Callable[[], float] | None = None
+
+    def process_batch_result(self, batch: ScheduleBatch, result: GenerationBatchResult) -> None:
+        """Dispatch on the batch's forward mode."""
+        mode = batch.forward_mode
+        if mode == ForwardMode.DECODE:
+            self.process_batch_result_decode(batch, result)
+        elif mode == ForwardMode.EXTEND:
+            self.process_batch_result_prefill(batch, result)
+        else:
+            self.output_streamer.stream_output(batch.reqs, False)
+
+    def process_batch_result_prefill(
+        self, batch: ScheduleBatch, result: GenerationBatchResult
+    ) -> None:
+        """First tokens, finish checks and cache updates after an extend batch."""
+        reqs, tokens = batch.reqs, result.next_token_ids
+        _check_lengths(reqs, tokens)
+        tree_cache, eos = self.tree_cache, self.eos_token_id
+        now = self.now() if self.now is not None else None
+        chunked = None
+        for req, tok in zip(reqs, tokens, strict=True):
+            if req.is_chunked:
+                chunked = req
+                tree_cache.cache_unfinished_req(req)
+                continue
+            if tok is None:
+                self._abort(req, _NO_TOKEN)
+                continue
+            req.output_ids.append(tok)
+            req.check_finished(eos)
+            if now is not None:
+                if req.last_token_time is None:
+                    req.first_token_time = now
+                else:  # a retracted request's first token after its re-prefill
+                    req.itl.append(now - req.last_token_time)
+                req.last_token_time = now
+            if req.finished_reason is not None:
+                req.finish_time = now
+                tree_cache.cache_finished_req(req)
+            else:
+                tree_cache.cache_unfinished_req(req)
+        self.output_streamer.stream_output(reqs, False, chunked)
+        self.report_prefill_stats(batch)
+
+    def process_batch_result_decode(
+        self, batch: ScheduleBatch, result: GenerationBatchResult
+    ) -> None:
+        """Append one token per request, release finished requests, stream, report."""
+        reqs, tokens = batch.reqs, result.next_token_ids
+        _check_lengths(reqs, tokens)
+        missing = None in tokens
+        if missing:
+            reqs, tokens = self._abort_missing(reqs, tokens)
+        self.increment_generated_tokens(len(reqs))
+        tree_cache, eos = self.tree_cache, self.eos_token_id
+        check_eos = eos is not None
+        now = self.now() if self.now is not None else None
+        # Requests that got their last token at the same step share one gap object.
+        last_seen = gap = None
+        for req, tok in zip(reqs, tokens, strict=True):
+            out = req.output_ids
+            out.append(tok)
+            if now is not None:
+                last = req.last_token_time
+                if last is not None:
+                    if last is not last_seen:
+                        last_seen, gap = last, now - last
+                    req.itl.append(gap)
+                req.last_token_time = now
+            params = req.sampling_params
+            # The common case (not finished) without a call to req.check_finished.
+            if (
+                len(out) < params.max_new_tokens
+                and not (check_eos and tok == eos and not params.ignore_eos)
+                and not params.stop_token_ids
+            ):
+                continue
+            req.check_finished(eos)
+            if req.finished_reason is not None:
+                if now is not None and req.finish_time is None:
+                    req.finish_time = now
+                tree_cache.cache_finished_req(req)
+        if missing and now is not None:
+            # Requests aborted for a missing token that are still in the batch are stamped
+            # too (finish time, and the step's inter-token latency).
+            kept = set(reqs)
+            self._stamp_decode([r for r in batch.reqs if r not in kept], now)
+        self.output_streamer.stream_output(batch.reqs, False)
+        self.advance_forward_ct_decode()
+        self.report_decode_stats(batch)
+
+    def process_aborted(self, reqs: list[Req]) -> None:
+        """Release the KV of requests finished out of band (aborted, refused) and stream them."""
+        for req in reqs:
+            if req.kv_indices or req.last_node is not None:
+                self.tree_cache.cache_finished_req(req)
+            if self.now is not None and req.finish_time is None:
+                req.finish_time = self.now()
+        self.output_streamer.stream_output(reqs, False)
+
+    def _abort_missing(
+        self, reqs: list[Req], tokens: list[int | None]
+    ) -> tuple[list[Req], list[int]]:
+        kept_reqs, kept_tokens = [], []
+        for req, tok in zip(reqs, tokens, strict=True):
+            if tok is None:
+                self._abort(req, _NO_TOKEN)
+            else:
+                kept_reqs.append(req)
+                kept_tokens.append(tok)
+        return kept_reqs, kept_tokens
+
+    def _abort(self, req: Req, message: str) -> None:
+        if req.finished_reason is None:
+            req.finished_reason = FinishAbort(message)
+        self.tree_cache.cache_finished_req(req)
+        self.abort_request(req.rid)
+
+    @staticmethod
+    def _stamp_decode(reqs: list[Req], now: float) -> None:
+        for req in reqs:
+            if req.last_token_time is not None:
+                req.itl.append(now - req.last_token_time)
+            req.last_token_time = now
+            if req.finished_reason is not None and req.finish_time is None:
+                req.finish_time = now
+
+
+def _check_lengths(reqs: list[Req], tokens: list[int | None]) -> None:
+    if len(tokens) != len(reqs):
+        raise ValueError(
+            f"the result has {len(tokens)} next tokens for a batch of {len(reqs)} requests; "
+            "the model runner must return one entry per request"
+        )

@@ -1,0 +1,276 @@
+"""What fits in the next batch, after SGLang's ``schedule_policy.PrefillAdder`` and
+``ScheduleBatch.retract_decode``: the scheduler's KV slots (pool plus evictable cache), the
+new-token ratio that keeps room for running requests' remaining output, one prefill pass's
+admission, and a decode step's slots and retractions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import attrs
+from schedkit.components.cache.req_to_cache import prefix_match_key
+
+from schedkit.core.protocols import KVAllocator, PrefixCache
+from schedkit.core.schedule_batch import ForwardMode, Req, ScheduleBatch
+
+__all__ = [
+    "CLIP_MAX_NEW_TOKENS",
+    "RETRACT_DECODE_STEPS",
+    "KVSlots",
+    "NewTokenRatio",
+    "PrefillAdder",
+    "remaining_new_tokens",
+    "retract_decode",
+    "take_decode_slots",
+]
+
+# After a retraction, the remaining requests must have room for this many decode steps.
+RETRACT_DECODE_STEPS = 20
+
+
+@attrs.define(slots=True)
+class NewTokenRatio:
+    """The share of each running request's remaining tokens that admission reserves.
+
+    It starts at ``init``, falls linearly to ``minimum`` over ``decay_steps`` decode steps that
+    found room, is set after a retraction from what the kept requests still need, and goes
+    back to ``init`` when the scheduler idles or its cache is flushed.
+    """
+
+    init: float = 0.7
+    minimum: float = 0.098
+    decay_steps: int = 600
+    value: float = attrs.field(init=False)
+    _step: float = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        if not 0.0 <= self.minimum <= self.init <= 1.0:
+            raise ValueError(
+                "need 0 <= min_new_token_ratio <= init_new_token_ratio <= 1, got "
+                f"{self.minimum} and {self.init}"
+            )
+        self.value = self.init
+        self._step = (self.init - self.minimum) / self.decay_steps
+
+    def decay(self) -> None:
+        """One decode step went well: reserve a little less."""
+        self.value = max(self.value - self._step, self.minimum)
+
+    def reset(self) -> None:
+        """Back to the initial ratio."""
+        self.value = self.init
+
+    def after_retract(self, decoded: int, running: int, max_new_tokens: int) -> None:
+        """Set from the kept requests: ``decoded`` of their ``max_new_tokens`` tokens are out,
+        and ``running`` requests need room for a few more steps each."""
+        needed = decoded + RETRACT_DECODE_STEPS * running
+        self.value = min(1.0, needed / max_new_tokens) if max_new_tokens else self.init
+
+
+@attrs.define(slots=True)
+class KVSlots:
+    """The allocator and prefix cache of one scheduler, with the operations admission and
+    decoding share. A request holds one slot per token that has KV (``req.kv_indices``): its
+    cached prefix first (``req.prefix_len`` slots, the cache's, locked through
+    ``req.last_node``), then the slots it computed itself."""
+
+    allocator: KVAllocator
+    tree_cache: PrefixCache
+    page_size: int
+
+    def room(self) -> int:
+        """Slots free now or once the cache evicts what it may."""
+        return self.allocator.available_size() + self.tree_cache.evictable_size()
+
+    def ensure_free(self, n: int) -> bool:
+        """Make ``n`` slots free, evicting from the cache if needed; True if they are free."""
+        shortfall = n - self.allocator.available_size()
+        if shortfall > 0:
+            self.tree_cache.evict(shortfall)
+            return self.allocator.available_size() >= n
+        return True
+
+    def decode_need(self, reqs: Iterable[Req]) -> int:
+        """Slots a decode step over ``reqs`` takes from the pool (whole pages)."""
+        page_size = self.page_size
+        if page_size == 1:
+            return len(list(reqs))
+        return page_size * [len(r.kv_indices) % page_size for r in reqs].count(0)
+
+    def extend(self, req: Req, n: int) -> bool:
+        """Append ``n`` KV slots to ``req.kv_indices``, filling its last page first; False
+        (and nothing taken) if the pool cannot supply them."""
+        kv, page_size = req.kv_indices, self.page_size
+        in_page = min(n, -len(kv) % page_size)
+        rest = n - in_page
+        pages = -(-rest // page_size)
+        if not self.ensure_free(pages * page_size):
+            return False
+        slots = self.allocator.alloc(pages * page_size)
+        if in_page:
+            kv.extend(range(kv[-1] + 1, kv[-1] + 1 + in_page))
+        kv.extend(slots if rest == len(slots) else slots[:rest])
+        return True
+
+    def release(self, req: Req) -> None:
+        """Free the slots the request computed itself and unlock its cached prefix (which
+        the cache keeps); nothing of the request is inserted into the cache."""
+        own = req.kv_indices[req.prefix_len :]
+        if own:
+            self.allocator.free(own)
+        if req.last_node is not None:
+            self.tree_cache.dec_lock_ref(req.last_node, req.swa_uuid_for_lock)
+        req.kv_indices = []
+        req.last_node = None
+        req.swa_uuid_for_lock = None
+
+
+# Admission counts at most this many future tokens per request (SGLang's value).
+CLIP_MAX_NEW_TOKENS = 4096
+
+
+def remaining_new_tokens(req: Req) -> int:
+    """The output tokens ``req`` may still produce, clipped as SGLang clips them."""
+    return min(req.sampling_params.max_new_tokens - len(req.output_ids), CLIP_MAX_NEW_TOKENS)
+
+
+class PrefillAdder:
+    """Builds one prefill batch within three budgets: ``max_prefill_tokens`` new tokens,
+    ``chunked_prefill_size`` tokens per chunk, and the KV room left after reserving
+    ``new_token_ratio`` of every running (and newly admitted) request's remaining output.
+
+    ``add_chunked_req`` continues a partly prefilled request; ``add_one_req`` admits a waiting
+    request (matching its cached prefix, locking it and taking slots for the rest) and says
+    whether admission may go on. A request cut short by the chunk budget ends up in
+    ``new_chunked_req``.
+    """
+
+    def __init__(
+        self,
+        kv: KVSlots,
+        running: list[Req],
+        new_token_ratio: float,
+        max_prefill_tokens: int,
+        chunked_prefill_size: int | None,
+        max_running_requests: int,
+    ) -> None:
+        self.kv = kv
+        self.new_token_ratio = new_token_ratio
+        self.reserved = new_token_ratio * sum(map(remaining_new_tokens, running))
+        self.rem_input = max_prefill_tokens
+        self.rem_chunk = chunked_prefill_size or 1 << 62
+        self.free_seats = max_running_requests - len(running)
+        self.batch = ScheduleBatch(reqs=[], forward_mode=ForwardMode.EXTEND)
+        self.new_chunked_req: Req | None = None
+
+    def budget_left(self) -> bool:
+        """Whether another request could still be admitted in this pass."""
+        return (
+            self.new_chunked_req is None
+            and self.rem_input > 0
+            and self.rem_chunk > 0
+            and len(self.batch.reqs) < self.free_seats
+        )
+
+    def add_chunked_req(self, req: Req) -> bool:
+        """Prefill the next chunk of ``req``; False if no room for any of it."""
+        pre = len(req.kv_indices)
+        room = self.kv.room() - self.reserved
+        ext = min(req.seqlen - pre, self.rem_chunk, int(room))
+        if ext <= 0 or not self.kv.extend(req, ext):
+            return False
+        self._add(req, pre, ext, 0)  # its prefix is its own earlier chunks: no cache hit
+        return True
+
+    def add_one_req(self, req: Req) -> bool:
+        """Admit ``req`` if it fits; False means stop admitting (SGLang admits in order)."""
+        kv, tree_cache = self.kv, self.kv.tree_cache
+        if type(req.origin_input_ids) is not list:  # packed while it waited (array('I'))
+            req.origin_input_ids = req.origin_input_ids.tolist()
+        seqlen = req.seqlen
+        match = tree_cache.match_prefix(prefix_match_key(req, kv.page_size))
+        pre = len(match.device_indices)
+        ext = seqlen - pre
+        if ext > self.rem_input and self.batch.reqs:
+            return False
+        lock = tree_cache.inc_lock_ref(match.last_node)
+        room = kv.room() - self.reserved
+        if ext > self.rem_chunk:
+            ext = self.rem_chunk - self.rem_chunk % kv.page_size
+        req.kv_indices = match.device_indices
+        if seqlen - pre + remaining_new_tokens(req) > room or ext <= 0 or not kv.extend(req, ext):
+            req.kv_indices = []
+            tree_cache.dec_lock_ref(match.last_node, lock)
+            return False
+        # A retracted request counts its re-used prefix again, as in SGLang.
+        req.last_node, req.swa_uuid_for_lock, req.prefix_len = match.last_node, lock, pre
+        req.cached_tokens += pre
+        req.cached_tokens_device += pre
+        self._add(req, pre, ext, pre)
+        return True
+
+    def _add(self, req: Req, pre: int, ext: int, hit: int) -> None:
+        req.is_chunked = pre + ext < req.seqlen
+        if req.is_chunked:
+            self.new_chunked_req = req
+        else:
+            self.reserved += remaining_new_tokens(req)
+        batch = self.batch
+        batch.reqs.append(req)
+        batch.prefix_lens.append(pre)
+        batch.extend_lens.append(ext)
+        batch.cache_hit_lens.append(hit)
+        self.rem_input -= ext
+        self.rem_chunk -= ext
+
+
+def take_decode_slots(kv: KVSlots, reqs: list[Req]) -> bool:
+    """Give every request one KV slot for its next token: the next slot of its last page if
+    that page has room, else a new page. False, with nothing taken, if the pool cannot supply
+    the new pages even after evicting from the cache."""
+    page_size = kv.page_size
+    needs_page = []
+    for req in reqs:
+        slots = req.kv_indices
+        if len(slots) % page_size:
+            slots.append(slots[-1] + 1)
+        else:
+            needs_page.append(req)
+    if not needs_page:
+        return True
+    if not kv.ensure_free(len(needs_page) * page_size):
+        waiting = set(needs_page)
+        for req in reqs:  # undo: nothing is taken
+            if req not in waiting:
+                req.kv_indices.pop()
+        return False
+    pages = kv.allocator.alloc(len(needs_page) * page_size)[::page_size]
+    for req, slot in zip(needs_page, pages, strict=True):
+        req.kv_indices.append(slot)
+    return True
+
+
+def retract_decode(
+    kv: KVSlots, reqs: list[Req], retract: Callable[[Req], None]
+) -> tuple[list[Req], list[Req], int]:
+    """SGLang's ``retract_decode``: retract unfinished requests, fewest output tokens (then
+    longest prompt) first, until the rest have room for a few decode steps, keeping at least
+    one. ``retract(req)`` frees a request's KV. Returns the requests kept, those retracted
+    (in retraction order) and the slots the kept ones need for their next token."""
+    keep = sorted(
+        (r for r in reqs if r.finished_reason is None),
+        key=lambda r: (len(r.output_ids), -len(r.origin_input_ids)),
+        reverse=True,
+    )
+    retracted: list[Req] = []
+    room = sum(min(RETRACT_DECODE_STEPS, remaining_new_tokens(r)) for r in keep)
+    need = kv.decode_need(keep)
+    while len(keep) > 1:
+        if retracted and kv.ensure_free(max(room, need)):
+            break
+        req = keep.pop()
+        room -= min(RETRACT_DECODE_STEPS, remaining_new_tokens(req))
+        need -= kv.decode_need([req])
+        retracted.append(req)
+        retract(req)
+    return keep, retracted, need

@@ -1,0 +1,150 @@
+"""Scheduling policies: the order in which waiting requests are considered for prefill.
+
+A policy sorts the waiting queue in place before each prefill batch is formed. ``fcfs`` keeps
+the queue order (arrival order; the scheduler puts retracted requests back at the front).
+``lpm`` (longest prefix match, SGLang's default) puts the requests with the longest cached
+prefix first, so that they are admitted while their prefix is still in the cache, and holds
+back requests that would recompute an uncached prefix another waiting request is about to
+compute (in-batch prefix caching).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+from schedkit.components.cache.req_to_cache import prefix_match_key
+
+from schedkit.core.component import component
+from schedkit.core.protocols import PrefixCache
+from schedkit.core.schedule_batch import Req
+
+__all__ = [
+    "IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD",
+    "IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD",
+    "FCFSPolicy",
+    "LPMPolicy",
+    "SchedulePolicy",
+]
+
+# SGLang's defaults: requests with at most this many cached tokens are checked against the
+# other waiting requests...
+IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD = 32
+# ...and sorted last when they share at least this many leading tokens with an earlier one.
+IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD = 32
+
+
+class SchedulePolicy(Protocol):
+    """What the scheduler needs from a policy."""
+
+    def calc_priority(self, waiting_queue: list[Req]) -> None:
+        """Sort ``waiting_queue`` in place, first to be admitted first."""
+
+
+@component("priority")
+class PriorityPolicy:
+    """Priority scheduling, as SGLang's ``--enable-priority-scheduling``: higher
+    ``Req.priority`` first (lower first with ``low_values_first``, SGLang's
+    ``--schedule-low-priority-values-first``), first come first served among equals; a request
+    without a priority counts as ``default_priority``. Running requests are not preempted."""
+
+    low_values_first: bool = False
+    default_priority: int = 0
+
+    def calc_priority(self, waiting_queue: list[Req]) -> None:
+        """Sort by priority; the sort is stable, so arrival order breaks ties."""
+        sign = 1 if self.low_values_first else -1
+        default = self.default_priority
+
+        def key(req: Req) -> int:
+            return sign * (default if req.priority is None else req.priority)
+
+        waiting_queue.sort(key=key)
+
+
+@component("fcfs")
+class FCFSPolicy:
+    """First come, first served: the queue stays as it is."""
+
+    def calc_priority(self, waiting_queue: list[Req]) -> None:
+        """Leave the queue in arrival order."""
+
+
+@component("lpm")
+class LPMPolicy:
+    """Longest prefix match first, with SGLang's in-batch prefix caching.
+
+    Each waiting request's prompt and output so far (all but the last token, which is always
+    computed) is matched against ``tree_cache``; the match length is stored in
+    ``req.prefix_len`` and the queue is sorted by it, longest first (ties keep their order).
+
+    In-batch prefix caching: when several waiting requests share a prefix that is not cached
+    yet, admitting them together computes it several times. So a request whose cached prefix
+    is at most ``in_batch_check_threshold`` tokens is also matched against the requests seen
+    before it in this pass (SGLang keeps those in a temporary radix tree); if it shares at
+    least ``in_batch_deprioritize_threshold`` leading tokens with one of them it is sorted
+    after all the others for this pass, so that the first of them is prefilled, its prefix
+    cached, and the rest match it at a later pass. Otherwise its tokens join the temporary
+    tree. Only whether that in-batch match reaches the threshold matters, and it does exactly
+    when the first ``in_batch_deprioritize_threshold`` tokens equal those of a request in the
+    tree, so a set of those leading tokens stands in for the tree.
+
+    Matching costs time linear in the queue, so above ``max_queue_for_prefix_match`` waiting
+    requests the queue is left in FCFS order, as SGLang does above 128.
+    """
+
+    tree_cache: PrefixCache | None = None
+    max_queue_for_prefix_match: int = 128
+    in_batch_check_threshold: int = IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD
+    in_batch_deprioritize_threshold: int = IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_queue_for_prefix_match < 0:
+            raise ValueError(
+                f"max_queue_for_prefix_match must be >= 0, got {self.max_queue_for_prefix_match}"
+            )
+        if not isinstance(self.in_batch_check_threshold, int) or self.in_batch_check_threshold < 0:
+            raise ValueError(
+                "in_batch_check_threshold must be an integer >= 0 (tokens), got "
+                f"{self.in_batch_check_threshold!r}"
+            )
+        threshold = self.in_batch_deprioritize_threshold
+        if not isinstance(threshold, int) or threshold < 1:
+            raise ValueError(
+                f"in_batch_deprioritize_threshold must be an integer >= 1 (tokens), got "
+                f"{threshold!r}"
+            )
+
+    def calc_priority(self, waiting_queue: list[Req]) -> None:
+        """Sort by cached prefix length, longest first, requests that share an uncached
+        prefix with an earlier one last. FCFS above the queue threshold, and over a disabled
+        or absent cache, where SGLang falls back to FCFS."""
+        cache = self.tree_cache
+        if cache is None or cache.disable or len(waiting_queue) > self.max_queue_for_prefix_match:
+            return
+        match_prefix = cache.match_prefix
+        check = self.in_batch_check_threshold
+        # The shared-prefix test covers whole pages (as Dynamo's SGLang model does).
+        page = cache.page_size
+        head_len = -(-self.in_batch_deprioritize_threshold // page) * page
+        in_batch: set[tuple] = set()  # leading tokens (and namespace) of the temporary tree
+        deprioritized: set[Req] = set()
+        for req in waiting_queue:
+            req.prefix_len = len(match_prefix(prefix_match_key(req, page)).device_indices)
+            if req.prefix_len > check or req.seqlen < head_len:
+                continue
+            origin = req.origin_input_ids
+            tokens = origin if len(origin) >= head_len else origin + req.output_ids
+            head = (req.extra_key, req.cache_salt, *tokens[:head_len])
+            if head in in_batch:
+                deprioritized.add(req)
+            else:
+                in_batch.add(head)
+        if deprioritized:
+            waiting_queue.sort(key=lambda r: math.inf if r in deprioritized else -r.prefix_len)
+        else:
+            waiting_queue.sort(key=_neg_prefix_len)
+
+
+def _neg_prefix_len(req: Req) -> int:
+    return -req.prefix_len

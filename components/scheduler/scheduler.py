@@ -1,0 +1,404 @@
+"""The scheduler host loop, after SGLang's ``Scheduler.event_loop_normal``.
+
+(Longer than 300 lines: the loop and the request lifecycle it drives, submit, abort, pause,
+continue and flush, read best in one place; batch forming is in ``prefill_adder`` and
+``decode_batch``.)
+
+Each ``step()``: take new requests and control requests from the receiver; stop there while
+paused; otherwise form the next batch (prefill first, else decode), run it on the model runner
+and hand the result to the batch result processor, or run ``on_idle()`` when there is nothing
+to do.
+
+KV memory: a request holds one KV slot per token that has KV (``req.kv_indices``, the cached
+prefix first, locked in the prefix cache through ``req.last_node``). Prefill admission keeps
+room for the running requests' future tokens, estimated as ``new_token_ratio`` times their
+remaining tokens; the ratio decays while decoding goes well. When a decode step finds too few
+free slots even after evicting from the cache, running requests are retracted as in SGLang
+(fewest output tokens first, finished ones never): the KV they computed is freed, their cached
+prefix unlocked, they join the back of the waiting queue keeping their output, and the ratio
+rises so that fewer requests are admitted. A last request that still cannot get a slot is
+aborted ("out of memory").
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from array import array
+from collections.abc import Callable
+from typing import Any, Literal
+
+import attrs
+import structlog
+from schedkit.components.io.io_struct import ControlReply
+from schedkit.components.scheduler.batching import (
+    KVSlots,
+    NewTokenRatio,
+    PrefillAdder,
+    retract_decode,
+    take_decode_slots,
+)
+from schedkit.components.scheduler.schedule_policy import SchedulePolicy
+from schedkit.components.scheduler.waiting_queue import WaitingQueue
+
+from schedkit.core.component import at_least, component
+from schedkit.core.protocols import KVAllocator, ModelRunner, PrefixCache, RequestReceiver
+from schedkit.core.schedule_batch import MAX_TOKEN_ID, FinishAbort, ForwardMode, Req, ScheduleBatch
+
+__all__ = ["Scheduler"]
+
+log = structlog.get_logger(__name__)
+
+
+def _noop() -> None:
+    return None
+
+
+def _ignore(_req: Req) -> None:
+    return None
+
+
+@component("scheduler")
+class Scheduler:
+    """Admits, batches, runs and retracts requests; see the module docstring.
+
+    ``chunked_prefill_size`` None disables chunking. ``now`` stamps arrival times. The
+    callbacks (``publish_kv_events``, ``maybe_log_idle_metrics``, ``on_pause``, ``get_loads``)
+    are bound late to the KV-events publisher, metrics reporter and load inquirer.
+    ``on_finish(req)`` is called once for every request that finishes (done, refused or
+    aborted), after its final output went out. The waiting queue is a ``WaitingQueue``: it
+    keeps the waiting-token totals that ``get_loads`` reports.
+    """
+
+    request_receiver: RequestReceiver
+    allocator: KVAllocator
+    tree_cache: PrefixCache
+    policy: SchedulePolicy
+    model_runner: ModelRunner
+    batch_result_processor: Any
+    now: Callable[[], float] = time.monotonic
+    publish_kv_events: Callable[[], None] = _noop
+    maybe_log_idle_metrics: Callable[[], None] = _noop
+    on_pause: Callable[[], None] = _noop
+    get_loads: Callable[[], dict] | None = None
+    on_finish: Callable[[Req], None] = _ignore
+    max_running_requests: int = attrs.field(default=256, validator=at_least(1))
+    max_prefill_tokens: int = attrs.field(default=16384, validator=at_least(1))
+    chunked_prefill_size: int | None = 8192
+    init_new_token_ratio: float = 0.7
+    min_new_token_ratio: float = 0.098
+    new_token_ratio_decay_steps: int = attrs.field(default=600, validator=at_least(1))
+    sleep_on_idle_seconds: float = 0.001
+
+    waiting_queue: WaitingQueue = attrs.field(init=False, factory=WaitingQueue)
+    running_batch: ScheduleBatch = attrs.field(
+        init=False, factory=lambda: ScheduleBatch(reqs=[], forward_mode=ForwardMode.DECODE)
+    )
+    chunked_req: Req | None = attrs.field(init=False, default=None)
+    paused: bool = attrs.field(init=False, default=False)
+    peak_running_requests: int = attrs.field(init=False, default=0)
+    num_retracted: int = attrs.field(init=False, default=0)
+    finished_count: int = attrs.field(init=False, default=0)
+    _page_size: int = attrs.field(init=False, default=1)
+    _kv: KVSlots = attrs.field(init=False, repr=False)
+    _ratio: NewTokenRatio = attrs.field(init=False, repr=False)
+    # Set when admission failed for lack of KV room; cleared when a request leaves or arrives.
+    _prefill_blocked: bool = attrs.field(init=False, default=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._page_size = self.allocator.page_size
+        if self.tree_cache.page_size != self._page_size:
+            raise ValueError(
+                f"tree_cache.page_size ({self.tree_cache.page_size}) must equal "
+                f"allocator.page_size ({self._page_size})"
+            )
+        size = self.chunked_prefill_size
+        if size is not None and (not isinstance(size, int) or size < self._page_size):
+            raise ValueError(
+                "chunked_prefill_size must be None (no chunking) or an integer >= page_size "
+                f"({self._page_size}), got {size!r}"
+            )
+        self._ratio = NewTokenRatio(
+            self.init_new_token_ratio, self.min_new_token_ratio, self.new_token_ratio_decay_steps
+        )
+        self._kv = KVSlots(self.allocator, self.tree_cache, self._page_size)
+
+    @property
+    def new_token_ratio(self) -> float:
+        """The share of running requests' remaining output that admission reserves room for."""
+        return self._ratio.value
+
+    # ---- the loop ----------------------------------------------------------------------
+
+    def step(self) -> bool:
+        """One loop iteration; True if a batch ran."""
+        for item in self.request_receiver.recv_requests():
+            if isinstance(item, Req):
+                self._submit_guarded(item)
+            else:
+                self._handle_control(item)
+        if self.paused:
+            return False
+        batch = self.get_next_batch_to_run()
+        if batch is None:
+            self.on_idle()
+            return False
+        result = self.model_runner.forward(batch)
+        self.batch_result_processor.process_batch_result(batch, result)
+        self._after_batch(batch)
+        return True
+
+    def run_until_idle(self, max_steps: int | None = None) -> int:
+        """Step until a step runs nothing (idle, or paused) or ``max_steps`` batches ran;
+        returns the number of batches run."""
+        steps = 0
+        while (max_steps is None or steps < max_steps) and self.step():
+            steps += 1
+        return steps
+
+    def serve(self, stop: threading.Event) -> None:
+        """Step until ``stop`` is set, waiting on the receiver (or sleeping) while idle."""
+        wait = getattr(self.request_receiver, "wait", None) or stop.wait
+        while not stop.is_set():
+            if not self.step():
+                wait(self.sleep_on_idle_seconds)
+
+    def on_idle(self) -> None:
+        """Idle housekeeping: idle metrics, KV events, reset the new-token ratio."""
+        self.maybe_log_idle_metrics()
+        self.publish_kv_events()
+        self._ratio.reset()
+
+    def _after_batch(self, batch: ScheduleBatch) -> None:
+        """Move prefilled requests into the running batch; drop finished ones."""
+        reqs = batch.reqs
+        if batch.forward_mode == ForwardMode.EXTEND:
+            running = self.running_batch.reqs
+            for req in reqs:
+                if req.finished_reason is not None:
+                    self._finished(req)
+                elif req is not self.chunked_req:
+                    running.append(req)
+            self.peak_running_requests = max(self.peak_running_requests, len(running))
+            return
+        alive = [req for req in reqs if req.finished_reason is None]
+        if len(alive) != len(reqs):
+            for req in reqs:
+                if req.finished_reason is not None:
+                    self._finished(req)
+            batch.reqs = alive
+
+    def _finished(self, req: Req) -> None:
+        self.finished_count += 1
+        self._prefill_blocked = False
+        self.on_finish(req)
+
+    # ---- requests ----------------------------------------------------------------------
+
+    def submit(self, req: Req) -> None:
+        """Queue a request, or finish it at once with FinishAbort if it is invalid or can
+        never fit in the KV pool."""
+        error = req.sampling_params.validation_error()
+        ids = req.origin_input_ids
+        if error is None and not ids:
+            error = "input_ids is empty; a request needs at least one prompt token"
+        packed = isinstance(ids, array) and ids.typecode == "I"  # in range by construction
+        if error is None and not packed and (min(ids) < 0 or max(ids) > MAX_TOKEN_ID):
+            error = f"input_ids must be token ids in [0, {MAX_TOKEN_ID}]"
+        if error is None:
+            prompt, new = len(req.origin_input_ids), req.sampling_params.max_new_tokens
+            if -(-(prompt + new) // self._page_size) * self._page_size > self.allocator.size:
+                error = (
+                    f"prompt ({prompt} tokens) + max_new_tokens ({new}) = {prompt + new} "
+                    f"tokens can never fit in the KV pool of {self.allocator.size} tokens"
+                )
+        if error is not None:
+            self._finish_aborted(req, error)
+            return
+        if not req.arrival_time:
+            req.arrival_time = self.now()
+        self.waiting_queue.append(req)
+        self._prefill_blocked = False
+
+    def _submit_guarded(self, req: Req) -> None:
+        # One request must never take the loop down: whatever submit raises finishes it.
+        try:
+            self.submit(req)
+        except Exception as exc:
+            log.exception("request failed on arrival", rid=req.rid)
+            if req.finished_reason is None:
+                self._finish_aborted(req, f"internal error: {type(exc).__name__}: {exc}")
+
+    def abort_request(self, rid: str) -> None:
+        """Finish request ``rid`` with FinishAbort wherever it is and release its KV. A running
+        request that already finished (aborted while its result was processed) is left for
+        the end of the step to remove."""
+        for i, req in enumerate(self.waiting_queue):
+            if req.rid == rid:
+                del self.waiting_queue[i]
+                self._finish_aborted(req, "aborted")
+                return
+        if self.chunked_req is not None and self.chunked_req.rid == rid:
+            req, self.chunked_req = self.chunked_req, None
+            self._finish_aborted(req, "aborted")
+            return
+        for req in self.running_batch.reqs:
+            if req.rid == rid and req.finished_reason is None:
+                # A new list: the batch result processor may be iterating the old one.
+                self.running_batch.reqs = [r for r in self.running_batch.reqs if r is not req]
+                self._finish_aborted(req, "aborted")
+                return
+
+    def _finish_aborted(self, req: Req, message: str) -> None:
+        req.finished_reason = FinishAbort(message)
+        req.is_chunked = False
+        self.batch_result_processor.process_aborted([req])
+        self._finished(req)
+
+    # ---- control -----------------------------------------------------------------------
+
+    def pause_generation(self, mode: Literal["in_place", "retract"]) -> None:
+        """Stop running batches; ``retract`` also sends running requests (and a partly
+        prefilled one) back to the waiting queue. Calls ``on_pause`` in every mode."""
+        if mode not in ("in_place", "retract"):
+            raise ValueError(f"pause mode must be 'in_place' or 'retract', got {mode!r}")
+        self.paused = True
+        if mode == "retract":
+            retracted = self.running_batch.reqs
+            if self.chunked_req is not None:
+                retracted.append(self.chunked_req)
+                self.chunked_req = None
+            self.running_batch.reqs = []
+            for req in retracted:
+                self._retract(req)
+            self.waiting_queue.extend(retracted)
+        self.on_pause()
+
+    def continue_generation(self) -> None:
+        """Resume after ``pause_generation``."""
+        self.paused = False
+
+    def flush_cache(self) -> bool:
+        """Empty the prefix cache and the KV pool; only when no request is queued or running."""
+        if self.waiting_queue or self.running_batch.reqs or self.chunked_req is not None:
+            return False
+        self.tree_cache.reset()
+        self.allocator.clear()
+        self._ratio.reset()
+        return True
+
+    def _handle_control(self, item: Any) -> None:
+        kind = item.type
+        try:
+            if kind == "pause":
+                self.pause_generation(item.mode)
+                item.reply(None)
+            elif kind == "continue":
+                self.continue_generation()
+                item.reply(None)
+            elif kind == "flush":
+                item.reply(self.flush_cache())
+            elif kind == "get_loads" and self.get_loads is not None:
+                item.reply(self.get_loads())
+            elif kind == "abort" and item.rid is not None:
+                self.abort_request(item.rid)
+                item.reply(None)
+            else:
+                raise ValueError(f"unsupported control request {kind!r} on this scheduler")
+        except ValueError as exc:
+            log.warning("control request failed", type=kind, error=str(exc))
+            item.reply(ControlReply(type=str(kind), ok=False, message=str(exc)))
+
+    # ---- batches -----------------------------------------------------------------------
+
+    def get_next_batch_to_run(self) -> ScheduleBatch | None:
+        """A prefill batch when one can be formed, else the decode batch, else None."""
+        return self.get_new_batch_prefill() or self.update_running_batch()
+
+    def get_new_batch_prefill(self) -> ScheduleBatch | None:
+        """Continue the chunked request, then admit waiting requests in policy order until
+        the first that does not fit (``PrefillAdder``)."""
+        running, chunked = self.running_batch.reqs, self.chunked_req
+        if self._prefill_blocked or (
+            chunked is None
+            and (not self.waiting_queue or len(running) >= self.max_running_requests)
+        ):
+            return None
+        adder = PrefillAdder(
+            self._kv,
+            running,
+            self._ratio.value,
+            self.max_prefill_tokens,
+            self.chunked_prefill_size,
+            self.max_running_requests,
+        )
+        if chunked is not None and not adder.add_chunked_req(chunked):
+            adder.new_chunked_req = chunked  # its next chunk waits for room
+        if adder.new_chunked_req is None:
+            waiting = self.waiting_queue
+            self.policy.calc_priority(waiting)
+            admitted = 0
+            while admitted < len(waiting) and adder.budget_left():
+                if not adder.add_one_req(waiting[admitted]):
+                    break
+                admitted += 1
+            if admitted:
+                now = self.now()
+                for req in waiting[:admitted]:
+                    if req.scheduled_time is None:
+                        req.scheduled_time = now
+                del waiting[:admitted]
+        self.chunked_req = adder.new_chunked_req
+        if not adder.batch.reqs:
+            # Nothing fits until a running request leaves (decoding goes on meanwhile).
+            self._prefill_blocked = bool(running)
+            return None
+        return adder.batch
+
+    def update_running_batch(self) -> ScheduleBatch | None:
+        """Give every running request one KV slot for its next token, retracting requests
+        when the pool is short; the decode batch, or None if nothing runs."""
+        batch = self.running_batch
+        if not batch.reqs:
+            return None
+        if take_decode_slots(self._kv, batch.reqs):
+            self._ratio.decay()
+            return batch
+        self._retract_decode()
+        if not batch.reqs:
+            return None
+        take_decode_slots(self._kv, batch.reqs)  # the retraction made room for these
+        return batch
+
+    def _retract_decode(self) -> None:
+        """Retract running requests (``retract_decode``) and requeue them at the back of the
+        waiting queue; a chunked request goes too if that is still not enough, and a last
+        request that cannot get one more slot is aborted ("out of memory")."""
+        batch, kv = self.running_batch, self._kv
+        keep, retracted, need = retract_decode(kv, batch.reqs, self._retract)
+        if not kv.ensure_free(need) and self.chunked_req is not None:
+            retracted.append(self.chunked_req)
+            self._retract(self.chunked_req)
+            self.chunked_req = None
+        gone = set(retracted)
+        if keep and not kv.ensure_free(need):
+            last = keep.pop()
+            log.error("out of KV memory for the last running request; aborting it", rid=last.rid)
+            gone.add(last)
+            batch.reqs = [r for r in batch.reqs if r not in gone]
+            kv.release(last)
+            self._finish_aborted(last, "out of memory: the KV pool cannot hold its next token")
+        batch.reqs = [r for r in batch.reqs if r not in gone]
+        self.waiting_queue.extend(retracted)
+        if not keep:
+            return
+        decoded = sum(len(r.output_ids) for r in keep)
+        total = sum(r.sampling_params.max_new_tokens for r in keep)
+        self._ratio.after_retract(decoded, len(keep), total)
+        log.info("retracted requests", count=len(retracted), new_token_ratio=self._ratio.value)
+
+    def _retract(self, req: Req) -> None:
+        self._kv.release(req)
+        req.reset_for_retract()
+        self.num_retracted += 1
+        self._prefill_blocked = False

@@ -1,0 +1,220 @@
+"""A simulated model runner: deterministic tokens and a cost model instead of a GPU.
+
+Step time (seconds)::
+
+    prefill = prefill_fixed + prefill_per_token * sum(new_tokens)
+              + attention_coeff * sum(new_tokens * context_len) + overhead
+    decode  = decode_fixed + decode_per_seq * batch_size + decode_per_kv_token * total_context
+              + overhead
+    overhead = step_overhead + request_overhead * batch_size
+
+``context_len`` is a request's length once the step's tokens are added (prefix + new tokens);
+``total_context`` is the sum of the decoding requests' lengths. The defaults approximate an
+8B-parameter model (Llama-3-8B shape: 32 layers, hidden size 4096, 8 KV heads of 128, bf16) on
+one H100 SXM (3.35 TB/s HBM, ~400 TFLOP/s effective bf16 matmul throughput). They are a rough
+approximation for scheduling studies, not a performance model of any particular stack:
+
+- ``decode_fixed`` 7 ms: every decode step reads all weights, 16 GB / 3.35 TB/s = 4.8 ms, plus
+  kernel-launch and sampling overhead; real small-batch decode steps take about 7-10 ms.
+- ``decode_per_seq`` 40 us: 2 x 8e9 FLOPs per token / 400 TFLOP/s (the linear part becomes
+  dominant at large batches, where decode turns compute-bound).
+- ``decode_per_kv_token`` 39 ns: one token's KV is 32 layers x 8 heads x 128 x 2 (K and V) x
+  2 bytes = 128 KiB, read once per step at 3.35 TB/s.
+- ``prefill_fixed`` 5 ms (the weight reads of a short prefill) and ``prefill_per_token`` 40 us
+  (2 x params FLOPs per token at 400 TFLOP/s).
+- ``attention_coeff`` 1.3e-9 s: 4 x layers x hidden = 5.2e5 FLOPs per (new token, context
+  token) pair for QK^T and AV, at 400 TFLOP/s. Counting the full ``context_len`` for every new
+  token over-counts the causal half of the new part; accepted for simplicity.
+
+``step_overhead`` and ``request_overhead`` are the scheduler's own CPU time around each forward
+pass (batch building, sampling, bookkeeping), per step and per request in the batch; they
+default to 0 here, and the presets (``schedkit.runner.presets``) set them to BLIS's fitted 126 us
+per step and 4.4 us per request. Model and GPU presets derive every coefficient from a model's
+shape and a GPU's datasheet; ``schedkit calibrate`` fits them to measured step times.
+
+``zero_cost`` (or all coefficients 0) makes every step free, for measuring the scheduler itself.
+With ``clock="virtual"`` ``now()`` advances by each step's modelled time and nothing sleeps;
+with ``clock="wall"`` each step sleeps its modelled time and ``now()`` is ``time.monotonic()``
+relative to construction. ``wait_until(t)`` lets an idle driver move the clock to the next
+arrival (a jump for the virtual clock, a sleep for the wall clock).
+
+Tokens: a seeded table of ``TOKEN_TABLE_SIZE`` pseudo-random tokens is built at construction;
+request ``rid`` reads it from an offset derived from ``(seed, rid)``, so the token at output
+position ``p`` depends on ``(seed, rid, p)`` only and does not change when a request is retracted
+and recomputed. A fraction ``eos_probability`` of the table's entries (chosen by the seed) is
+``eos_token_id``; no other entry is, so with the default 0 every request runs to
+``max_new_tokens``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from typing import Literal
+
+import attrs
+
+from schedkit.core.component import component
+from schedkit.core.schedule_batch import (
+    ForwardMode,
+    GenerationBatchResult,
+    Req,
+    ScheduleBatch,
+)
+
+__all__ = ["TOKEN_TABLE_SIZE", "SimulatedModelRunner"]
+
+TOKEN_TABLE_SIZE = 1 << 16
+_TABLE_MASK = TOKEN_TABLE_SIZE - 1
+_MAX_CACHED_RIDS = 1 << 16
+
+
+def _offset(seed: int, rid: str) -> int:
+    """Where request ``rid`` starts reading the token table."""
+    digest = hashlib.blake2b(f"{seed}:{rid}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little")
+
+
+@component("simulated_model_runner")
+class SimulatedModelRunner:
+    """Runs a batch by computing the modelled step time and deterministic next tokens."""
+
+    seed: int = 0
+    vocab_size: int = 32000
+    eos_token_id: int | None = None
+    eos_probability: float = 0.0
+    clock: Literal["virtual", "wall"] = "virtual"
+    zero_cost: bool = False
+    prefill_fixed: float = 5e-3
+    prefill_per_token: float = 4e-5
+    attention_coeff: float = 1.3e-9
+    decode_fixed: float = 7e-3
+    decode_per_seq: float = 4e-5
+    decode_per_kv_token: float = 3.9e-8
+    step_overhead: float = 0.0
+    request_overhead: float = 0.0
+
+    _time: float = attrs.field(init=False, default=0.0)
+    _start: float = attrs.field(init=False, default=0.0)
+    # rid -> _offset(seed, rid), a plain dict (its lookups are the fastest) filled on first use.
+    _offsets: dict[str, int] = attrs.field(init=False, factory=dict)
+    _table: list[int] = attrs.field(init=False, factory=list)
+
+    def __attrs_post_init__(self) -> None:
+        if self.clock not in ("virtual", "wall"):
+            raise ValueError(f"clock must be 'virtual' or 'wall', got {self.clock!r}")
+        if not isinstance(self.vocab_size, int) or self.vocab_size < 2:
+            raise ValueError(f"vocab_size must be an integer >= 2, got {self.vocab_size!r}")
+        if self.eos_token_id is not None and not 0 <= self.eos_token_id < self.vocab_size:
+            raise ValueError(
+                f"eos_token_id must be in [0, vocab_size={self.vocab_size}), "
+                f"got {self.eos_token_id}"
+            )
+        if not 0.0 <= self.eos_probability <= 1.0:
+            raise ValueError(f"eos_probability must be in [0, 1], got {self.eos_probability}")
+        if self.eos_probability > 0 and self.eos_token_id is None:
+            raise ValueError("eos_probability > 0 needs an eos_token_id")
+        for name in (
+            "prefill_fixed",
+            "prefill_per_token",
+            "attention_coeff",
+            "decode_fixed",
+            "decode_per_seq",
+            "decode_per_kv_token",
+            "step_overhead",
+            "request_overhead",
+        ):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)}")
+        self._table = self._build_table()
+        self._start = time.monotonic()
+
+    def _build_table(self) -> list[int]:
+        rng = random.Random(self.seed)
+        eos = self.eos_token_id
+        table = rng.choices(range(self.vocab_size), k=TOKEN_TABLE_SIZE)
+        if eos is not None:
+            table = [(t + 1) % self.vocab_size if t == eos else t for t in table]
+            num_eos = round(self.eos_probability * TOKEN_TABLE_SIZE)
+            for i in rng.sample(range(TOKEN_TABLE_SIZE), num_eos):
+                table[i] = eos
+        return table
+
+    def now(self) -> float:
+        """Seconds since start: virtual (sum of modelled step times) or wall-clock."""
+        if self.clock == "virtual":
+            return self._time
+        return time.monotonic() - self._start
+
+    def wait_until(self, t: float) -> None:
+        """Let the clock reach ``t`` (seconds on the ``now()`` scale) with nothing running:
+        the virtual clock jumps there, the wall clock sleeps until then."""
+        if self.clock == "virtual":
+            self._time = max(self._time, t)
+            return
+        delay = t - self.now()
+        if delay > 0:
+            time.sleep(delay)
+
+    def forward(self, batch: ScheduleBatch) -> GenerationBatchResult:
+        """One forward pass: the next token of each request (None for a prefill chunk that
+        does not reach the end of its request) and the step time."""
+        reqs = batch.reqs
+        table, offsets = self._table, self._offsets
+        if batch.forward_mode == ForwardMode.DECODE:
+            try:
+                tokens = [table[offsets[r.rid] + len(r.output_ids) & _TABLE_MASK] for r in reqs]
+            except KeyError:
+                tokens = [self.token(r.rid, len(r.output_ids)) for r in reqs]
+            cost = 0.0 if self.zero_cost else self.decode_cost(reqs)
+        elif batch.forward_mode == ForwardMode.EXTEND:
+            tokens = [
+                self.token(req.rid, len(req.output_ids)) if pre + ext >= req.seqlen else None
+                for req, pre, ext in zip(reqs, batch.prefix_lens, batch.extend_lens, strict=True)
+            ]
+            cost = 0.0 if self.zero_cost else self.prefill_cost(batch)
+        else:
+            return GenerationBatchResult(next_token_ids=[], elapsed=0.0)
+        if self.clock == "virtual":
+            self._time += cost
+            return GenerationBatchResult(next_token_ids=tokens, elapsed=cost)
+        start = time.monotonic()
+        if cost > 0:
+            time.sleep(cost)
+        return GenerationBatchResult(next_token_ids=tokens, elapsed=time.monotonic() - start)
+
+    def prefill_cost(self, batch: ScheduleBatch) -> float:
+        """Modelled time of an extend batch."""
+        new_tokens = sum(batch.extend_lens)
+        pairs = sum(
+            ext * (pre + ext) for pre, ext in zip(batch.prefix_lens, batch.extend_lens, strict=True)
+        )
+        return (
+            self.prefill_fixed
+            + self.prefill_per_token * new_tokens
+            + self.attention_coeff * pairs
+            + self.step_overhead
+            + self.request_overhead * len(batch.reqs)
+        )
+
+    def decode_cost(self, reqs: list[Req]) -> float:
+        """Modelled time of a decode step over ``reqs``."""
+        cost = (
+            self.decode_fixed
+            + self.step_overhead
+            + (self.decode_per_seq + self.request_overhead) * len(reqs)
+        )
+        if self.decode_per_kv_token:
+            context = sum(len(req.origin_input_ids) + len(req.output_ids) for req in reqs)
+            cost += self.decode_per_kv_token * context
+        return cost
+
+    def token(self, rid: str, position: int) -> int:
+        """The token at output ``position`` of request ``rid`` (deterministic for the seed)."""
+        offset = self._offsets.get(rid)
+        if offset is None:
+            if len(self._offsets) >= _MAX_CACHED_RIDS:
+                self._offsets.clear()
+            offset = self._offsets[rid] = _offset(self.seed, rid)
+        return self._table[offset + position & _TABLE_MASK]

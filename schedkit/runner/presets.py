@@ -1,0 +1,335 @@
+"""Model and GPU presets for the simulated model runner: the KV pool size, the vocabulary and
+every cost-model coefficient derived from a model's shape and a GPU's datasheet.
+
+Models (bf16 weights and KV; the shape from each model's ``config.json`` on the Hugging Face
+hub: llama3-8b meta-llama/Meta-Llama-3-8B, llama3-70b meta-llama/Meta-Llama-3-70B, qwen2.5-7b
+Qwen/Qwen2.5-7B-Instruct, mistral-7b mistralai/Mistral-7B-v0.3)::
+
+    name         layers  hidden  heads  kv_heads  head_dim  intermediate  vocab   TP
+    llama3-8b    32      4096    32     8         128       14336         128256  1
+    llama3-70b   80      8192    64     8         128       28672         128256  4 (or 8)
+    qwen2.5-7b   28      3584    28     4         128       18944         152064  1
+    mistral-7b   32      4096    32     8         128       14336         32768   1
+
+``head_dim`` is ``hidden / heads`` for all four. Parameters are counted from the shape
+(embeddings and LM head untied, SwiGLU MLP, norms; Qwen's q/k/v biases are left out): 8.03 B,
+70.55 B, 7.62 B, 7.25 B, the figures the model cards give.
+
+GPUs (vendors' datasheets; dense BF16 tensor-core throughput, not the "with sparsity" figure;
+memory read as GiB, as CUDA reports it)::
+
+    name      datasheet                          memory     bandwidth   BF16 dense
+    h100      NVIDIA H100 SXM5 80GB              80 GiB     3.35 TB/s   989.5 TFLOP/s
+    h200      NVIDIA H200 SXM 141GB              141 GiB    4.8 TB/s    989.5 TFLOP/s
+    a100-80g  NVIDIA A100 SXM4 80GB              80 GiB     2.039 TB/s  312 TFLOP/s
+    l40s      NVIDIA L40S                        48 GiB     0.864 TB/s  362.05 TFLOP/s
+
+Derivations, per GPU of a ``tp``-way tensor-parallel group (weights, FLOPs and KV heads split
+``tp`` ways; a model with fewer KV heads than ``tp`` replicates them, as SGLang does):
+
+- KV bytes per token = 2 (K and V) x layers x kv_heads x head_dim x 2 bytes.
+- KV pool (``allocator.size``, tokens) = (GPU memory x ``mem_fraction_static`` 0.88 - weights)
+  / KV bytes per token, rounded down to whole pages. As in SGLang, the 12% left out of
+  ``mem_fraction_static`` is the reserve for activations, CUDA graphs and the runtime.
+  Llama-3-8B on one H100: (85.9 GB x 0.88 - 16.1 GB) / 128 KiB = 454k tokens.
+- ``decode_fixed`` and ``prefill_fixed`` = weights / (bandwidth x 0.7): every step reads all
+  weights once, at 70% of the datasheet bandwidth (memory-bound).
+- ``decode_per_kv_token`` = KV bytes per token / (bandwidth x 0.7): a decode step reads each
+  request's whole KV.
+- ``decode_per_seq`` and ``prefill_per_token`` = 2 x matmul parameters (all but the embedding)
+  / (BF16 peak x 0.4): compute-bound, at 40% of the datasheet peak.
+- ``attention_coeff`` = 4 x layers x heads x head_dim / (BF16 peak x 0.4): QK^T and AV FLOPs
+  per (new token, context token) pair.
+- ``step_overhead`` 126 us and ``request_overhead`` 4.4 us: the scheduler's CPU time per step
+  and per request in the batch, as fitted by BLIS (the Blackbox Inference Simulator,
+  github.com/inference-sim/inference-sim, docs/guide/latency-models.md: beta7 per step,
+  beta6 per request).
+
+Tensor-parallel all-reduce time is not modelled. For measured figures, fit the coefficients
+with ``schedkit calibrate``.
+
+(Longer than 300 lines: half of it is the spec tables and their sources.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from schedkit.assembly.wiring import Wiring
+from schedkit.components.cache.allocator import TokenToKVPoolAllocator
+from schedkit.runner.model_runner import SimulatedModelRunner
+
+__all__ = [
+    "GPUS",
+    "MODELS",
+    "GpuSpec",
+    "ModelSpec",
+    "PresetError",
+    "kv_pool_tokens",
+    "preset_overlay",
+    "runner_args",
+]
+
+MEM_FRACTION_STATIC = 0.88
+BANDWIDTH_EFFICIENCY = 0.7
+COMPUTE_EFFICIENCY = 0.4
+STEP_OVERHEAD = 126e-6
+REQUEST_OVERHEAD = 4.4e-6
+_BF16_BYTES = 2
+_GIB = 1 << 30
+
+
+class PresetError(ValueError):
+    """An unknown preset name, or a model and GPU that do not fit together."""
+
+
+@attrs.frozen(kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer's shape, as its ``config.json`` gives it."""
+
+    name: str
+    source: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    default_tp: int = 1
+
+    @property
+    def params(self) -> int:
+        """Parameter count: embeddings, LM head, attention, SwiGLU MLP and norms."""
+        attention = 2 * self.hidden * self.heads * self.head_dim
+        attention += 2 * self.hidden * self.kv_heads * self.head_dim
+        layer = attention + 3 * self.hidden * self.intermediate + 2 * self.hidden
+        return self.layers * layer + 2 * self.vocab * self.hidden + self.hidden
+
+    @property
+    def matmul_params(self) -> int:
+        """Parameters that take part in a matmul per token (all but the embedding lookup)."""
+        return self.params - self.vocab * self.hidden
+
+
+@attrs.frozen(kw_only=True)
+class GpuSpec:
+    """A GPU's memory, memory bandwidth and dense BF16 throughput, from its datasheet."""
+
+    name: str
+    source: str
+    memory_gib: float
+    bandwidth: float  # bytes/s
+    bf16_flops: float  # FLOP/s, dense
+
+    @property
+    def memory_bytes(self) -> float:
+        """The memory in bytes (``memory_gib`` x 2**30)."""
+        return self.memory_gib * _GIB
+
+
+MODELS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in (
+        ModelSpec(
+            name="llama3-8b",
+            source="meta-llama/Meta-Llama-3-8B",
+            layers=32,
+            hidden=4096,
+            heads=32,
+            kv_heads=8,
+            head_dim=128,
+            intermediate=14336,
+            vocab=128256,
+        ),
+        ModelSpec(
+            name="llama3-70b",
+            source="meta-llama/Meta-Llama-3-70B",
+            layers=80,
+            hidden=8192,
+            heads=64,
+            kv_heads=8,
+            head_dim=128,
+            intermediate=28672,
+            vocab=128256,
+            default_tp=4,
+        ),
+        ModelSpec(
+            name="qwen2.5-7b",
+            source="Qwen/Qwen2.5-7B-Instruct",
+            layers=28,
+            hidden=3584,
+            heads=28,
+            kv_heads=4,
+            head_dim=128,
+            intermediate=18944,
+            vocab=152064,
+        ),
+        ModelSpec(
+            name="mistral-7b",
+            source="mistralai/Mistral-7B-v0.3",
+            layers=32,
+            hidden=4096,
+            heads=32,
+            kv_heads=8,
+            head_dim=128,
+            intermediate=14336,
+            vocab=32768,
+        ),
+    )
+}
+
+GPUS: dict[str, GpuSpec] = {
+    g.name: g
+    for g in (
+        GpuSpec(
+            name="h100",
+            source="NVIDIA H100 SXM5 80GB",
+            memory_gib=80,
+            bandwidth=3.35e12,
+            bf16_flops=989.5e12,
+        ),
+        GpuSpec(
+            name="h200",
+            source="NVIDIA H200 SXM 141GB",
+            memory_gib=141,
+            bandwidth=4.8e12,
+            bf16_flops=989.5e12,
+        ),
+        GpuSpec(
+            name="a100-80g",
+            source="NVIDIA A100 SXM4 80GB",
+            memory_gib=80,
+            bandwidth=2.039e12,
+            bf16_flops=312e12,
+        ),
+        GpuSpec(
+            name="l40s",
+            source="NVIDIA L40S",
+            memory_gib=48,
+            bandwidth=0.864e12,
+            bf16_flops=362.05e12,
+        ),
+    )
+}
+
+
+def model(name: str) -> ModelSpec:
+    """The model preset ``name``; ``PresetError`` naming the valid ones otherwise."""
+    if name not in MODELS:
+        raise PresetError(f"unknown model {name!r}; valid models: {', '.join(MODELS)}")
+    return MODELS[name]
+
+
+def gpu(name: str) -> GpuSpec:
+    """The GPU preset ``name``; ``PresetError`` naming the valid ones otherwise."""
+    if name not in GPUS:
+        raise PresetError(f"unknown GPU {name!r}; valid GPUs: {', '.join(GPUS)}")
+    return GPUS[name]
+
+
+def _splits(m: ModelSpec, tp: int) -> bool:
+    """Whether ``tp`` GPUs can share the model's heads (KV heads split or replicated)."""
+    return tp >= 1 and not m.heads % tp and not (m.kv_heads % tp and tp % m.kv_heads)
+
+
+def _check_tp(m: ModelSpec, tp: int) -> None:
+    if not _splits(m, tp):
+        valid = [t for t in (1, 2, 4, 8, 16) if _splits(m, t)]
+        raise PresetError(
+            f"{m.name} cannot be split {tp} ways ({m.heads} heads, {m.kv_heads} KV heads); "
+            f"valid tensor-parallel sizes: {', '.join(map(str, valid))}"
+        )
+
+
+def kv_bytes_per_token(m: ModelSpec, tp: int = 1) -> int:
+    """KV-cache bytes one token takes on each GPU of a ``tp``-way group."""
+    kv_heads = max(1, m.kv_heads // tp)
+    return 2 * m.layers * kv_heads * m.head_dim * _BF16_BYTES
+
+
+def kv_pool_tokens(m: ModelSpec, g: GpuSpec, tp: int = 1, page_size: int = 1) -> int:
+    """Tokens of KV that fit beside the weights, SGLang's ``max_total_num_tokens``."""
+    _check_tp(m, tp)
+    weights = m.params * _BF16_BYTES / tp
+    free = g.memory_bytes * MEM_FRACTION_STATIC - weights
+    tokens = int(free // kv_bytes_per_token(m, tp)) // page_size * page_size
+    if tokens < page_size:
+        room = g.memory_bytes * MEM_FRACTION_STATIC - kv_bytes_per_token(m) * page_size
+        fits = [
+            t
+            for t in (2, 4, 8, 16)
+            if t > tp and _splits(m, t) and m.params * _BF16_BYTES / t < room
+        ]
+        hint = f"; use --tp {fits[0]}" if fits else "; use a GPU with more memory"
+        raise PresetError(
+            f"{m.name} at TP={tp} needs {weights / 1e9:.1f} GB of weights per GPU, leaving no "
+            f"room for KV in {g.name}'s {g.memory_gib:g} GiB x {MEM_FRACTION_STATIC}{hint}"
+        )
+    return tokens
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.4g}")
+
+
+def runner_args(m: ModelSpec, g: GpuSpec, tp: int = 1) -> dict[str, Any]:
+    """The ``simulated_model_runner`` arguments for model ``m`` on ``tp`` GPUs ``g``."""
+    _check_tp(m, tp)
+    bandwidth = g.bandwidth * BANDWIDTH_EFFICIENCY
+    flops = g.bf16_flops * COMPUTE_EFFICIENCY * tp
+    weight_read = m.params * _BF16_BYTES / tp / bandwidth
+    per_token = 2 * m.matmul_params / flops
+    return {
+        "vocab_size": m.vocab,
+        "prefill_fixed": _round(weight_read),
+        "prefill_per_token": _round(per_token),
+        "attention_coeff": _round(4 * m.layers * m.heads * m.head_dim / flops),
+        "decode_fixed": _round(weight_read),
+        "decode_per_seq": _round(per_token),
+        "decode_per_kv_token": _round(kv_bytes_per_token(m, tp) / bandwidth),
+        "step_overhead": STEP_OVERHEAD,
+        "request_overhead": REQUEST_OVERHEAD,
+    }
+
+
+def describe(m: ModelSpec, g: GpuSpec, tp: int, pool: int) -> str:
+    """One line saying what a preset sets, for the command line."""
+    kv = kv_bytes_per_token(m, tp)
+    return (
+        f"{m.name} ({m.params / 1e9:.2f} B params) on {tp} x {g.name}: KV pool {pool:,} tokens "
+        f"({kv / 1024:g} KiB per token per GPU), vocab {m.vocab:,}"
+    )
+
+
+def preset_overlay(
+    wiring: Wiring, model_name: str | None, gpu_name: str | None, tp: int | None = None
+) -> tuple[dict[str, Any], str]:
+    """An overlay setting every simulated model runner of ``wiring`` and every KV allocator's
+    pool to a preset (model default ``llama3-8b``, GPU default ``h100``, ``tp`` the model's
+    default), and a line describing it."""
+    m = model(model_name or "llama3-8b")
+    g = gpu(gpu_name or "h100")
+    tp = tp or m.default_tp
+    components: dict[str, Any] = {}
+    for name, spec in wiring.components.items():
+        if spec.cls is not None and issubclass(spec.cls, SimulatedModelRunner):
+            components[name] = {"args": runner_args(m, g, tp)}
+    if not components:
+        raise PresetError(
+            "a model or GPU preset sets a simulated_model_runner's arguments, and the wiring "
+            "has no component of that type"
+        )
+    pool = None
+    for name, spec in wiring.components.items():
+        if spec.cls is not None and issubclass(spec.cls, TokenToKVPoolAllocator):
+            page_size = spec.args.get("page_size")
+            if not isinstance(page_size, int):
+                page_size = attrs.fields_dict(spec.cls)["page_size"].default
+            pool = kv_pool_tokens(m, g, tp, page_size)
+            components[name] = {"args": {"size": pool}}
+    if pool is None:
+        pool = kv_pool_tokens(m, g, tp)
+    return {"components": components}, describe(m, g, tp, pool)

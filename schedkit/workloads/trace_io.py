@@ -1,0 +1,258 @@
+"""Reading trace files a record at a time, and reporting their bad lines briefly.
+
+Every reader here streams: JSONL and CSV a line at a time, a JSON array (ShareGPT) an item at a
+time, so a file of any size costs the memory of one record. ``ProblemLog`` collects the bad
+lines and reports each distinct problem once, at its first line, with a count of the others.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import msgspec
+
+from schedkit.workloads.workload import WorkloadError
+
+__all__ = [
+    "ProblemLog",
+    "decode_lines",
+    "describe_decode_error",
+    "iter_csv_rows",
+    "iter_json_array",
+    "iter_lines",
+]
+
+# Problems that differ only in numbers (a line's value, an index) are the same problem.
+_NUMBERS = re.compile(r"\d+(\.\d+)?")
+_SHOWN_KINDS = 20
+_SHOWN_LINES = 5
+
+
+@attrs.define(slots=True)
+class _Kind:
+    first_line: int
+    message: str
+    more_lines: list[int]
+    more: int = 0
+
+
+class ProblemLog:
+    """The problems and skipped records of one file, each kind kept as its first line and a
+    count, so a file with a million bad lines reports a few lines."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = path
+        self._problems: dict[str, _Kind] = {}
+        self._skips: dict[str, list[int]] = {}  # reason -> [first line, count]
+
+    def add(self, line: int, problem: str, kind: str | None = None) -> None:
+        """Record ``problem`` at ``line``; problems of the same ``kind`` (by default the text
+        with its numbers left out) are reported together."""
+        key = kind or _NUMBERS.sub("#", problem)
+        found = self._problems.get(key)
+        if found is None:
+            self._problems[key] = _Kind(line, problem, [])
+            return
+        found.more += 1
+        if len(found.more_lines) < _SHOWN_LINES:
+            found.more_lines.append(line)
+
+    def skip(self, line: int, reason: str) -> None:
+        """Record a well-formed record that cannot run (e.g. zero output tokens)."""
+        self._skips.setdefault(reason, [line, 0])[1] += 1
+
+    def __bool__(self) -> bool:
+        return bool(self._problems)
+
+    def errors(self) -> list[str]:
+        """``FILE:LINE: problem`` for each kind of problem, with how many more lines have it."""
+        out = []
+        for kind in list(self._problems.values())[:_SHOWN_KINDS]:
+            message = kind.message
+            if kind.more:
+                lines = ", ".join(map(str, kind.more_lines))
+                lines += ", ..." if kind.more > len(kind.more_lines) else ""
+                plural = "s" if kind.more > 1 else ""
+                message += f" (and {kind.more} more line{plural} like it: {lines})"
+            out.append(f"{self.path}:{kind.first_line}: {message}")
+        hidden = len(self._problems) - _SHOWN_KINDS
+        if hidden > 0:
+            out.append(f"{self.path}: {hidden} more kinds of problem not shown")
+        return out
+
+    def notes(self) -> list[str]:
+        """What was skipped and why, one line per reason."""
+        return [
+            f"{self.path}: skipped {n} record{'s' * (n > 1)} ({reason}), the first at line {line}"
+            for reason, (line, n) in self._skips.items()
+        ]
+
+    def raise_if_any(self) -> None:
+        """Raise ``WorkloadError`` with ``errors()`` if there are problems."""
+        if self:
+            raise WorkloadError(self.errors())
+
+
+def describe_decode_error(exc: msgspec.DecodeError, struct: type[msgspec.Struct]) -> str:
+    """msgspec's message, plus the fields ``struct`` takes when a field is unknown or missing."""
+    message = str(exc)
+    if "unknown field" in message or "missing required field" in message:
+        info = msgspec.inspect.type_info(struct)
+        message += f"; valid fields: {', '.join(f.encode_name for f in info.fields)}"
+        required = [f.encode_name for f in info.fields if f.required]
+        message += f" (required: {', '.join(required)})" if required else ""
+    return message
+
+
+def _open_error(path: str | Path, exc: OSError) -> WorkloadError:
+    return WorkloadError([f"{path}: cannot read the file: {exc.strerror or exc}"])
+
+
+def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
+    """``(line number, bytes)`` of each line that is not blank or a ``#`` comment (a UTF-8
+    byte-order mark at the start of the file is dropped)."""
+    try:
+        file = open(path, "rb")  # noqa: SIM115 (closed by the with below)
+    except OSError as exc:
+        raise _open_error(path, exc) from None
+    with file:
+        for number, raw in enumerate(file, 1):
+            stripped = raw.removeprefix(codecs.BOM_UTF8).strip() if number == 1 else raw.strip()
+            if stripped and not stripped.startswith(b"#"):
+                yield number, stripped
+
+
+def decode_lines(
+    path: str | Path, struct: type[msgspec.Struct], log: ProblemLog
+) -> Iterator[tuple[int, Any]]:
+    """``(line number, struct)`` of each JSONL line that decodes as ``struct``; the others go
+    to ``log`` with msgspec's message and the valid fields."""
+    decoder = msgspec.json.Decoder(struct)
+    for number, raw in iter_lines(path):
+        try:
+            decoded = decoder.decode(raw)
+        except msgspec.DecodeError as exc:
+            log.add(number, describe_decode_error(exc, struct))
+            continue
+        yield number, decoded
+
+
+def iter_csv_rows(
+    path: str | Path, columns: tuple[str, ...], log: ProblemLog
+) -> Iterator[tuple[int, list[str]]]:
+    """``(line number, values of columns)`` of each CSV row, the columns found by name in the
+    header (others are ignored); a header without them is one problem and no rows."""
+    try:
+        file = open(path, newline="", encoding="utf-8-sig", errors="replace")  # noqa: SIM115
+    except OSError as exc:
+        raise _open_error(path, exc) from None
+    with file:
+        reader = csv.reader(file)
+        header = [name.strip() for name in next(reader, [])]
+        missing = [c for c in columns if c not in header]
+        if missing:
+            log.add(1, f"the header lacks {', '.join(missing)}; it needs {', '.join(columns)}")
+            return
+        where = [header.index(c) for c in columns]
+        for row in reader:
+            if not row:
+                continue
+            if len(row) != len(header):
+                log.add(reader.line_num, f"{len(row)} values where the header has {len(header)}")
+                continue
+            yield reader.line_num, [row[i].strip() for i in where]
+
+
+_STRUCTURE = re.compile(r'["\[\]{}]')
+_STRING_REST = re.compile(r'(?:[^"\\]|\\.)*"', re.S)
+_CHUNK = 1 << 20
+
+
+def iter_json_array(
+    path: str | Path, log: ProblemLog, chunk: int = _CHUNK
+) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of each item of a file holding one JSON array, read ``chunk``
+    characters at a time: brackets are counted outside strings, so only the item being read
+    is held. A string, number or missing comma between items, a comma after the last one, and
+    text after the array are problems at their line."""
+    try:
+        file = open(path, encoding="utf-8-sig", errors="replace")  # noqa: SIM115
+    except OSError as exc:
+        raise _open_error(path, exc) from None
+    with file:
+        buf, eof = file.read(chunk), False
+        if not buf.lstrip().startswith("["):
+            log.add(1, "expected a JSON array of conversations ([{...}, ...])")
+            return
+        line, counted = 1, 0  # buf[counted] is on line `line`
+        depth, pos, start, gap, item_line, first = 0, 0, 0, 0, 0, True
+
+        def line_of(i: int) -> int:
+            nonlocal line, counted
+            if i < counted:
+                return line - buf.count("\n", i, counted)
+            line += buf.count("\n", counted, i)
+            counted = i
+            return line
+
+        while True:
+            found = _STRUCTURE.search(buf, pos)
+            end = _STRING_REST.match(buf, found.end()) if found and found.group() == '"' else None
+            if found is None or (found.group() == '"' and end is None):
+                if eof:
+                    if depth:
+                        log.add(line_of(len(buf)), "the JSON array is cut short (no closing ])")
+                    return
+                keep = start if depth >= 2 else gap if depth == 1 else pos
+                line, counted = line_of(keep), 0
+                buf, pos, start, gap = buf[keep:], pos - keep, start - keep, gap - keep
+                more = file.read(chunk)
+                buf, eof = buf + more, not more
+                continue
+            i, char = found.start(), found.group()
+            if char == '"':
+                pos = end.end()
+                if depth == 1:
+                    log.add(line_of(i), "expected an object, got a string")
+                    gap = pos
+                continue
+            pos = i + 1
+            if char in "[{":
+                depth += 1
+                if depth == 1:
+                    gap = pos
+                elif depth == 2:
+                    between = buf[gap:i].strip()
+                    if between != ("" if first else ","):
+                        log.add(line_of(i), f"expected ',' between items, got {between[:20]!r}")
+                    start, item_line, first = i, line_of(i), False
+            else:
+                depth -= 1
+                if depth == 1:
+                    yield item_line, buf[start:pos]
+                    gap = pos
+                elif depth <= 0:
+                    between = buf[gap:i].strip()
+                    if between == ",":
+                        log.add(line_of(i), "a ',' after the last item (JSON allows none)")
+                    elif between:
+                        got = between.lstrip(",").strip()
+                        log.add(line_of(i), f"expected an object, got {got[:20]!r}")
+                    tail = pos
+                    while not buf[tail:].strip():  # only white space may follow the array
+                        more = file.read(chunk)
+                        if not more:
+                            return
+                        tail, buf = len(buf), buf + more
+                    extra = buf[tail:]
+                    at = tail + len(extra) - len(extra.lstrip())
+                    log.add(
+                        line_of(at), f"text after the array's closing ]: {extra.strip()[:20]!r}"
+                    )
+                    return

@@ -1,0 +1,240 @@
+"""Trace files as workloads: ``open_trace`` is the one entry point (``schedkit run --workload``
+and the fleet command both call it); ``write_mooncake_like`` writes a Mooncake-shaped trace.
+
+A trace is read twice, a record at a time, never whole: once when opened, to report every bad
+line before anything runs (each distinct problem once, at its first line, with a count) and to
+count the requests; then again as the driver's clock reaches each arrival, making each
+request's tokens only then. Formats are in ``schedkit.workloads.trace_formats``.
+
+schedkit's own JSONL format (``--format jsonl``), one request per line (blank lines and lines
+starting with ``#`` are skipped)::
+
+    {"input_ids": [1, 2, 3], "max_new_tokens": 64}
+    {"prompt_len": 512, "prefix_group": "sys-a", "prefix_len": 384, "max_new_tokens": 128,
+     "arrival": 0.25, "rid": "r-7", "stop_token_ids": [2], "ignore_eos": false,
+     "stream": true, "stream_interval": 4, "priority": 3, "cache_salt": "user-9",
+     "extra_key": "lora-a"}
+
+Give either ``input_ids`` or ``prompt_len`` (random tokens from the seed; lines with the same
+``prefix_group`` share their first ``prefix_len`` tokens). ``arrival`` (seconds) is optional:
+lines without it arrive as a Poisson process at ``rate``, or all at once without a rate.
+``priority`` is for the priority policy; ``cache_salt`` and ``extra_key`` put the request's
+cached KV in a namespace of its own (as SGLang does). A file whose arrivals are out of order,
+or that mixes lines with and without ``arrival``, is read whole and sorted (a note says so).
+The timestamped formats (mooncake, azure, burstgpt) must be in time order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import attrs
+
+from schedkit.core.schedule_batch import Req
+from schedkit.workloads.trace_formats import FORMATS
+from schedkit.workloads.trace_io import ProblemLog
+from schedkit.workloads.workload import Arrival, StaticWorkload, WorkloadError, arrival_times
+
+__all__ = [
+    "FORMATS",
+    "TraceWorkload",
+    "guess_format",
+    "load_jsonl",
+    "open_trace",
+    "write_mooncake_like",
+]
+
+
+@attrs.define
+class TraceWorkload:
+    """A trace file's requests, read as they are pulled; no follow-ups. ``num_requests`` is
+    how many it holds (after ``num_requests`` capping) and ``notes`` what was skipped."""
+
+    path: Path
+    format: str
+    num_requests: int
+    notes: list[str]
+    _make: Callable[[], Iterator[Arrival]]
+
+    def initial(self) -> Iterator[Arrival]:
+        """The arrivals in time order, each request made when it is pulled; each call reads
+        the file again from the start."""
+        return self._make()
+
+    def follow_up(self, req: Req, now: float) -> Arrival | None:
+        """None: a trace's requests are all in the file."""
+        return None
+
+
+def guess_format(path: str | Path) -> str:
+    """The format of ``path`` by its extension where that is unambiguous: ``.json`` is
+    ShareGPT, ``.csv`` could be Azure or BurstGPT (ValueError), anything else is jsonl."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".csv":
+        raise ValueError(f"{path}: a .csv trace is azure or burstgpt; say which with --format")
+    return "sharegpt" if suffix == ".json" else "jsonl"
+
+
+def _check_options(
+    name: str, block_size: int, speedup: float, rate: float | None, num_requests: int | None
+) -> None:
+    if name not in FORMATS:
+        raise ValueError(f"unknown trace format {name!r}; valid: {', '.join(FORMATS)}")
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a whole number >= 1, got {block_size!r}")
+    if not 0 < speedup < math.inf:
+        raise ValueError(f"speedup must be a finite number > 0, got {speedup!r}")
+    if rate is not None and not rate > 0:
+        raise ValueError(f"rate must be > 0 (or inf), got {rate!r}")
+    if rate is not None and FORMATS[name].timestamped:
+        raise ValueError(
+            f"a {name} trace has its own timestamps, so a rate does not apply (use speedup)"
+        )
+    if num_requests is not None and (not isinstance(num_requests, int) or num_requests < 1):
+        raise ValueError(f"num_requests must be a whole number >= 1, got {num_requests!r}")
+
+
+def open_trace(
+    path: str | Path,
+    fmt: str | None,
+    *,
+    block_size: int = 512,
+    speedup: float = 1.0,
+    rate: float | None = None,
+    seed: int = 0,
+    num_requests: int | None = None,
+) -> TraceWorkload:
+    """Check the trace at ``path`` and return it as a workload.
+
+    ``fmt`` is one of ``FORMATS`` (None: ``guess_format``). ``block_size`` is the tokens per
+    Mooncake hash id; arrival times are divided by ``speedup``; ``rate`` (Poisson arrivals per
+    second, ``inf`` or None for all at once) is for formats without timestamps (sharegpt, and
+    jsonl lines without ``arrival``); ``seed`` makes the random tokens of formats that carry
+    only token counts; ``num_requests`` takes only the first that many requests. Bad lines
+    raise ``WorkloadError`` (each distinct problem once, at its first line, with a count);
+    bad options raise ``ValueError``.
+    """
+    path = Path(path)
+    name = guess_format(path) if fmt is None else fmt
+    _check_options(name, block_size, speedup, rate, num_requests)
+    spec = FORMATS[name]
+    log = ProblemLog(path)
+    count, first, latest, timed, untimed, ordered = 0, None, None, 0, 0, True
+    with contextlib.closing(spec.records(path, log, block_size)) as records:
+        for number, time, _ in itertools.islice(records, num_requests):
+            count += 1
+            if time is None:
+                untimed += 1
+                continue
+            timed += 1
+            first = time if first is None else first
+            if latest is not None and time < latest[1]:
+                ordered = False
+                if spec.timestamped:
+                    log.add(
+                        number,
+                        f"arrives at {time - first:.3f} s, before line {latest[0]} at "
+                        f"{latest[1] - first:.3f} s (from the first request); a trace must be "
+                        "in time order",
+                        kind="order",
+                    )
+                continue
+            latest = (number, time)
+    log.raise_if_any()
+    if count == 0:
+        raise WorkloadError([f"{path}: no requests in the file", *log.notes()])
+    origin = first if spec.timestamped else 0.0
+
+    def arrivals() -> Iterator[Arrival]:
+        rng = random.Random(seed)
+        make = spec.requests(rng, block_size)
+        times = arrival_times(rate, rng)
+        again = ProblemLog(path)
+        with contextlib.closing(spec.records(path, again, block_size)) as records:
+            for number, time, record in itertools.islice(records, count):
+                if again:
+                    raise WorkloadError([*again.errors(), f"{path}: the file changed while read"])
+                req = make(number, record)
+                at = next(times) if time is None else time - origin
+                yield Arrival(at / speedup, req)
+
+    notes = log.notes()
+    make = arrivals
+    if not ordered or (timed and untimed):
+        notes.append(f"{path}: arrivals are not in file order: the file is read whole and sorted")
+
+        def make() -> Iterator[Arrival]:
+            return iter(sorted(arrivals(), key=lambda a: a.time))
+
+    return TraceWorkload(path, name, count, notes, make)
+
+
+def load_jsonl(path: str | Path, rate: float | None = None, seed: int = 0) -> StaticWorkload:
+    """A schedkit JSONL workload read whole, sorted by arrival (``open_trace`` streams it)."""
+    workload = open_trace(path, "jsonl", rate=rate, seed=seed)
+    return StaticWorkload(sorted(workload.initial(), key=lambda a: a.time))
+
+
+def write_mooncake_like(
+    path: str | Path,
+    num_requests: int,
+    *,
+    seed: int = 0,
+    rate: float = 4.0,
+    block_size: int = 512,
+    num_prefixes: int = 32,
+    prefix_blocks: tuple[int, int] = (1, 4),
+    follow_up: float = 0.5,
+    max_input: int = 16384,
+) -> Path:
+    """Write a Mooncake-shaped JSONL trace of ``num_requests`` requests to ``path``.
+
+    Like a real Mooncake trace, new hash ids are consecutive integers and requests share them
+    in two ways: a new conversation starts with one of ``num_prefixes`` shared system prompts
+    (``prefix_blocks`` blocks each, popularity falling as 1/rank), and with probability
+    ``follow_up`` a request continues an open conversation instead: its prompt is the previous
+    prompt plus the answer plus a new message, so it repeats the previous prompt's full
+    blocks. Messages (median ~300 tokens) and answers (median ~150) are log-normal; arrivals
+    are Poisson at ``rate`` per second, timestamps in whole milliseconds.
+    """
+    rng = random.Random(seed)
+    next_id = itertools.count()
+    prefixes = [
+        [next(next_id) for _ in range(rng.randint(*prefix_blocks))] for _ in range(num_prefixes)
+    ]
+    popularity = list(itertools.accumulate(1 / (rank + 1) for rank in range(num_prefixes)))
+    open_conversations: list[tuple[list[int], int, int]] = []  # hash_ids, input, output
+    now = 0.0
+    with open(path, "w", encoding="utf-8") as out:
+        for _ in range(num_requests):
+            now += rng.expovariate(rate)
+            message = min(4096, max(8, int(rng.lognormvariate(5.7, 0.9))))
+            output = min(1024, max(4, int(rng.lognormvariate(5.0, 0.8))))
+            shared: list[int] = []
+            length = 0
+            if open_conversations and rng.random() < follow_up:
+                which = rng.randrange(len(open_conversations))
+                ids, previous, answer = open_conversations[which]
+                length = previous + answer + message
+                if length <= max_input:
+                    shared = ids[: previous // block_size]
+                open_conversations[which] = open_conversations[-1]
+                open_conversations.pop()
+            if not shared:
+                shared = rng.choices(prefixes, cum_weights=popularity)[0]
+                length = len(shared) * block_size + message
+            blocks = -(-length // block_size)
+            ids = shared + [next(next_id) for _ in range(blocks - len(shared))]
+            open_conversations.append((ids, length, output))
+            if len(open_conversations) > 256:
+                open_conversations.pop(rng.randrange(len(open_conversations)))
+            out.write(
+                f'{{"timestamp": {int(now * 1000)}, "input_length": {length}, '
+                f'"output_length": {output}, "hash_ids": [{", ".join(map(str, ids))}]}}\n'
+            )
+    return Path(path)
