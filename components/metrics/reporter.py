@@ -19,12 +19,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 import attrs
 from schedkit.components.metrics.collector import MetricsCollector, SchedulerStats
 
 from schedkit.core.component import at_least, component
+from schedkit.core.protocols import LoadInquirer
 from schedkit.core.schedule_batch import Req, ScheduleBatch
 
 __all__ = ["IDLE_LOG_INTERVAL", "MetricsCollector", "MetricsReporter", "SchedulerStats"]
@@ -45,7 +46,7 @@ class MetricsReporter:
     names the Prometheus metrics as SGLang (the default) or vLLM does; ``model_name`` labels
     them, and under ``vllm`` so does ``dp_rank`` (as ``engine``)."""
 
-    load_inquirer: Any = None
+    load_inquirer: LoadInquirer | None = None
     emit_kv_metrics: Callable[[], None] = _noop
     publish_kv_events: Callable[[], None] = _noop
     now: Callable[[], float] = time.monotonic

@@ -12,10 +12,9 @@ decode stats are reported. An idle batch streams an empty batch.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from schedkit.core.component import component
-from schedkit.core.protocols import KVAllocator, PrefixCache
+from schedkit.core.protocols import KVAllocator, OutputStreamer, PrefixCache
 from schedkit.core.schedule_batch import (
     FinishAbort,
     ForwardMode,
@@ -37,16 +36,15 @@ def _noop(*_args: object) -> None:
 class BatchResultProcessor:
     """Applies a ``GenerationBatchResult`` to its batch.
 
-    ``output_streamer`` needs ``stream_output(reqs, return_logprob, skip_req)``. The metrics
-    callbacks and ``abort_request(rid)`` (the host drops the request from its queues) are bound
-    late. ``now``, when given, stamps ``first_token_time``, ``last_token_time``,
-    ``finish_time`` and the inter-token latencies ``itl`` of each request. ``allocator`` is
-    accepted for parity with SGLang's collaborators but not used: all KV goes back through
-    ``tree_cache`` (which frees into the allocator).
+    The metrics callbacks and ``abort_request(rid)`` (the host drops the request from its
+    queues) are bound late. ``now``, when given, stamps ``first_token_time``,
+    ``last_token_time``, ``finish_time`` and the inter-token latencies ``itl`` of each request.
+    ``allocator`` is accepted for parity with SGLang's collaborators but not used: all KV goes
+    back through ``tree_cache`` (which frees into the allocator).
     """
 
     tree_cache: PrefixCache
-    output_streamer: Any
+    output_streamer: OutputStreamer
     allocator: KVAllocator | None = None
     eos_token_id: int | None = None
     report_prefill_stats: Callable[[ScheduleBatch], None] = _noop

@@ -11,12 +11,11 @@ compute (in-batch prefix caching).
 from __future__ import annotations
 
 import math
-from typing import Protocol
 
 from schedkit.components.cache.req_to_cache import prefix_match_key
 
 from schedkit.core.component import component
-from schedkit.core.protocols import PrefixCache
+from schedkit.core.protocols import PrefixCache, SchedulePolicy
 from schedkit.core.schedule_batch import Req
 
 __all__ = [
@@ -32,13 +31,6 @@ __all__ = [
 IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD = 32
 # ...and sorted last when they share at least this many leading tokens with an earlier one.
 IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD = 32
-
-
-class SchedulePolicy(Protocol):
-    """What the scheduler needs from a policy."""
-
-    def calc_priority(self, waiting_queue: list[Req]) -> None:
-        """Sort ``waiting_queue`` in place, first to be admitted first."""
 
 
 @component("priority")

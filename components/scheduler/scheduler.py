@@ -38,11 +38,17 @@ from schedkit.components.scheduler.batching import (
     retract_decode,
     take_decode_slots,
 )
-from schedkit.components.scheduler.schedule_policy import SchedulePolicy
 from schedkit.components.scheduler.waiting_queue import WaitingQueue
 
 from schedkit.core.component import at_least, component
-from schedkit.core.protocols import KVAllocator, ModelRunner, PrefixCache, RequestReceiver
+from schedkit.core.protocols import (
+    BatchResultProcessor,
+    KVAllocator,
+    ModelRunner,
+    PrefixCache,
+    RequestReceiver,
+    SchedulePolicy,
+)
 from schedkit.core.schedule_batch import MAX_TOKEN_ID, FinishAbort, ForwardMode, Req, ScheduleBatch
 
 __all__ = ["Scheduler"]
@@ -75,7 +81,7 @@ class Scheduler:
     tree_cache: PrefixCache
     policy: SchedulePolicy
     model_runner: ModelRunner
-    batch_result_processor: Any
+    batch_result_processor: BatchResultProcessor
     now: Callable[[], float] = time.monotonic
     publish_kv_events: Callable[[], None] = _noop
     maybe_log_idle_metrics: Callable[[], None] = _noop

@@ -163,6 +163,9 @@ def test_a_component_lacking_a_protocols_members_is_refused(write):
         ("scheduler.model_runner", "allocator", "which lacks forward, now"),
         ("output_streamer.sender", "tree_cache", "OutputSender, but !ref tree_cache is a"),
         ("scheduler.request_receiver", "parallel_state", "which lacks recv_requests"),
+        ("scheduler.batch_result_processor", "tree_cache", "which lacks process_aborted"),
+        ("batch_result_processor.output_streamer", "output_sender", "lacks stream_output"),
+        ("metrics_reporter.load_inquirer", "tree_cache", "which lacks get_running_batch"),
     ],
 )
 def test_the_default_wiring_refuses_incompatible_components(write, field, target, missing):
