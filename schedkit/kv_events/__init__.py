@@ -1,67 +1,44 @@
-"""KV-cache events: wire structs and profiles, page hashes, publishers, subscriber and index."""
+"""KV-cache events: wire structs and profiles, page hashes, publishers, subscriber and index.
 
-from schedkit.kv_events.config import (
-    EventPublisher,
-    KvEventsConfig,
-    create_publisher,
-    offset_endpoint,
-    parse_kv_events_config,
-    register_publisher,
-)
-from schedkit.kv_events.hashing import digest_to_int, namespace_seed, page_digests, page_hashes
-from schedkit.kv_events.index import KvIndex
-from schedkit.kv_events.structs import (
-    PROFILES,
-    AllBlocksCleared,
-    BlockRemoved,
-    BlockStored,
-    EventBatch,
-    KVCacheEvent,
-    KVEventBatch,
-    Profile,
-    decode_batch,
-    encode_batch,
-    get_profile,
-)
-from schedkit.kv_events.subscriber import (
-    GapDetected,
-    GapFilled,
-    HistoryLost,
-    KvEventSubscriber,
-    Notice,
-    PublisherRestarted,
-)
-from schedkit.kv_events.zmq_publisher import NullEventPublisher, ZmqEventPublisher
+Names load on first use, so that importing one of them does not import ZeroMQ or the rest.
+"""
 
-__all__ = [
-    "PROFILES",
-    "AllBlocksCleared",
-    "BlockRemoved",
-    "BlockStored",
-    "EventBatch",
-    "EventPublisher",
-    "GapDetected",
-    "GapFilled",
-    "HistoryLost",
-    "KVCacheEvent",
-    "KVEventBatch",
-    "KvEventSubscriber",
-    "KvEventsConfig",
-    "KvIndex",
-    "Notice",
-    "NullEventPublisher",
-    "Profile",
-    "PublisherRestarted",
-    "ZmqEventPublisher",
-    "create_publisher",
-    "decode_batch",
-    "digest_to_int",
-    "encode_batch",
-    "get_profile",
-    "namespace_seed",
-    "offset_endpoint",
-    "page_digests",
-    "page_hashes",
-    "parse_kv_events_config",
-    "register_publisher",
-]
+from schedkit._lazy import lazy_attributes
+
+_LAZY = {
+    "AllBlocksCleared": "schedkit.kv_events.structs",
+    "BlockRemoved": "schedkit.kv_events.structs",
+    "BlockStored": "schedkit.kv_events.structs",
+    "create_publisher": "schedkit.kv_events.factory",
+    "decode_batch": "schedkit.kv_events.structs",
+    "digest_to_int": "schedkit.kv_events.hashing",
+    "encode_batch": "schedkit.kv_events.structs",
+    "EventBatch": "schedkit.kv_events.structs",
+    "EventPublisher": "schedkit.kv_events.config",
+    "GapDetected": "schedkit.kv_events.subscriber",
+    "GapFilled": "schedkit.kv_events.subscriber",
+    "get_profile": "schedkit.kv_events.structs",
+    "HistoryLost": "schedkit.kv_events.subscriber",
+    "KVCacheEvent": "schedkit.kv_events.structs",
+    "KVEventBatch": "schedkit.kv_events.structs",
+    "KvEventsConfig": "schedkit.kv_events.config",
+    "KvEventSubscriber": "schedkit.kv_events.subscriber",
+    "KvIndex": "schedkit.kv_events.index",
+    "KvMetrics": "schedkit.kv_events.structs",
+    "namespace_seed": "schedkit.kv_events.hashing",
+    "Notice": "schedkit.kv_events.subscriber",
+    "NullEventPublisher": "schedkit.kv_events.zmq_publisher",
+    "offset_endpoint": "schedkit.kv_events.config",
+    "page_digests": "schedkit.kv_events.hashing",
+    "page_hashes": "schedkit.kv_events.hashing",
+    "parse_kv_events_config": "schedkit.kv_events.config",
+    "Profile": "schedkit.kv_events.structs",
+    "PROFILES": "schedkit.kv_events.structs",
+    "PublisherRestarted": "schedkit.kv_events.subscriber",
+    "register_publisher": "schedkit.kv_events.factory",
+    "ZmqEventPublisher": "schedkit.kv_events.zmq_publisher",
+}
+
+__all__ = sorted(_LAZY)
+
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)

@@ -5,7 +5,7 @@ turns a config into a publisher.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Protocol
 
 import msgspec
@@ -18,10 +18,8 @@ __all__ = [
     "EventPublisher",
     "KvEventsConfig",
     "bind_or_connect",
-    "create_publisher",
     "offset_endpoint",
     "parse_kv_events_config",
-    "register_publisher",
 ]
 
 
@@ -147,30 +145,3 @@ class EventPublisher(Protocol):
     def shutdown(self, timeout: float = 5.0) -> None: ...
     @property
     def queue_depth(self) -> int: ...
-
-
-# Filled by schedkit.kv_events.zmq_publisher with "null" and "zmq" when the package is imported.
-_FACTORIES: dict[str, Callable[[KvEventsConfig, int], EventPublisher]] = {}
-
-
-def register_publisher(
-    name: str, factory: Callable[[KvEventsConfig, int], EventPublisher], *, replace: bool = False
-) -> None:
-    """Make ``factory(config, dp_rank)`` the publisher for ``publisher: name`` configs."""
-    existing = _FACTORIES.get(name)
-    if existing is not None and existing is not factory and not replace:
-        raise ValueError(
-            f"KV-event publisher {name!r} is already registered ({existing!r}); "
-            "pass replace=True to override it"
-        )
-    _FACTORIES[name] = factory
-
-
-def create_publisher(config: Any, dp_rank: int = 0) -> EventPublisher:
-    """The publisher a config asks for (None or a falsy config gives the ``null`` publisher)."""
-    config = parse_kv_events_config(config)
-    name = "null" if config is None else config.publisher
-    factory = _FACTORIES.get(name)
-    if factory is None:
-        raise ValueError(f"unknown KV-event publisher {name!r}; valid: {', '.join(_FACTORIES)}")
-    return factory(config, dp_rank)

@@ -27,7 +27,6 @@ from schedkit.kv_events.config import (
     KvEventsConfig,
     bind_or_connect,
     offset_endpoint,
-    register_publisher,
 )
 from schedkit.kv_events.replay import END_SEQ, ReplayServer, replay_send_hwm
 from schedkit.kv_events.structs import EventBatch, KVEventBatch, get_profile
@@ -385,7 +384,3 @@ class ZmqEventPublisher:
             self.published += 1
         self._pub.send_multipart((self._topic, seq_bytes, payload))
         self._last_send = time.monotonic()
-
-
-register_publisher("null", NullEventPublisher)
-register_publisher("zmq", ZmqEventPublisher)

@@ -1,0 +1,141 @@
+"""How the packages depend on each other: schedkit.core at the bottom, no import circles, and
+the cheap imports (``Req``, trace readers, the router) stay cheap."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[0] == "components":
+        parts.insert(0, "schedkit")
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    paths = [*(ROOT / "schedkit").rglob("*.py"), *(ROOT / "components").rglob("*.py")]
+    return {_module_name(p): p for p in paths}
+
+
+def _imports(path: Path, name: str, known: set[str]) -> set[str]:
+    """Every schedkit module ``path`` imports, at module level or inside functions."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+                base = f"{base}.{node.module}" if node.module else base
+            targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        found.update(t for t in targets if t in known and t != name)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    return {name: _imports(path, name, known) for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for dep in graph[node]:
+            if dep not in index:
+                visit(dep)
+                low[node] = min(low[node], low[dep])
+            elif dep in on_stack:
+                low[node] = min(low[node], index[dep])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circles():
+    assert _cycles(_graph()) == []
+
+
+def test_core_imports_nothing_above_it():
+    graph = _graph()
+    core = {name for name in graph if name.startswith("schedkit.core")}
+    upward = {
+        name: sorted(dep for dep in graph[name] if not dep.startswith("schedkit.core"))
+        for name in core
+    }
+    assert {name: deps for name, deps in upward.items() if deps} == {}
+
+
+def _loaded_by(statement: str) -> dict:
+    code = (
+        f"import json, sys\n{statement}\n"
+        "mods = sorted(m for m in sys.modules if m.startswith('schedkit'))\n"
+        "print(json.dumps({'zmq': 'zmq' in sys.modules, 'schedkit': mods}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize(
+    "statement", ["import schedkit.core", "from schedkit import Req, SamplingParams, component"]
+)
+def test_the_vocabulary_loads_without_zmq_or_the_component_library(statement):
+    loaded = _loaded_by(statement)
+    assert not loaded["zmq"]
+    assert [m for m in loaded["schedkit"] if not m.startswith("schedkit.core")] == [
+        "schedkit",
+        "schedkit._lazy",
+    ]
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import schedkit.workloads.traces",
+        "from schedkit.router import KvRouter",
+        "from schedkit.kv_events import KvIndex, KvMetrics",
+    ],
+)
+def test_trace_readers_and_the_router_do_not_load_the_component_library(statement):
+    loaded = _loaded_by(statement)
+    assert [m for m in loaded["schedkit"] if m.startswith("schedkit.components")] == []
