@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from schedkit.components.cache.req_to_cache import fill_ids_prefix
+from schedkit.components.cache.cache_keys import fill_ids_prefix
 
 import schedkit
 from schedkit import Req, SamplingParams

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from itertools import chain
 
 from schedkit.components.cache.allocator import OutOfKVSlotsError
+from schedkit.components.cache.cache_keys import fill_ids_slice, req_namespace
 from schedkit.components.cache.radix_tree import MatchResult, RadixKey, RadixTree, TreeNode
-from schedkit.components.cache.req_to_cache import cache_finished_req, fill_ids_slice, req_namespace
 
 from schedkit.core.component import component
 from schedkit.core.schedule_batch import Req
@@ -106,11 +106,11 @@ class RadixCache(RadixTree):
         return cached
 
     def cache_finished_req(self, req: Req) -> None:
-        """SGLang's ``cache_finished_req``: insert the request's KV and release its lock (see
-        ``req_to_cache``). The insert starts at the request's locked prefix node: the prefix
-        is the path to that node, so it is not walked again."""
+        """SGLang's ``cache_finished_req``: insert the request's KV and release its lock, as
+        ``RadixTree.cache_finished_req`` does. The insert starts at the request's locked prefix
+        node: the prefix is the path to that node, so it is not walked again."""
         if self.disable:
-            cache_finished_req(self, req)
+            RadixTree.cache_finished_req(self, req)
             return
         kv, start, priority = req.kv_indices, req.prefix_len, req.priority or 0
         node = self._touch_path(req.last_node, priority, hit=False)
@@ -133,7 +133,8 @@ class RadixCache(RadixTree):
 
     def cache_unfinished_req(self, req: Req) -> None:
         """SGLang's ``cache_unfinished_req``: insert the request's whole pages and move its
-        lock to the node that ends them (see ``req_to_cache``). The insert starts at the
+        lock to the node that ends them, as ``RadixTree.cache_unfinished_req`` does. The insert
+        starts at the
         request's locked prefix node, and the match that follows in SGLang is the path the
         insert walked."""
         if self.disable:

@@ -18,8 +18,8 @@ from typing import Any
 
 import attrs
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
+from schedkit.components.cache.cache_keys import fill_ids_prefix
 from schedkit.components.cache.event_recorder import EventRecorder
-from schedkit.components.cache.req_to_cache import cache_finished_req, cache_unfinished_req
 from schedkit.components.cache.tree_node import MatchResult, RadixKey, TreeNode, match_len
 
 from schedkit.core.component import at_least
@@ -112,14 +112,47 @@ class RadixTree:
         self._seq = itertools.count().__next__
 
     def cache_finished_req(self, req: Req) -> None:
-        """SGLang's ``cache_finished_req``: hand the request's KV to the cache and release its
-        lock (``req_to_cache.cache_finished_req``)."""
-        cache_finished_req(self, req)
+        """SGLang's ``cache_finished_req``: hand all of the request's KV to the cache and drop
+        the request's hold on it.
+
+        Used for finished, aborted and retracted requests: the tokens with KV are inserted (the
+        cache frees slots it already holds for the same tokens, and a trailing partial page), the
+        lock on ``req.last_node`` is released and the request is left without KV state.
+        """
+        kv = req.kv_indices
+        if kv:
+            self.insert(fill_ids_prefix(req, len(kv)), kv, priority=req.priority)
+        if req.last_node is not None:
+            self.dec_lock_ref(req.last_node, req.swa_uuid_for_lock)
+        req.swa_uuid_for_lock = None
+        req.kv_indices = []
+        req.prefix_len = 0
+        req.last_node = None
 
     def cache_unfinished_req(self, req: Req) -> None:
-        """SGLang's ``cache_unfinished_req``: publish a running request's whole pages and move
-        its lock to the node that ends them (``req_to_cache.cache_unfinished_req``)."""
-        cache_unfinished_req(self, req)
+        """SGLang's ``cache_unfinished_req``: publish a still-running request's KV in the cache
+        so that other requests can match it.
+
+        The whole pages of the tokens with KV are inserted, the request's lock moves to the node
+        that now ends its prefix, and ``req.kv_indices`` / ``req.prefix_len`` take the cache's
+        slots for that prefix (slots the cache already had replace the request's duplicates). A
+        trailing partial page stays with the request.
+        """
+        if self.disable:
+            return
+        kv = req.kv_indices
+        n = len(kv)
+        aligned = n - n % self.page_size
+        key = fill_ids_prefix(req, aligned)
+        self.insert(key, kv[:aligned], priority=req.priority)
+        match = self.match_prefix(key)
+        token = self.inc_lock_ref(match.last_node)
+        if req.last_node is not None:
+            self.dec_lock_ref(req.last_node, req.swa_uuid_for_lock)
+        req.swa_uuid_for_lock = token
+        req.kv_indices = match.device_indices + kv[aligned:]
+        req.prefix_len = len(match.device_indices)
+        req.last_node = match.last_node
 
     def _child(self, node: TreeNode, key: list[int], pos: int, end: int, namespace: Any):
         """The child of ``node`` that ``key[pos:end]`` enters and how many tokens it matches

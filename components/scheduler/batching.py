@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import attrs
-from schedkit.components.cache.req_to_cache import prefix_match_key
+from schedkit.components.cache.cache_keys import prefix_match_key
 
 from schedkit.core.protocols import KVAllocator, PrefixCache
 from schedkit.core.schedule_batch import ForwardMode, Req, ScheduleBatch

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from schedkit.components.cache.req_to_cache import prefix_match_key
+from schedkit.components.cache.cache_keys import prefix_match_key
 
 from schedkit.core.component import component
 from schedkit.core.protocols import PrefixCache, SchedulePolicy

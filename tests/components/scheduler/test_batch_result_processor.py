@@ -2,7 +2,6 @@ import attrs
 import pytest
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.cache.radix_cache import RadixCache
-from schedkit.components.cache.req_to_cache import cache_finished_req
 from schedkit.components.scheduler.batch_result_processor import BatchResultProcessor
 
 from schedkit.core.component import component_name
@@ -229,7 +228,7 @@ def test_now_counts_the_gap_of_a_retraction_as_one_inter_token_latency():
     a = admitted(allocator, "a", [1, 2], max_new_tokens=3)
     processor.process_batch_result(*prefill([a], [4]))
     # Retracted, then prefilled again with its output so far.
-    cache_finished_req(cache, a)
+    cache.cache_finished_req(a)
     a.reset_for_retract()
     a.kv_indices = allocator.alloc(3)
     processor.process_batch_result(*prefill([a], [5], extend_lens=[3]))

@@ -1,25 +1,29 @@
+"""A request's cache keys, and the contract between the radix tree's generic
+``cache_finished_req``/``cache_unfinished_req`` and RadixCache's fast path: on random
+workloads both leave the same tree, events, request slots and free pool."""
+
 import random
 
 import pytest
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
-from schedkit.components.cache.radix_cache import RadixCache
-from schedkit.components.cache.req_to_cache import (
-    cache_finished_req,
-    cache_unfinished_req,
+from schedkit.components.cache.cache_keys import (
     fill_ids_prefix,
     fill_ids_slice,
     prefix_match_key,
 )
+from schedkit.components.cache.radix_cache import RadixCache
+from schedkit.components.cache.radix_tree import RadixTree
 from schedkit.components.scheduler.batching import KVSlots
 
 from schedkit.core.schedule_batch import Req
 
 
 def generic(cache):
-    """The module's functions, which use only the prefix-cache protocol."""
+    """The tree's generic pair (what the SWA cache runs), which uses only the prefix-cache
+    protocol."""
     return (
-        lambda req: cache_finished_req(cache, req),
-        lambda req: cache_unfinished_req(cache, req),
+        lambda req: RadixTree.cache_finished_req(cache, req),
+        lambda req: RadixTree.cache_unfinished_req(cache, req),
     )
 
 
@@ -28,7 +32,7 @@ def methods(cache):
     return cache.cache_finished_req, cache.cache_unfinished_req
 
 
-@pytest.fixture(params=[generic, methods], ids=["functions", "radix-methods"])
+@pytest.fixture(params=[generic, methods], ids=["generic", "radix-fast-path"])
 def bind(request):
     return request.param
 
