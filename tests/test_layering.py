@@ -139,3 +139,14 @@ def test_the_vocabulary_loads_without_zmq_or_the_component_library(statement):
 def test_trace_readers_and_the_router_do_not_load_the_component_library(statement):
     loaded = _loaded_by(statement)
     assert [m for m in loaded["schedkit"] if m.startswith("schedkit.components")] == []
+
+
+def test_the_old_paths_of_the_request_and_message_types_still_import():
+    from schedkit.components.io import io_struct
+    from schedkit.components.io_struct import GenerateReqInput
+    from schedkit.components.schedule_batch import Req
+
+    from schedkit.core import schedule_batch
+
+    assert Req is schedule_batch.Req
+    assert GenerateReqInput is io_struct.GenerateReqInput
