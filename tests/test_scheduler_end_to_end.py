@@ -277,12 +277,15 @@ def test_schedkit_run_summary_and_lpm_halves_fcfs_median_ttft(tmp_path):
 
     fcfs = tmp_path / "fcfs.yaml"
     fcfs.write_text("components:\n  policy:\n    type: fcfs\n    args: {tree_cache: null}\n")
-    lpm = json.loads(run_cli("run", "wiring.yaml", "--json", env=env).stdout)
-    fifo = json.loads(run_cli("run", "wiring.yaml", "-o", str(fcfs), "--json", env=env).stdout)
+    # At 32 conversations/s a queue forms (at the default 16 it mostly does not, and the order
+    # of admission matters little).
+    busy = ("--rate", "32", "--json")
+    lpm = json.loads(run_cli("run", "wiring.yaml", *busy, env=env).stdout)
+    fifo = json.loads(run_cli("run", "wiring.yaml", "-o", str(fcfs), *busy, env=env).stdout)
     assert lpm["requests_done"] == fifo["requests_done"] == 400
     assert lpm["requests_failed"] == 0
     assert lpm["prefix_cache_hit_rate"] > 0.5 and fifo["prefix_cache_hit_rate"] > 0.5
-    # LPM's gain is the median time to first token (README: 2-15x over five seeds); its hit
+    # LPM's gain is the median time to first token (2-9x over seeds 0-4 at this rate); its hit
     # rate is ahead on most seeds but not all, so it is not asserted here.
     assert lpm["ttft_p50"] * 2 < fifo["ttft_p50"]
     assert lpm["kv_events_published"] > 0 and lpm["kv_events_dropped"] == 0

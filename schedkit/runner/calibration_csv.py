@@ -6,9 +6,9 @@ lines and lines starting with ``#`` are skipped; an empty cell is a value left o
     mode             prefill or decode
     batch_size       requests in the step
     new_tokens       prefill: tokens computed in the step (the sum of the extend lengths)
-    attention_pairs  prefill: the sum over the step's requests of new tokens x context tokens
-                     (prefix + new); may be left out of a one-request step, which then uses
-                     new_tokens x context_tokens
+    attention_pairs  prefill: the causal (query, key) pairs of the step, summed over its
+                     requests: new x prefix + new x (new + 1) / 2; may be left out of a
+                     one-request step, which then derives it from new_tokens and context_tokens
     context_tokens   decode: the sum of the requests' lengths (prompt + output so far);
                      prefill: the request's length after the step (one-request steps)
     step_time_ms     the measured time of the step, the scheduler's own work included
@@ -78,7 +78,8 @@ def _parse_row(values: dict[str, str]) -> tuple[Step | None, list[str]]:
         problems.append("new_tokens: missing (the tokens a prefill step computes)")
     if mode == "prefill" and pairs is None and "attention_pairs" not in bad:
         if context is not None and batch_size == 1 and new_tokens is not None:
-            pairs = new_tokens * context
+            prefix = context - new_tokens
+            pairs = new_tokens * prefix + new_tokens * (new_tokens + 1) // 2
             if context < new_tokens:
                 problems.append(
                     f"context_tokens: the request's length after the step ({context}) cannot "
@@ -86,8 +87,8 @@ def _parse_row(values: dict[str, str]) -> tuple[Step | None, list[str]]:
                 )
         elif "context_tokens" not in bad:
             problems.append(
-                "attention_pairs: missing; give it (the sum of new x context tokens per "
-                "request), or context_tokens for a one-request step"
+                "attention_pairs: missing; give it (the sum of new x prefix + new x (new + 1) "
+                "/ 2 over the requests), or context_tokens for a one-request step"
             )
     if mode == "decode" and context is None and "context_tokens" not in bad:
         problems.append("context_tokens: missing (the sum of a decode step's request lengths)")

@@ -3,34 +3,32 @@
 Step time (seconds)::
 
     prefill = prefill_fixed + prefill_per_token * sum(new_tokens)
-              + attention_coeff * sum(new_tokens * context_len) + overhead
+              + attention_coeff * sum(new_tokens * prefix_len + new_tokens * (new_tokens + 1) / 2)
+              + overhead
     decode  = decode_fixed + decode_per_seq * batch_size + decode_per_kv_token * total_context
               + overhead
     overhead = step_overhead + request_overhead * batch_size
 
-``context_len`` is a request's length once the step's tokens are added (prefix + new tokens);
-``total_context`` is the sum of the decoding requests' lengths. The defaults approximate an
-8B-parameter model (Llama-3-8B shape: 32 layers, hidden size 4096, 8 KV heads of 128, bf16) on
-one H100 SXM (3.35 TB/s HBM, ~400 TFLOP/s effective bf16 matmul throughput). They are a rough
-approximation for scheduling studies, not a performance model of any particular stack:
+The attention term counts causal (query, key) pairs: each new token attends to the request's
+cached prefix and to the new tokens up to itself. ``total_context`` is the sum of the decoding
+requests' lengths. The defaults are the ``llama3-8b`` / ``h100`` preset's coefficients
+(``schedkit.runner.presets``): Llama-3-8B in bf16 on one H100 SXM, fitted to step times built
+from measured kernel times (Vidur's H100 operator profile, FlashAttention-3's published rates);
+``benchmarks/presets_vs_measured.py`` prints the comparison, within 15% from prefills of 1k to
+32k tokens and decode batches of 1 to 256:
 
-- ``decode_fixed`` 7 ms: every decode step reads all weights, 16 GB / 3.35 TB/s = 4.8 ms, plus
-  kernel-launch and sampling overhead; real small-batch decode steps take about 7-10 ms.
-- ``decode_per_seq`` 40 us: 2 x 8e9 FLOPs per token / 400 TFLOP/s (the linear part becomes
-  dominant at large batches, where decode turns compute-bound).
-- ``decode_per_kv_token`` 39 ns: one token's KV is 32 layers x 8 heads x 128 x 2 (K and V) x
-  2 bytes = 128 KiB, read once per step at 3.35 TB/s.
-- ``prefill_fixed`` 5 ms (the weight reads of a short prefill) and ``prefill_per_token`` 40 us
-  (2 x params FLOPs per token at 400 TFLOP/s).
-- ``attention_coeff`` 1.3e-9 s: 4 x layers x hidden = 5.2e5 FLOPs per (new token, context
-  token) pair for QK^T and AV, at 400 TFLOP/s. Counting the full ``context_len`` for every new
-  token over-counts the causal half of the new part; accepted for simplicity.
+- ``prefill_fixed`` 2.36 ms per prefill step, ``prefill_per_token`` 21.3 us (the layers'
+  matmuls at 66% of the BF16 peak), ``attention_coeff`` 8.14e-10 s per causal pair (65% of it);
+- ``decode_fixed`` 6.14 ms (all weights read once at 2.82 TB/s, plus the LM head),
+  ``decode_per_seq`` 14.1 us, ``decode_per_kv_token`` 46.5 ns (one token's 128 KiB of KV read
+  once per step).
 
 ``step_overhead`` and ``request_overhead`` are the scheduler's own CPU time around each forward
 pass (batch building, sampling, bookkeeping), per step and per request in the batch; they
 default to 0 here, and the presets (``schedkit.runner.presets``) set them to BLIS's fitted 126 us
-per step and 4.4 us per request. Model and GPU presets derive every coefficient from a model's
-shape and a GPU's datasheet; ``schedkit calibrate`` fits them to measured step times.
+per step and 4.4 us per request. Presets for other models and GPUs scale the fitted
+coefficients by shape and datasheet; ``schedkit calibrate`` fits them to your own measured
+step times.
 
 ``zero_cost`` (or all coefficients 0) makes every step free, for measuring the scheduler itself.
 With ``clock="virtual"`` ``now()`` advances by each step's modelled time and nothing sleeps;
@@ -86,12 +84,12 @@ class SimulatedModelRunner:
     eos_probability: float = 0.0
     clock: Literal["virtual", "wall"] = "virtual"
     zero_cost: bool = False
-    prefill_fixed: float = 5e-3
-    prefill_per_token: float = 4e-5
-    attention_coeff: float = 1.3e-9
-    decode_fixed: float = 7e-3
-    decode_per_seq: float = 4e-5
-    decode_per_kv_token: float = 3.9e-8
+    prefill_fixed: float = 2.356e-3
+    prefill_per_token: float = 2.129e-5
+    attention_coeff: float = 8.142e-10
+    decode_fixed: float = 6.137e-3
+    decode_per_seq: float = 1.413e-5
+    decode_per_kv_token: float = 4.651e-8
     step_overhead: float = 0.0
     request_overhead: float = 0.0
 
@@ -188,7 +186,8 @@ class SimulatedModelRunner:
         """Modelled time of an extend batch."""
         new_tokens = sum(batch.extend_lens)
         pairs = sum(
-            ext * (pre + ext) for pre, ext in zip(batch.prefix_lens, batch.extend_lens, strict=True)
+            ext * pre + ext * (ext + 1) // 2
+            for pre, ext in zip(batch.prefix_lens, batch.extend_lens, strict=True)
         )
         return (
             self.prefill_fixed

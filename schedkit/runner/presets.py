@@ -24,29 +24,36 @@ memory read as GiB, as CUDA reports it)::
     a100-80g  NVIDIA A100 SXM4 80GB              80 GiB     2.039 TB/s  312 TFLOP/s
     l40s      NVIDIA L40S                        48 GiB     0.864 TB/s  362.05 TFLOP/s
 
-Derivations, per GPU of a ``tp``-way tensor-parallel group (weights, FLOPs and KV heads split
-``tp`` ways; a model with fewer KV heads than ``tp`` replicates them, as SGLang does):
+Cost-model coefficients. llama3-8b on one h100 is fitted (least squares, non-negative, with
+``schedkit.runner.calibrate.fit``) to step times built from measured kernel times:
+Vidur's public H100 operator profile of Llama-2-7B scaled to Llama-3-8B's shape, the LM head
+and decode KV reads at the bandwidth that profile shows (2.82 TB/s, 84% of the datasheet), and
+causal prefill attention at FlashAttention-3's published H100 rates
+(``benchmarks/presets_vs_measured.py`` says how, and prints the comparison). Fit error: prefill
+3.8% and decode 2.0% mean relative error over 12 and 33 steps; every case of the comparison
+(prefill 1k-32k tokens, decode batch 1-256 at 1k and 4k context) within 15%.
+The fitted values read as rates: 21.3 us per prefill token is the layers' matmuls at 66% of
+the BF16 peak, 8.14e-10 s per causal attention pair is 65% of it, a decode step's 6.14 ms is
+its weight read at 2.82 TB/s plus the LM head, and a prefill chunk's fixed 2.36 ms is 41% of
+that read (the rest overlaps with compute).
+
+Every other model, GPU and tensor-parallel size is scaled from that fit, term by term, by the
+model's shape and the GPU's datasheet (not measured): the fixed terms by weight bytes per GPU
+over bandwidth, the per-token and per-sequence terms by matmul FLOPs per GPU over BF16 peak,
+the attention term by layers x heads x head_dim per GPU over peak, the KV term by KV bytes
+per token per GPU over bandwidth. Tensor-parallel all-reduce time is not modelled.
 
 - KV bytes per token = 2 (K and V) x layers x kv_heads x head_dim x 2 bytes.
 - KV pool (``allocator.size``, tokens) = (GPU memory x ``mem_fraction_static`` 0.88 - weights)
   / KV bytes per token, rounded down to whole pages. As in SGLang, the 12% left out of
   ``mem_fraction_static`` is the reserve for activations, CUDA graphs and the runtime.
   Llama-3-8B on one H100: (85.9 GB x 0.88 - 16.1 GB) / 128 KiB = 454k tokens.
-- ``decode_fixed`` and ``prefill_fixed`` = weights / (bandwidth x 0.7): every step reads all
-  weights once, at 70% of the datasheet bandwidth (memory-bound).
-- ``decode_per_kv_token`` = KV bytes per token / (bandwidth x 0.7): a decode step reads each
-  request's whole KV.
-- ``decode_per_seq`` and ``prefill_per_token`` = 2 x matmul parameters (all but the embedding)
-  / (BF16 peak x 0.4): compute-bound, at 40% of the datasheet peak.
-- ``attention_coeff`` = 4 x layers x heads x head_dim / (BF16 peak x 0.4): QK^T and AV FLOPs
-  per (new token, context token) pair.
 - ``step_overhead`` 126 us and ``request_overhead`` 4.4 us: the scheduler's CPU time per step
   and per request in the batch, as fitted by BLIS (the Blackbox Inference Simulator,
   github.com/inference-sim/inference-sim, docs/guide/latency-models.md: beta7 per step,
   beta6 per request).
 
-Tensor-parallel all-reduce time is not modelled. For measured figures, fit the coefficients
-with ``schedkit calibrate``.
+To fit your own stack's measured step times, use ``schedkit calibrate``.
 
 (Longer than 300 lines: half of it is the spec tables and their sources.)
 """
@@ -73,8 +80,16 @@ __all__ = [
 ]
 
 MEM_FRACTION_STATIC = 0.88
-BANDWIDTH_EFFICIENCY = 0.7
-COMPUTE_EFFICIENCY = 0.4
+# llama3-8b on one h100, fitted to measured step times (see the module docstring).
+FITTED_COEFFICIENTS = {
+    "prefill_fixed": 2.356e-3,
+    "prefill_per_token": 2.129e-5,
+    "attention_coeff": 8.142e-10,
+    "decode_fixed": 6.137e-3,
+    "decode_per_seq": 1.413e-5,
+    "decode_per_kv_token": 4.651e-8,
+}
+FITTED_MODEL, FITTED_GPU = "llama3-8b", "h100"
 STEP_OVERHEAD = 126e-6
 REQUEST_OVERHEAD = 4.4e-6
 _BF16_BYTES = 2
@@ -109,9 +124,11 @@ class ModelSpec:
         return self.layers * layer + 2 * self.vocab * self.hidden + self.hidden
 
     @property
-    def matmul_params(self) -> int:
-        """Parameters that take part in a matmul per token (all but the embedding lookup)."""
-        return self.params - self.vocab * self.hidden
+    def layer_matmul_params(self) -> int:
+        """Parameters of the layers' matmuls (attention projections and MLP), which every
+        token goes through."""
+        attention = 2 * self.hidden * (self.heads + self.kv_heads) * self.head_dim
+        return self.layers * (attention + 3 * self.hidden * self.intermediate)
 
 
 @attrs.frozen(kw_only=True)
@@ -275,24 +292,31 @@ def _round(x: float) -> float:
     return float(f"{x:.4g}")
 
 
-def runner_args(m: ModelSpec, g: GpuSpec, tp: int = 1) -> dict[str, Any]:
-    """The ``simulated_model_runner`` arguments for model ``m`` on ``tp`` GPUs ``g``."""
-    _check_tp(m, tp)
-    bandwidth = g.bandwidth * BANDWIDTH_EFFICIENCY
-    flops = g.bf16_flops * COMPUTE_EFFICIENCY * tp
-    weight_read = m.params * _BF16_BYTES / tp / bandwidth
-    per_token = 2 * m.matmul_params / flops
+def _scales(m: ModelSpec, g: GpuSpec, tp: int) -> dict[str, float]:
+    """What each fitted term is proportional to, for ``m`` on ``tp`` GPUs ``g``."""
+    weights = m.params * _BF16_BYTES / tp / g.bandwidth
+    matmuls = m.layer_matmul_params / tp / g.bf16_flops
     return {
-        "vocab_size": m.vocab,
-        "prefill_fixed": _round(weight_read),
-        "prefill_per_token": _round(per_token),
-        "attention_coeff": _round(4 * m.layers * m.heads * m.head_dim / flops),
-        "decode_fixed": _round(weight_read),
-        "decode_per_seq": _round(per_token),
-        "decode_per_kv_token": _round(kv_bytes_per_token(m, tp) / bandwidth),
-        "step_overhead": STEP_OVERHEAD,
-        "request_overhead": REQUEST_OVERHEAD,
+        "prefill_fixed": weights,
+        "prefill_per_token": matmuls,
+        "attention_coeff": m.layers * m.heads * m.head_dim / tp / g.bf16_flops,
+        "decode_fixed": weights,
+        "decode_per_seq": matmuls,
+        "decode_per_kv_token": kv_bytes_per_token(m, tp) / g.bandwidth,
     }
+
+
+def runner_args(m: ModelSpec, g: GpuSpec, tp: int = 1) -> dict[str, Any]:
+    """The ``simulated_model_runner`` arguments for model ``m`` on ``tp`` GPUs ``g``: the
+    fitted coefficients, scaled from the fitted model and GPU by shape and datasheet."""
+    _check_tp(m, tp)
+    mine = _scales(m, g, tp)
+    fitted = _scales(MODELS[FITTED_MODEL], GPUS[FITTED_GPU], 1)
+    args: dict[str, Any] = {"vocab_size": m.vocab}
+    for term, value in FITTED_COEFFICIENTS.items():
+        args[term] = _round(value * mine[term] / fitted[term])
+    args.update(step_overhead=STEP_OVERHEAD, request_overhead=REQUEST_OVERHEAD)
+    return args
 
 
 def describe(m: ModelSpec, g: GpuSpec, tp: int, pool: int) -> str:

@@ -4,7 +4,6 @@ tables name exists, and each key leads to a component of the class whose method 
 from __future__ import annotations
 
 import ast
-import importlib
 from pathlib import Path
 
 import pytest
@@ -77,5 +76,6 @@ def test_each_hop_exists_in_the_code(row):
         cls = _component_class(wiring, row["wiring key"])
         owner = row["function"].rpartition(".")[0]
         if owner:
-            documented = getattr(importlib.import_module(_module(row["file"])), owner)
-            assert issubclass(cls, documented), (row["wiring key"], cls, documented)
+            documented = f"{_module(row['file'])}.{owner}"
+            lineage = [f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__]
+            assert documented in lineage, (row["wiring key"], lineage)

@@ -20,4 +20,4 @@ def test_schedkit_run_with_the_policy_overlay():
         "100",
     )
     assert (summary["requests_done"], summary["requests_failed"]) == (100, 0)
-    assert summary["peak_running_requests"] == 32  # busy.yaml's limit
+    assert summary["peak_running_requests"] == 16  # busy.yaml's limit

@@ -34,7 +34,7 @@ def measured_csv(runner: SimulatedModelRunner, rows: int, noise: float, seed: in
             reqs=reqs, forward_mode=ForwardMode.EXTEND, prefix_lens=prefix, extend_lens=new
         )
         ms = runner.prefill_cost(batch) * 1e3 * (1 + rng.gauss(0, noise))
-        pairs = sum(n * (p + n) for p, n in zip(prefix, new, strict=True))
+        pairs = sum(n * p + n * (n + 1) // 2 for p, n in zip(prefix, new, strict=True))
         lines.append(f"prefill,{size},{sum(new)},{pairs},,{ms:.6f}\n")
         size = rng.randint(1, 256)
         length = int(math.exp(rng.uniform(math.log(50), math.log(8000))))  # per step, so that

@@ -14,7 +14,7 @@ def test_a_one_request_prefill_may_give_context_tokens_instead_of_pairs(tmp_path
         "decode,3,,3000,7.25\n"
     )
     prefill, decode = read_steps(path)
-    assert prefill.attention_pairs == 512 * 1024
+    assert prefill.attention_pairs == 512 * 512 + 512 * 513 // 2  # causal: prefix, then itself
     assert prefill.step_time == pytest.approx(0.0305)
     assert (decode.batch_size, decode.context_tokens) == (3, 3000)
 
@@ -38,8 +38,8 @@ def test_bad_lines_are_reported_with_their_line_numbers(tmp_path):
         f"{path}:3: mode: expected prefill or decode, got 'verify'",
         f"{path}:4: batch_size: expected a whole number >= 1, got '0'",
         f"{path}:5: context_tokens: missing (the sum of a decode step's request lengths)",
-        f"{path}:6: attention_pairs: missing; give it (the sum of new x context tokens per "
-        "request), or context_tokens for a one-request step",
+        f"{path}:6: attention_pairs: missing; give it (the sum of new x prefix + new x (new + 1) "
+        "/ 2 over the requests), or context_tokens for a one-request step",
         f"{path}:7: step_time_ms: expected a number of milliseconds > 0, got '-1'",
         f"{path}:8: 5 fields, the header has 6",
         f"{path}:9: context_tokens: the request's length after the step (50) cannot be below "

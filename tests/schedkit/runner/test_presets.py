@@ -3,7 +3,14 @@ import pytest
 from schedkit import load_wiring
 from schedkit.runner import presets
 from schedkit.runner.model_runner import SimulatedModelRunner
-from schedkit.runner.presets import GPUS, MODELS, PresetError, kv_pool_tokens, runner_args
+from schedkit.runner.presets import (
+    FITTED_COEFFICIENTS,
+    GPUS,
+    MODELS,
+    PresetError,
+    kv_pool_tokens,
+    runner_args,
+)
 
 ROOT_WIRING = "wiring.yaml"
 
@@ -40,14 +47,22 @@ def test_tensor_parallelism_splits_weights_and_kv_heads():
 def test_coefficients_follow_bandwidth_and_compute():
     m = MODELS["llama3-8b"]
     h100, h200, a100 = (runner_args(m, GPUS[g]) for g in ("h100", "h200", "a100-80g"))
-    # memory-bound terms scale with bandwidth, compute-bound terms with FLOP/s
-    assert h100["decode_fixed"] == pytest.approx(16.06e9 / (3.35e12 * 0.7), rel=2e-3)
+    # the fitted pair carries the fit; memory-bound terms scale with bandwidth, compute-bound
+    # terms with FLOP/s
+    assert {k: h100[k] for k in FITTED_COEFFICIENTS} == FITTED_COEFFICIENTS
     assert h200["decode_fixed"] / h100["decode_fixed"] == pytest.approx(3.35 / 4.8, rel=2e-3)
     assert h200["decode_per_seq"] == h100["decode_per_seq"]
     assert a100["prefill_per_token"] / h100["prefill_per_token"] == pytest.approx(
         989.5 / 312, rel=2e-3
     )
-    assert h100["attention_coeff"] == pytest.approx(4 * 32 * 4096 / (989.5e12 * 0.4), rel=2e-3)
+    assert a100["attention_coeff"] / h100["attention_coeff"] == pytest.approx(989.5 / 312, rel=2e-3)
+    assert a100["decode_per_kv_token"] / h100["decode_per_kv_token"] == pytest.approx(
+        3.35 / 2.039, rel=2e-3
+    )
+    seventy = runner_args(MODELS["llama3-70b"], GPUS["h100"], 4)
+    assert seventy["prefill_per_token"] / h100["prefill_per_token"] == pytest.approx(
+        MODELS["llama3-70b"].layer_matmul_params / 4 / m.layer_matmul_params, rel=2e-3
+    )
     assert h100["step_overhead"] == 126e-6 and h100["request_overhead"] == 4.4e-6
     assert h100["vocab_size"] == 128256
 

@@ -151,7 +151,7 @@ def test_summary_percentiles_and_samples_come_from_the_finished_requests(assembl
     samples = Tally()
     summary = drive(
         assembly,
-        GeneratedWorkload(lambda: (Arrival(0.05 * i, r) for i, r in enumerate(reqs))),
+        GeneratedWorkload(lambda: (Arrival(0.02 * i, r) for i, r in enumerate(reqs))),
         samples=samples,
     )
     assert scheduler.on_finish == wired_on_finish  # the driver's hook is removed again
