@@ -1,8 +1,11 @@
 """KV-cache event recording shared by the radix caches, as SGLang 0.5.23 records them.
 
 A cache that publishes events owns one ``EventRecorder``. For each new tree node it hashes the
-node's pages (one SHA-256 call per page, the token bytes packed once), keeps the digests and the
-published integer hashes on the node, and queues one ``BlockStored`` for the whole node. Queued
+node's pages (the token bytes packed once, the whole node's SHA-256 chain in one call of
+``page_chain``, native when built), keeps the digests and the published integer hashes on the
+node, and queues one ``BlockStored`` for the whole node. A salted node under the root chains
+from its salt's seed; ``hash_format`` (``sglang`` or ``dynamo``) says how namespaced nodes
+publish their chain (``schedkit.kv_events.hashing``). Queued
 events are coalesced: a ``BlockStored`` that continues the queue's last one (its parent is the
 tail's last hash, same medium, LoRA, block size, salt and session) extends it, and consecutive
 ``BlockRemoved`` merge. A cache with events off has no recorder and does no hashing at all.
@@ -10,28 +13,45 @@ tail's last hash, same medium, LoRA, block size, salt and session) extends it, a
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from struct import Struct
 from struct import error as struct_error
 from typing import Any
 
-from schedkit.kv_events.hashing import namespace_seed, namespaced_hash, token_bytes
+from schedkit.kv_events.hashing import (
+    check_hash_format,
+    namespace_seed,
+    namespaced_hash,
+    salt_seed,
+)
+from schedkit.kv_events.page_chain import chain_ids, chain_packed
 from schedkit.kv_events.structs import MEDIUM_GPU, AllBlocksCleared, BlockRemoved, BlockStored
 
 __all__ = ["EventRecorder"]
-
-_sha256 = hashlib.sha256
 
 
 class EventRecorder:
     """Hashes the pages of new nodes and queues the cache's KV events, coalesced."""
 
-    __slots__ = ("_pack", "_queue", "_seeds", "_step", "_unpack", "page_size")
+    __slots__ = (
+        "_dynamo",
+        "_pack",
+        "_queue",
+        "_salt_seeds",
+        "_seeds",
+        "_step",
+        "_unpack",
+        "hash_format",
+        "page_size",
+    )
 
-    def __init__(self, page_size: int) -> None:
+    def __init__(self, page_size: int, hash_format: str = "sglang") -> None:
+        check_hash_format(hash_format)
         self.page_size = page_size
+        self.hash_format = hash_format
+        self._dynamo = hash_format == "dynamo"
         self._step = 4 * page_size
+        self._salt_seeds: dict[str, bytes] = {}
         self._queue: list = []
         # Reads the published hash (first 8 bytes, big-endian signed) of n joined digests.
         self._unpack: dict[int, Callable[[bytes], tuple]] = {}
@@ -39,9 +59,10 @@ class EventRecorder:
         self._pack: dict[int, Callable[..., bytes]] = {}
         self._seeds: dict[tuple[str | None, str | None], bytes | None] = {}
 
-    def pack(self, token_ids: list[int]) -> bytes:
-        """The token ids as the hash input (4-byte little-endian each); ValueError if an id is
-        outside [0, 2**32). A cache packs an insert's new tokens once, before changing state."""
+    def pack(self, token_ids: list[int]) -> bytes | tuple[int, ...]:
+        """The token ids as the hash input: 4-byte little-endian each, or the ids themselves as
+        a tuple when one exceeds 2**32 - 1 (hashed in SGLang's wide encoding); ValueError if an
+        id is not hashable. A cache packs an insert's new tokens once, before changing state."""
         pack = self._pack.get(len(token_ids))
         if pack is None:
             if len(self._pack) > 256:
@@ -50,20 +71,32 @@ class EventRecorder:
         try:
             return pack(*token_ids)
         except struct_error:
-            return token_bytes(token_ids)  # raises the clear error
+            wide = tuple(token_ids)
+            chain_ids(b"", wide, len(wide))  # raises the clear error for unhashable ids
+            return wide
 
-    def hash_pages(self, node: Any, raw: bytes) -> bytes:
+    @staticmethod
+    def cut(raw: bytes | tuple[int, ...], n: int) -> tuple[bytes | tuple[int, ...], ...]:
+        """``pack`` output split after ``n`` tokens."""
+        if type(raw) is bytes:
+            return raw[: 4 * n], raw[4 * n :]
+        return raw[:n], raw[n:]
+
+    def hash_pages(self, node: Any, raw: bytes | tuple[int, ...]) -> bytes:
         """The 32-byte chain digests of ``node``'s pages, end to end, chained from its parent's
-        last digest; ``raw`` is ``pack(node.key)``."""
+        last digest (a salted node under the root: from its salt's seed); ``raw`` is
+        ``pack(node.key)``."""
         prev = node.parent.digests[-32:]
-        step = self._step
-        digests = []
-        append = digests.append
-        sha256 = _sha256
-        for start in range(0, len(raw), step):
-            prev = sha256(prev + raw[start : start + step]).digest()
-            append(prev)
-        return b"".join(digests)
+        if not prev and node.namespace is not None and node.namespace[1] is not None:
+            salt = node.namespace[1]
+            prev = self._salt_seeds.get(salt)
+            if prev is None:
+                if len(self._salt_seeds) > 4096:
+                    self._salt_seeds.clear()
+                prev = self._salt_seeds[salt] = salt_seed(salt)
+        if type(raw) is bytes:
+            return chain_packed(prev, raw, self._step)
+        return chain_ids(prev, raw, self.page_size)
 
     def stored(self, node: Any, raw: bytes) -> None:
         """Hash ``node``'s pages onto it (``digests``, ``hashes``) and queue its BlockStored.
@@ -83,11 +116,14 @@ class EventRecorder:
         namespace = node.namespace
         salt = None
         if namespace is not None:
-            seed = self._seeds.get(namespace)
-            if seed is None:
-                seed = self._seeds[namespace] = namespace_seed(*namespace)
-            hashes = [namespaced_hash(seed, h) for h in hashes]
             salt = namespace[1]
+            if self._dynamo:
+                seed = self._seeds.get(namespace)
+                if seed is None:
+                    if len(self._seeds) > 4096:
+                        self._seeds.clear()
+                    seed = self._seeds[namespace] = namespace_seed(*namespace)
+                hashes = [namespaced_hash(seed, h) for h in hashes]
         node.digests = joined
         node.hashes = hashes
         parent_hash = parent.hashes[-1] if parent.hashes else None

@@ -24,6 +24,7 @@ from schedkit.components.cache.tree_node import MatchResult, RadixKey, TreeNode,
 
 from schedkit.core.component import at_least
 from schedkit.core.schedule_batch import Req
+from schedkit.kv_events.hashing import check_hash_format
 
 __all__ = ["EVICTION_POLICIES", "MatchResult", "RadixKey", "RadixTree", "TreeNode", "make_pool"]
 
@@ -77,6 +78,10 @@ def _known_policy(instance: object, attribute: attrs.Attribute, value: object) -
         )
 
 
+def _known_hash_format(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    check_hash_format(value)
+
+
 @attrs.define(slots=True, kw_only=True, on_setattr=attrs.setters.NO_OP)
 class RadixTree:
     """The shared tree machinery; not a cache by itself (see ``RadixCache``)."""
@@ -87,6 +92,8 @@ class RadixTree:
     capacity: int | None = None
     eviction_policy: str = attrs.field(default="lru", validator=_known_policy)
     disable: bool = False
+    # How namespaced pages publish their hashes: "sglang" (SGLang's default) or "dynamo".
+    kv_event_hash_format: str = attrs.field(default="sglang", validator=_known_hash_format)
 
     root: TreeNode | None = attrs.field(init=False, repr=False, default=None)
     _evictable_size: int = attrs.field(init=False, repr=False, default=0)
@@ -107,7 +114,7 @@ class RadixTree:
         self._evict_key = EVICTION_POLICIES[self.eviction_policy]
         self.allocator = make_pool(self.allocator, self.capacity, self.page_size)
         if self.enable_kv_cache_events:
-            self._events = EventRecorder(self.page_size)
+            self._events = EventRecorder(self.page_size, self.kv_event_hash_format)
         self._tick = itertools.count().__next__
         self._seq = itertools.count().__next__
 

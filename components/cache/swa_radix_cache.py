@@ -222,11 +222,10 @@ class SWARadixCache(RadixTree):
                 return pos
             self._free([], new_swa[:cut])
             keep = (namespace, priority)
+            head, tail = (None, None) if raw is None else self._events.cut(raw, cut)
             if cut:
-                part = None if raw is None else raw[: 4 * cut]
-                node = self._add_node(node, key[pos : pos + cut], new_value[:cut], None, part, keep)
-            part = None if raw is None else raw[4 * cut :]
-            self._add_node(node, key[pos + cut : end], new_value[cut:], new_swa[cut:], part, keep)
+                node = self._add_node(node, key[pos : pos + cut], new_value[:cut], None, head, keep)
+            self._add_node(node, key[pos + cut : end], new_value[cut:], new_swa[cut:], tail, keep)
         return pos
 
     def inc_lock_ref(self, node: SWATreeNode) -> int | None:

@@ -36,6 +36,7 @@ _LAZY = {
     "PROFILES": "schedkit.kv_events.structs",
     "PublisherRestarted": "schedkit.kv_events.subscriber",
     "register_publisher": "schedkit.kv_events.factory",
+    "salt_seed": "schedkit.kv_events.hashing",
     "ZmqEventPublisher": "schedkit.kv_events.zmq_publisher",
 }
 

@@ -94,14 +94,22 @@ class KvIndex:
         *,
         extra_key: str | None = None,
         cache_salt: str | None = None,
+        hash_format: str = "sglang",
     ) -> dict[int, int]:
         """For every known rank, how many leading pages of ``token_ids`` it holds (in the
-        request's namespace, when it has one)."""
+        request's namespace, when it has one, hashed as the caches' ``hash_format``)."""
         counts = dict.fromkeys(self._blocks, 0)
         live = set(counts)
         owners = self._owners
         for i, h in enumerate(
-            page_hashes(token_ids, page_size, extra_key=extra_key, cache_salt=cache_salt), 1
+            page_hashes(
+                token_ids,
+                page_size,
+                extra_key=extra_key,
+                cache_salt=cache_salt,
+                hash_format=hash_format,
+            ),
+            1,
         ):
             ranks = owners.get(h)
             if ranks is None:

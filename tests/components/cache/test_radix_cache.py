@@ -267,7 +267,8 @@ def test_events_off_never_hashes(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("hashed with events off")
 
-    monkeypatch.setattr(event_recorder, "_sha256", fail)
+    monkeypatch.setattr(event_recorder, "chain_packed", fail)
+    monkeypatch.setattr(event_recorder, "chain_ids", fail)
     cache = RadixCache(page_size=2, capacity=16)
     cache.insert([1, 2, 3, 4])
     cache.insert([1, 2, 5, 6])
@@ -291,7 +292,9 @@ def test_namespaces_isolate_keys_and_namespace_the_published_hashes():
     assert stored_hashes(keyed) == published_page_hashes([1, 2, 3, 4], 2, extra_key="lora-x")
     assert salted[0].parent_block_hash is None and salted[0].cache_salt == "tenant-a"
     assert keyed[0].cache_salt is None and salted[0].lora_name is None
-    assert len({*stored_hashes(plain), *stored_hashes(salted), *stored_hashes(keyed)}) == 6
+    # SGLang's default format: an extra_key alone publishes the plain chain.
+    assert stored_hashes(keyed) == stored_hashes(plain)
+    assert len({*stored_hashes(plain), *stored_hashes(salted)}) == 4
     # Equal tokens in another namespace share nothing; the same namespace shares its prefix.
     assert cache.match_prefix(RadixKey([1, 2, 3, 4], cache_salt="other")).prefix_len == 0
     assert cache.match_prefix(RadixKey([1, 2, 9, 9], cache_salt="tenant-a")).prefix_len == 2
@@ -305,6 +308,30 @@ def test_namespaces_isolate_keys_and_namespace_the_published_hashes():
     assert sorted(removed_hashes(cache.take_events())) == sorted(
         stored_hashes(plain + salted + keyed + branch)
     )
+
+
+def test_wide_token_ids_are_stored_with_sglangs_wide_page_hash():
+    cache = make_cache(page_size=2)
+    cache.insert([1, 2, 2**32, 7])
+    assert stored_hashes(cache.take_events()) == page_hashes([1, 2, 2**32, 7], 2)
+
+
+@pytest.mark.parametrize("hash_format", ["sglang", "dynamo"])
+@pytest.mark.parametrize("namespace", [(None, None), ("k", None), (None, "s"), ("k", "s")])
+def test_published_hashes_and_links_follow_the_hash_format(hash_format, namespace):
+    cache = make_cache(page_size=2, kv_event_hash_format=hash_format)
+    cache.insert(RadixKey([1, 2, 3, 4], *namespace))
+    first = cache.take_events()
+    cache.insert(RadixKey([1, 2, 3, 4, 5, 6], *namespace))
+    second = cache.take_events()
+    want = published_page_hashes([1, 2, 3, 4, 5, 6], 2, *namespace, hash_format)
+    assert stored_hashes(first) + stored_hashes(second) == want
+    assert stored_links(second) == [(want[2], want[1])]
+
+
+def test_an_unknown_hash_format_is_refused():
+    with pytest.raises(ValueError, match="valid: sglang, dynamo"):
+        make_cache(kv_event_hash_format="dynamo-v2")
 
 
 def test_disabled_cache_stores_nothing_and_frees_what_it_is_given():
@@ -529,12 +556,14 @@ def test_an_unknown_eviction_policy_is_rejected():
         RadixCache(capacity=4, eviction_policy="random")
 
 
-@pytest.mark.parametrize("bad", [2**32, -1])
+@pytest.mark.parametrize("bad", [2**63, -1])
 def test_token_ids_that_cannot_be_hashed_are_rejected_with_events_on(bad):
     cache = make_cache()
     cache.insert([1])
     free = cache.allocator.available_size()
-    with pytest.raises(ValueError, match=r"token ids must be integers in \[0, 4294967295\]"):
+    with pytest.raises(
+        ValueError, match=r"token ids must be integers in \[0, 9223372036854775807\]"
+    ):
         cache.insert([1, bad])
     # Nothing changed: no slot taken, no node, no event.
     assert (cache.total_size(), cache.allocator.available_size()) == (1, free)

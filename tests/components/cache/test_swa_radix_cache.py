@@ -73,7 +73,8 @@ def test_events_off_records_nothing_and_never_hashes(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("hashed with events off")
 
-    monkeypatch.setattr(event_recorder, "_sha256", fail)
+    monkeypatch.setattr(event_recorder, "chain_packed", fail)
+    monkeypatch.setattr(event_recorder, "chain_ids", fail)
     cache = SWARadixCache(sliding_window_size=2, capacity=16)
     cache.insert([1, 2, 3, 4])
     cache.insert([1, 2, 5, 6])
@@ -388,7 +389,9 @@ def test_scheduler_hands_full_kv_only_and_the_cache_adds_window_slots():
 
 def test_token_ids_that_cannot_be_hashed_leave_the_cache_unchanged():
     cache = make_cache(window=2, capacity=8)
-    with pytest.raises(ValueError, match=r"token ids must be integers in \[0, 4294967295\]"):
-        cache.insert([1, 2**32, 3])
+    with pytest.raises(
+        ValueError, match=r"token ids must be integers in \[0, 9223372036854775807\]"
+    ):
+        cache.insert([1, 2**63, 3])
     assert cache.total_size() == 0 and cache.take_events() == []
     assert cache.allocator.available_size() == 8 == cache.swa_allocator.available_size()

@@ -1,4 +1,4 @@
-"""Page hashes against the spec's definitions, computed here step by step with hashlib."""
+"""Page hashes against SGLang 0.5.23's definitions, computed here step by step with hashlib."""
 
 from __future__ import annotations
 
@@ -7,7 +7,13 @@ import struct
 
 import pytest
 
-from schedkit.kv_events.hashing import namespace_seed, page_digests, page_hashes
+from schedkit.kv_events.hashing import (
+    namespace_seed,
+    page_digests,
+    page_hashes,
+    published_page_hashes,
+    salt_seed,
+)
 
 
 def signed64(digest: bytes) -> int:
@@ -27,42 +33,52 @@ def test_large_token_ids_and_signed_range():
     assert any(h < 0 for h in hashes)
 
 
-@pytest.mark.parametrize("bad", [[2**32], [-1], [1.5]])
+def test_a_page_with_an_id_above_32_bits_takes_the_wide_encoding():
+    # SGLang's native hash: a 0xff byte, then every id of that page as 8-byte little-endian.
+    first = hashlib.sha256(struct.pack("<2I", 1, 2)).digest()
+    wide = hashlib.sha256(first + b"\xff" + struct.pack("<2Q", 3, 2**32)).digest()
+    third = hashlib.sha256(wide + struct.pack("<2I", 5, 6)).digest()
+    assert page_digests([1, 2, 3, 2**32, 5, 6], 2) == [first, wide, third]
+    top = hashlib.sha256(b"\xff" + struct.pack("<Q", 2**63 - 1)).digest()
+    assert page_hashes([2**63 - 1], 1) == [signed64(top)]
+
+
+@pytest.mark.parametrize("bad", [[2**63], [-1], [1.5], ["7"]])
 def test_token_ids_out_of_range_are_refused(bad):
-    with pytest.raises(ValueError, match=r"token ids must be integers in \[0, 4294967295\]"):
+    with pytest.raises(
+        ValueError, match=r"token ids must be integers in \[0, 9223372036854775807\]"
+    ):
         page_hashes(bad, 1)
 
 
-def namespaced_by_hand(tokens, page_size, extra_key, cache_salt):
-    def field(value):
-        if value is None:
-            return b"\x00"
-        raw = value.encode()
-        return b"\x01" + struct.pack("<Q", len(raw)) + raw
-
-    seed = hashlib.sha256(
-        b"sglang-kv-event-namespace-v1" + field(extra_key) + field(cache_salt)
-    ).digest()
-    return [
-        signed64(hashlib.sha256(seed + struct.pack(">q", h)).digest())
-        for h in page_hashes(tokens, page_size)
-    ]
+def test_unknown_hash_format_is_refused_with_the_valid_ones():
+    with pytest.raises(
+        ValueError, match="unknown KV-event hash format 'xxh3'; valid: sglang, dynamo"
+    ):
+        page_hashes([1], 1, hash_format="xxh3")
 
 
-@pytest.mark.parametrize(
-    ("extra_key", "cache_salt"), [("lora-a", None), (None, "salt"), ("k", "s"), ("é", "")]
-)
-def test_namespaced_hashes_per_spec(extra_key, cache_salt):
-    tokens = list(range(12))
-    got = page_hashes(tokens, 4, extra_key=extra_key, cache_salt=cache_salt)
-    assert got == namespaced_by_hand(tokens, 4, extra_key, cache_salt)
-    assert got != page_hashes(tokens, 4)
+def test_salt_seed_is_sglangs_domain_separated_digest():
+    assert salt_seed(None) is None
+    assert salt_seed("tenant-a") == hashlib.sha256(b"sglang-cache-salt-v1\x00tenant-a").digest()
+    assert salt_seed("é") == hashlib.sha256(b"sglang-cache-salt-v1\x00" + "é".encode()).digest()
 
 
-def test_no_namespace_is_the_plain_chain():
+def test_a_salted_chain_starts_from_the_salt_seed():
+    seed = hashlib.sha256(b"sglang-cache-salt-v1\x00s").digest()
+    first = hashlib.sha256(seed + struct.pack("<2I", 1, 2)).digest()
+    second = hashlib.sha256(first + struct.pack("<2I", 3, 4)).digest()
+    assert page_digests([1, 2, 3, 4], 2, cache_salt="s") == [first, second]
+    assert page_hashes([1, 2, 3, 4], 2, cache_salt="s") == [signed64(first), signed64(second)]
+    # A given parent digest continues its chain: the salt only seeds a sequence's first page.
+    assert page_hashes([3, 4], 2, first, cache_salt="s") == [signed64(second)]
+
+
+def test_extra_key_does_not_enter_the_default_format():
+    assert page_hashes(list(range(8)), 4, extra_key="adapter") == page_hashes(list(range(8)), 4)
+    assert published_page_hashes([1, 2], 1, "k", "s") == page_hashes([1, 2], 1, cache_salt="s")
+
+
+def test_no_namespace_is_the_plain_chain_in_both_formats():
     assert namespace_seed(None, None) is None
-    assert page_hashes([1, 2], 1, extra_key=None, cache_salt=None) == page_hashes([1, 2], 1)
-
-
-def test_extra_key_and_salt_are_not_interchangeable():
-    assert page_hashes([1], 1, extra_key="a") != page_hashes([1], 1, cache_salt="a")
+    assert page_hashes([1, 2], 1, hash_format="dynamo") == page_hashes([1, 2], 1)

@@ -112,3 +112,12 @@ def test_coalesced_events_match_like_single_pages():
 def test_unknown_event_is_rejected():
     with pytest.raises(TypeError, match="unknown KV event"):
         KvIndex().apply(KVEventBatch(ts=0.0, events=["nope"]))
+
+
+def test_match_hashes_in_the_stream_hash_format():
+    tokens = [1, 2, 3, 4]
+    dynamo = page_hashes(tokens, 2, extra_key="k", cache_salt="s", hash_format="dynamo")
+    index = KvIndex()
+    index.apply(at(0, BlockStored(dynamo, None, tokens, 2, None, "GPU", "s")))
+    assert index.match(tokens, 2, extra_key="k", cache_salt="s") == {0: 0}
+    assert index.match(tokens, 2, extra_key="k", cache_salt="s", hash_format="dynamo") == {0: 2}

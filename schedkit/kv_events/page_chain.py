@@ -1,0 +1,87 @@
+"""SGLang's SHA-256 page chain, computed natively when the C extension was built.
+
+A page's digest is SHA-256 over the previous page's 32-byte digest (nothing for a chain's first
+page) and the page's token ids as 4-byte little-endian unsigned integers. A page holding an id
+above 2**32 - 1 is hashed in SGLang's wide encoding instead: one ``0xff`` byte, then every id of
+the page as an 8-byte little-endian unsigned integer (ids up to 2**63 - 1).
+
+``chain_packed(prior, raw, page_bytes)`` chains pages of already packed 4-byte ids and
+``chain_ids(prior, token_ids, page_size)`` packs the ids itself (taking the wide encoding where
+a page needs it); both return the digests of every full page end to end (32 bytes each) in one
+call. ``NATIVE`` says whether ``schedkit.kv_events._page_chain`` (``csrc/page_chain.c``) is in
+use; ``chain_packed_py`` and ``chain_ids_py`` are the pure-Python versions it falls back to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from struct import Struct
+
+__all__ = [
+    "MAX_HASHABLE_TOKEN_ID",
+    "NATIVE",
+    "chain_ids",
+    "chain_ids_py",
+    "chain_packed",
+    "chain_packed_py",
+]
+
+MAX_HASHABLE_TOKEN_ID = 2**63 - 1
+_U32 = 2**32 - 1
+_sha256 = hashlib.sha256
+_RANGE_ERROR = f"token ids must be integers in [0, {MAX_HASHABLE_TOKEN_ID}]"
+
+
+def _check_prior(prior: bytes) -> None:
+    if len(prior) not in (0, 32):
+        raise ValueError(f"the prior digest must be empty or 32 bytes, got {len(prior)}")
+
+
+def chain_packed_py(prior: bytes, raw: bytes, page_bytes: int) -> bytes:
+    """The chained digests of every full ``page_bytes`` page of ``raw`` (pure Python)."""
+    _check_prior(prior)
+    if page_bytes < 1:
+        raise ValueError(f"page_bytes must be >= 1, got {page_bytes}")
+    out = []
+    prev = bytes(prior)
+    end = len(raw) - len(raw) % page_bytes
+    for start in range(0, end, page_bytes):
+        prev = _sha256(prev + raw[start : start + page_bytes]).digest()
+        out.append(prev)
+    return b"".join(out)
+
+
+def _page_input(page: Sequence[int]) -> bytes:
+    """One page's hash input after the prior digest: 4-byte ids, or SGLang's wide encoding
+    (the ids are already checked to lie in [0, MAX_HASHABLE_TOKEN_ID])."""
+    if max(page) <= _U32:
+        return Struct(f"<{len(page)}I").pack(*page)
+    return b"\xff" + Struct(f"<{len(page)}Q").pack(*page)
+
+
+def chain_ids_py(prior: bytes, token_ids: Sequence[int], page_size: int) -> bytes:
+    """The chained digests of every full page of ``token_ids`` (pure Python)."""
+    _check_prior(prior)
+    if page_size < 1:
+        raise ValueError(f"page_size must be >= 1, got {page_size}")
+    for t in token_ids:
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t <= MAX_HASHABLE_TOKEN_ID:
+            raise ValueError(_RANGE_ERROR)
+    out = []
+    prev = bytes(prior)
+    end = len(token_ids) - len(token_ids) % page_size
+    for start in range(0, end, page_size):
+        prev = _sha256(prev + _page_input(token_ids[start : start + page_size])).digest()
+        out.append(prev)
+    return b"".join(out)
+
+
+try:
+    from schedkit.kv_events._page_chain import chain_ids, chain_packed
+
+    NATIVE = True
+except ImportError:  # the C extension was not built: same results, slower
+    chain_ids = chain_ids_py
+    chain_packed = chain_packed_py
+    NATIVE = False
