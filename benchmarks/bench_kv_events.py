@@ -3,11 +3,14 @@
 (a) Transport: events/s from ``ZmqEventPublisher`` to a decoding ``KvEventSubscriber`` in another
     process, over loopback tcp, against the same batches encoded and sent inline on one PUB
     socket to a plain SUB that decodes them. Target: ratio >= 0.9.
-(b) Cache: ``RadixCache`` insert + evict time with events on against events off, on 512-token
-    sequences sharing 384-token prefixes in 20 groups, page size 16, a pool of 64 sequences.
-    Target: events on costs <= 1.45x. Also printed: the same with a recorder that only packs
-    and hashes the pages (no events built or queued), the part of the cost that the wire
-    format's one SHA-256 per page fixes.
+(b) Cache: ``RadixCache`` insert + evict CPU time with events on against events off, on
+    512-token sequences sharing 384-token prefixes in 20 groups, page size 16, a pool of 64
+    sequences. Method: each round runs events off, events on with the native page chain, events
+    on with the pure-Python chain and a recorder that only hashes (native chain, no events built
+    or queued), back to back in one process, in an order that rotates every round; each side's
+    ratio to the same round's "off" is one paired figure. ``--rounds`` rounds (default 7);
+    printed as min / median / max. Targets: events on / off <= 1.35 with the native chain,
+    <= 1.8 with the pure-Python chain (medians).
 (c) Caller: time a scheduler spends in ``KvEventsPublisher.publish_kv_events()`` (take the
     cache's events, build the batch, ``publish``) per event, with the step's cache work in
     between calls. Target: <= 150 ns per event.
@@ -21,12 +24,16 @@ from __future__ import annotations
 import argparse
 import gc
 import random
+import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import structlog
 from kv_transport import transport_rate
+from schedkit.components.cache import event_recorder
 from schedkit.components.cache.event_recorder import EventRecorder
 from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.io.kv_events_publisher import KvEventsPublisher
@@ -36,6 +43,7 @@ from schedkit.kv_events import (
     KVEventBatch,
     KvEventsConfig,
     ZmqEventPublisher,
+    page_chain,
 )
 
 PAGE_SIZE = 16
@@ -45,7 +53,7 @@ GROUPS = 20
 POOL_SEQS = 64  # the KV pool holds this many sequences' worth of tokens
 REQS_PER_STEP = 4
 WARM_SEQS = 300  # fills the pool, so that every timed insert evicts
-TARGETS = {"transport": 0.9, "cache": 1.45, "caller_ns": 150.0}
+TARGETS = {"transport": 0.9, "cache native": 1.35, "cache python": 1.8, "caller_ns": 150.0}
 
 
 def sequences(n: int, seed: int = 0) -> list[list[int]]:
@@ -96,19 +104,67 @@ def step_batches(n_steps: int) -> list[KVEventBatch]:
 # -- (b) cache ------------------------------------------------------------------------------
 
 
+@contextmanager
+def python_chain() -> Iterator[None]:
+    """Make the caches' recorders hash with the pure-Python page chain meanwhile."""
+    saved = event_recorder.chain_packed, event_recorder.chain_ids
+    event_recorder.chain_packed = page_chain.chain_packed_py
+    event_recorder.chain_ids = page_chain.chain_ids_py
+    try:
+        yield
+    finally:
+        event_recorder.chain_packed, event_recorder.chain_ids = saved
+
+
 def cache_seconds(events: bool | str, warm: list[list[int]], seqs: list[list[int]]) -> float:
-    """Time to insert ``seqs`` into a cache already filled with ``warm`` (so every insert
+    """CPU time to insert ``seqs`` into a cache already filled with ``warm`` (so every insert
     evicts), taking the events every step as the publisher would."""
     cache = new_cache(events)
     for seq in warm:
         cache.insert(seq)
     cache.take_events()
-    start = time.perf_counter()
+    gc.collect()
+    start = time.process_time()
     for i, seq in enumerate(seqs):
         cache.insert(seq)
         if i % REQS_PER_STEP == REQS_PER_STEP - 1:
             cache.take_events()
-    return time.perf_counter() - start
+    return time.process_time() - start
+
+
+CACHE_SIDES = ("off", "on native", "on python", "hashing only")
+
+
+def cache_side_seconds(side: str, warm: list[list[int]], seqs: list[list[int]]) -> float:
+    """One side of (b): see ``CACHE_SIDES``."""
+    if side == "off":
+        return cache_seconds(False, warm, seqs)
+    if side == "on native":
+        return cache_seconds(True, warm, seqs)
+    if side == "hashing only":
+        return cache_seconds("hash only", warm, seqs)
+    with python_chain():
+        return cache_seconds(True, warm, seqs)
+
+
+def cache_ratios(rounds: int, warm: list[list[int]], seqs: list[list[int]]) -> dict:
+    """Per side, the seconds of every round and its ratio to the same round's "off"."""
+    seconds: dict[str, list[float]] = {side: [] for side in CACHE_SIDES}
+    for r in range(rounds):
+        order = CACHE_SIDES[r % len(CACHE_SIDES) :] + CACHE_SIDES[: r % len(CACHE_SIDES)]
+        for side in order:
+            seconds[side].append(cache_side_seconds(side, warm, seqs))
+    ratios = {
+        side: [on / off for on, off in zip(seconds[side], seconds["off"], strict=True)]
+        for side in CACHE_SIDES[1:]
+    }
+    return {"seconds": seconds, "ratios": ratios}
+
+
+def spread(values: list[float], fmt: str = ".3f") -> str:
+    """``min / median / max``."""
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return f"{low:{fmt}} / {mid:{fmt}} / {high:{fmt}}"
 
 
 # -- (c) caller -----------------------------------------------------------------------------
@@ -174,6 +230,7 @@ def caller_ns_per_event(n_steps: int) -> tuple[float, float, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a fast smoke run (a few seconds)")
+    parser.add_argument("--rounds", type=int, default=7, help="paired rounds of (b), >= 5")
     args = parser.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
     rounds = 1 if args.quick else 3
@@ -193,22 +250,19 @@ def main(argv: list[str] | None = None) -> int:
 
     seqs = sequences(n_seqs + WARM_SEQS)
     warm, seqs = seqs[:WARM_SEQS], seqs[WARM_SEQS:]
-    off = on = hashing = float("inf")
-    for _ in range(rounds):
-        off = min(off, cache_seconds(False, warm, seqs))
-        on = min(on, cache_seconds(True, warm, seqs))
-        hashing = min(hashing, cache_seconds("hash only", warm, seqs))
-    ratio_b = on / off
+    result = cache_ratios(args.rounds, warm, seqs)
+    chain = page_chain.implementation()
     print(f"(b) cache: {n_seqs} inserts of {SEQ_LEN} tokens into a full pool, page {PAGE_SIZE}")
-    print(f"    events off: {n_seqs / off:10,.0f} inserts/s ({off / n_seqs * 1e6:.1f} us each)")
-    print(f"    events on:  {n_seqs / on:10,.0f} inserts/s ({on / n_seqs * 1e6:.1f} us each)")
-    per_insert = hashing / n_seqs * 1e6
-    print(f"    hashing only: {n_seqs / hashing:8,.0f} inserts/s ({per_insert:.1f} us each)")
-    met = "met" if ratio_b <= TARGETS["cache"] else "NOT met"
-    print(
-        f"    ratio b (events on / off time) = {ratio_b:.3f}  target <= {TARGETS['cache']}: {met}"
-    )
-    print(f"    hashing only / off = {hashing / off:.3f} (pack + SHA-256 per page, no events)")
+    print(f"    CPU time, {args.rounds} interleaved rounds, min / median / max; chain: {chain}")
+    for side in CACHE_SIDES:
+        per_insert = [t / n_seqs * 1e6 for t in result["seconds"][side]]
+        print(f"    {side + ':':14} {spread(per_insert, '.1f')} us per insert")
+    for side, target in (("on native", "cache native"), ("on python", "cache python")):
+        ratios = result["ratios"][side]
+        met = "met" if statistics.median(ratios) <= TARGETS[target] else "NOT met"
+        label = f"ratio b ({side} / off)"
+        print(f"    {label:26} = {spread(ratios)}  target <= {TARGETS[target]}: {met}")
+    print(f"    {'hashing only / off':26} = {spread(result['ratios']['hashing only'])}")
 
     ns, whole, per_step = min(caller_ns_per_event(n_steps) for _ in range(rounds))
     ratio_c = ns / TARGETS["caller_ns"]

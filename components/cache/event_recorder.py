@@ -4,8 +4,8 @@ A cache that publishes events owns one ``EventRecorder``. For each new tree node
 node's pages (the token bytes packed once, the whole node's SHA-256 chain in one call of
 ``page_chain``, native when built), keeps the digests and the published integer hashes on the
 node, and queues one ``BlockStored`` for the whole node. A salted node under the root chains
-from its salt's seed; ``hash_format`` (``sglang`` or ``dynamo``) says how namespaced nodes
-publish their chain (``schedkit.kv_events.hashing``). Queued
+from its salt's seed; ``hash_format`` (``sglang``, ``dynamo`` or ``vllm-sha256``) says which
+chain is computed and how namespaced nodes publish it (``schedkit.kv_events.hashing``). Queued
 events are coalesced: a ``BlockStored`` that continues the queue's last one (its parent is the
 tail's last hash, same medium, LoRA, block size, salt and session) extends it, and consecutive
 ``BlockRemoved`` merge. A cache with events off has no recorder and does no hashing at all.
@@ -23,6 +23,7 @@ from schedkit.kv_events.hashing import (
     namespace_seed,
     namespaced_hash,
     salt_seed,
+    vllm_page_digests,
 )
 from schedkit.kv_events.page_chain import chain_ids, chain_packed
 from schedkit.kv_events.structs import MEDIUM_GPU, AllBlocksCleared, BlockRemoved, BlockStored
@@ -41,6 +42,7 @@ class EventRecorder:
         "_seeds",
         "_step",
         "_unpack",
+        "_vllm",
         "hash_format",
         "page_size",
     )
@@ -50,6 +52,7 @@ class EventRecorder:
         self.page_size = page_size
         self.hash_format = hash_format
         self._dynamo = hash_format == "dynamo"
+        self._vllm = hash_format == "vllm-sha256"
         self._step = 4 * page_size
         self._salt_seeds: dict[str, bytes] = {}
         self._queue: list = []
@@ -87,6 +90,11 @@ class EventRecorder:
         last digest (a salted node under the root: from its salt's seed); ``raw`` is
         ``pack(node.key)``."""
         prev = node.parent.digests[-32:]
+        if self._vllm:
+            salt = None if prev or node.namespace is None else node.namespace[1]
+            return b"".join(
+                vllm_page_digests(node.key, self.page_size, prev or None, cache_salt=salt)
+            )
         if not prev and node.namespace is not None and node.namespace[1] is not None:
             salt = node.namespace[1]
             prev = self._salt_seeds.get(salt)
@@ -111,7 +119,9 @@ class EventRecorder:
         if unpack is None:
             if len(self._unpack) > 256:
                 self._unpack.clear()
-            unpack = self._unpack[n] = Struct(">" + "q24x" * n).unpack
+            # SGLang publishes a digest's first 8 bytes (signed), vLLM its last 8 (unsigned).
+            layout = "24xQ" if self._vllm else "q24x"
+            unpack = self._unpack[n] = Struct(">" + layout * n).unpack
         hashes = list(unpack(joined))
         namespace = node.namespace
         salt = None

@@ -15,12 +15,17 @@ UTF-8 salt)`` instead of from nothing (SGLang's ``compute_node_event_hash_values
   field(extra_key) + field(cache_salt))``, where an absent field is ``b"\\x00"`` and a present
   one ``b"\\x01"`` + its UTF-8 length as 8-byte little-endian + the UTF-8 bytes: the published
   hash of a page is the signed first 8 bytes of ``SHA-256(seed + hash as 8-byte big-endian
-  signed)``. Requests without a namespace publish the chain as is in both formats.
+  signed)``. Requests without a namespace publish the chain as is in both formats;
+- ``vllm-sha256``: vLLM's own chain with its ``sha256`` hash function (``vllm_page_digests``),
+  as a vLLM started with PYTHONHASHSEED=0 publishes it (low 64 bits, unsigned). It costs
+  several times SGLang's chain (a pickle per page); the ``vllm`` wire profile carries
+  SGLang-style values unless a cache selects this format.
 """
 
 from __future__ import annotations
 
 import hashlib
+import pickle
 from collections.abc import Sequence
 
 from schedkit.kv_events.page_chain import MAX_HASHABLE_TOKEN_ID, chain_ids
@@ -28,6 +33,7 @@ from schedkit.kv_events.page_chain import MAX_HASHABLE_TOKEN_ID, chain_ids
 __all__ = [
     "HASH_FORMATS",
     "MAX_HASHABLE_TOKEN_ID",
+    "VLLM_NONE_HASH",
     "check_hash_format",
     "digest_to_int",
     "namespace_seed",
@@ -36,9 +42,13 @@ __all__ = [
     "page_hashes",
     "published_page_hashes",
     "salt_seed",
+    "vllm_digest_to_int",
+    "vllm_page_digests",
 ]
 
-HASH_FORMATS = ("sglang", "dynamo")
+HASH_FORMATS = ("sglang", "dynamo", "vllm-sha256")
+# vLLM's first-block parent under PYTHONHASHSEED=0 with its ``sha256`` hash function.
+VLLM_NONE_HASH = hashlib.sha256(pickle.dumps("0", protocol=pickle.HIGHEST_PROTOCOL)).digest()
 _sha256 = hashlib.sha256
 _SALT_TAG = b"sglang-cache-salt-v1\0"
 _NAMESPACE_TAG = b"sglang-kv-event-namespace-v1"
@@ -82,6 +92,34 @@ def check_hash_format(hash_format: str) -> None:
         raise ValueError(
             f"unknown KV-event hash format {hash_format!r}; valid: {', '.join(HASH_FORMATS)}"
         )
+
+
+def vllm_page_digests(
+    token_ids: Sequence[int],
+    page_size: int,
+    parent_digest: bytes | None = None,
+    *,
+    cache_salt: str | None = None,
+) -> list[bytes]:
+    """vLLM's ``sha256`` block hashes of every full page: SHA-256 of the pickled tuple
+    ``(parent digest, page token ids, extra keys)`` (highest pickle protocol), the first page's
+    parent being ``VLLM_NONE_HASH`` and its extra keys ``(cache_salt,)`` (None otherwise)."""
+    if page_size < 1:
+        raise ValueError(f"page_size must be >= 1, got {page_size}")
+    prev = parent_digest if parent_digest else VLLM_NONE_HASH
+    first = (cache_salt,) if parent_digest is None and cache_salt else None
+    out = []
+    for start in range(0, len(token_ids) - len(token_ids) % page_size, page_size):
+        page = tuple(token_ids[start : start + page_size])
+        extra = first if start == 0 else None
+        prev = _sha256(pickle.dumps((prev, page, extra), protocol=pickle.HIGHEST_PROTOCOL)).digest()
+        out.append(prev)
+    return out
+
+
+def vllm_digest_to_int(digest: bytes) -> int:
+    """The integer vLLM's events carry for a block hash (its low 64 bits, unsigned)."""
+    return int.from_bytes(digest, "big") & 0xFFFFFFFFFFFFFFFF
 
 
 def page_digests(
@@ -138,6 +176,9 @@ def page_hashes(
         if cache_salt is not None:
             raise ValueError("give the cache salt once: namespace= or cache_salt=")
         cache_salt = namespace
+    if hash_format == "vllm-sha256":
+        digests = vllm_page_digests(token_ids, page_size, parent_digest, cache_salt=cache_salt)
+        return [vllm_digest_to_int(d) for d in digests]
     hashes = [
         digest_to_int(d)
         for d in page_digests(token_ids, page_size, parent_digest, cache_salt=cache_salt)

@@ -8,8 +8,9 @@ the page as an 8-byte little-endian unsigned integer (ids up to 2**63 - 1).
 ``chain_packed(prior, raw, page_bytes)`` chains pages of already packed 4-byte ids and
 ``chain_ids(prior, token_ids, page_size)`` packs the ids itself (taking the wide encoding where
 a page needs it); both return the digests of every full page end to end (32 bytes each) in one
-call. ``NATIVE`` says whether ``schedkit.kv_events._page_chain`` (``csrc/page_chain.c``) is in
-use; ``chain_packed_py`` and ``chain_ids_py`` are the pure-Python versions it falls back to.
+call. ``NATIVE`` says whether the C extension ``schedkit.kv_events._page_chain`` (built by
+``pip install`` from ``_page_chain.c`` when a C compiler is present) is in use;
+``chain_packed_py`` and ``chain_ids_py`` are the pure-Python versions it falls back to.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "chain_ids_py",
     "chain_packed",
     "chain_packed_py",
+    "implementation",
 ]
 
 MAX_HASHABLE_TOKEN_ID = 2**63 - 1
@@ -77,11 +79,41 @@ def chain_ids_py(prior: bytes, token_ids: Sequence[int], page_size: int) -> byte
     return b"".join(out)
 
 
-try:
-    from schedkit.kv_events._page_chain import chain_ids, chain_packed
+def implementation() -> str:
+    """Which chain is in use: ``native (sha-ni)``, ``native (portable)`` or ``python``."""
+    if _native is None:
+        return "python"
+    return f"native ({_native.implementation()})"
 
-    NATIVE = True
+
+try:
+    from schedkit.kv_events import _page_chain as _native
 except ImportError:  # the C extension was not built: same results, slower
+    _native = None
+
+if _native is None:
     chain_ids = chain_ids_py
     chain_packed = chain_packed_py
     NATIVE = False
+elif _native.implementation() == "sha-ni":
+    chain_ids = _native.chain_ids
+    chain_packed = _native.chain_packed
+    NATIVE = True
+else:
+    # Without the CPU's SHA instructions the portable C compression beats hashlib's only on
+    # short pages (per-call overhead dominates); longer pages go to hashlib.
+    _native_ids, _native_packed = _native.chain_ids, _native.chain_packed
+
+    def chain_packed(prior: bytes, raw: bytes, page_bytes: int) -> bytes:
+        """``chain_packed_py``'s result, natively for pages of up to 64 bytes."""
+        if page_bytes <= 64:
+            return _native_packed(prior, raw, page_bytes)
+        return chain_packed_py(prior, raw, page_bytes)
+
+    def chain_ids(prior: bytes, token_ids: Sequence[int], page_size: int) -> bytes:
+        """``chain_ids_py``'s result, natively for pages of up to 16 ids."""
+        if page_size <= 16:
+            return _native_ids(prior, token_ids, page_size)
+        return chain_ids_py(prior, token_ids, page_size)
+
+    NATIVE = True

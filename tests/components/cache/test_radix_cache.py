@@ -584,3 +584,17 @@ def test_coalesced_events_keep_parents_first_and_one_event_per_chain():
     cache.evict(100)
     (removed,) = cache.take_events()  # consecutive removals merge
     assert sorted(removed.block_hashes) == sorted(stored_hashes(events))
+
+
+@pytest.mark.parametrize("namespace", [(None, None), (None, "s")])
+def test_a_cache_can_publish_vllms_exact_sha256_chain(namespace):
+    cache = make_cache(page_size=2, kv_event_hash_format="vllm-sha256")
+    cache.insert(RadixKey([1, 2, 3, 4], *namespace))
+    cache.insert(RadixKey([1, 2, 3, 4, 5, 6], *namespace))
+    events = cache.take_events()
+    want = published_page_hashes([1, 2, 3, 4, 5, 6], 2, *namespace, "vllm-sha256")
+    assert stored_hashes(events) == want
+    assert stored_links(events)[2] == (want[2], want[1])
+    assert want == page_hashes(
+        [1, 2, 3, 4, 5, 6], 2, cache_salt=namespace[1], hash_format="vllm-sha256"
+    )

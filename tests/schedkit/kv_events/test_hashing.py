@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import pickle
 import struct
 
 import pytest
@@ -82,3 +83,24 @@ def test_extra_key_does_not_enter_the_default_format():
 def test_no_namespace_is_the_plain_chain_in_both_formats():
     assert namespace_seed(None, None) is None
     assert page_hashes([1, 2], 1, hash_format="dynamo") == page_hashes([1, 2], 1)
+
+
+def vllm_by_hand(tokens, page_size, cache_salt=None):
+    """vLLM's hash_block_tokens with its ``sha256`` (pickle, highest protocol), PYTHONHASHSEED=0."""
+
+    def sha(obj):
+        return hashlib.sha256(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)).digest()
+
+    parent, out = sha("0"), []
+    for start in range(0, len(tokens) - len(tokens) % page_size, page_size):
+        extra = (cache_salt,) if start == 0 and cache_salt else None
+        parent = sha((parent, tuple(tokens[start : start + page_size]), extra))
+        out.append(int.from_bytes(parent, "big") & (2**64 - 1))
+    return out
+
+
+@pytest.mark.parametrize("cache_salt", [None, "tenant-a"])
+def test_vllm_sha256_format_is_vllms_block_hash(cache_salt):
+    tokens = list(range(1, 12))
+    want = vllm_by_hand(tokens, 4, cache_salt)
+    assert page_hashes(tokens, 4, cache_salt=cache_salt, hash_format="vllm-sha256") == want
