@@ -16,6 +16,12 @@ COMPONENT_MODULES: dict[str, str] = {
     "fcfs": "schedkit.components.scheduler.schedule_policy",
     "lpm": "schedkit.components.scheduler.schedule_policy",
     "priority": "schedkit.components.scheduler.schedule_policy",
+    "dfs-weight": "schedkit.components.scheduler.cache_aware_policies",
+    "hrrn": "schedkit.components.scheduler.cache_aware_policies",
+    "shortest-prefill-first": "schedkit.components.scheduler.cache_aware_policies",
+    "lof": "schedkit.components.scheduler.cache_agnostic_policies",
+    "random": "schedkit.components.scheduler.cache_agnostic_policies",
+    "routing-key": "schedkit.components.scheduler.cache_agnostic_policies",
     "batch_result_processor": "schedkit.components.scheduler.batch_result_processor",
     "load_inquirer": "schedkit.components.scheduler.load_inquirer",
     # cache/

@@ -33,8 +33,9 @@ class NewTokenRatio:
     """The share of each running request's remaining tokens that admission reserves.
 
     It starts at ``init``, falls linearly to ``minimum`` over ``decay_steps`` decode steps that
-    found room, is set after a retraction from what the kept requests still need, and goes
-    back to ``init`` when the scheduler idles or its cache is flushed.
+    found room (at once when ``minimum`` is above ``init``, as SGLang's decay does), is set after
+    a retraction from what the kept requests still need (SGLang's estimate), and goes back to
+    ``init`` when the scheduler idles or its cache is flushed.
     """
 
     init: float = 0.7
@@ -44,13 +45,28 @@ class NewTokenRatio:
     _step: float = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
-        if not 0.0 <= self.minimum <= self.init <= 1.0:
-            raise ValueError(
-                "need 0 <= min_new_token_ratio <= init_new_token_ratio <= 1, got "
-                f"{self.minimum} and {self.init}"
-            )
+        for name, ratio in (
+            ("init_new_token_ratio", self.init),
+            ("min_new_token_ratio", self.minimum),
+        ):
+            if not 0.0 <= ratio <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {ratio}")
         self.value = self.init
         self._step = (self.init - self.minimum) / self.decay_steps
+
+    @classmethod
+    def conservative(
+        cls, init: float, minimum: float, decay_steps: int, conservativeness: float
+    ) -> NewTokenRatio:
+        """SGLang's ``schedule_conservativeness``: ``init`` scaled by it (at most 1) and the
+        minimum kept at the same fraction of the scaled ``init`` (at most 1)."""
+        if not conservativeness >= 0.0:
+            raise ValueError(f"schedule_conservativeness must be >= 0, got {conservativeness}")
+        if conservativeness == 1.0:
+            return cls(init, minimum, decay_steps)
+        scaled = min(init * conservativeness, 1.0)
+        floor = min(scaled * minimum / init, 1.0) if init else min(minimum * conservativeness, 1.0)
+        return cls(scaled, floor, decay_steps)
 
     def decay(self) -> None:
         """One decode step went well: reserve a little less."""
@@ -61,10 +77,11 @@ class NewTokenRatio:
         self.value = self.init
 
     def after_retract(self, decoded: int, running: int, max_new_tokens: int) -> None:
-        """Set from the kept requests: ``decoded`` of their ``max_new_tokens`` tokens are out,
-        and ``running`` requests need room for a few more steps each."""
+        """Set from the kept requests as SGLang estimates it: ``decoded`` of their
+        ``max_new_tokens`` tokens are out and ``running`` requests need room for a few more
+        steps each, over ``max_new_tokens + 1`` (0.0 when nothing is kept), at most 1."""
         needed = decoded + RETRACT_DECODE_STEPS * running
-        self.value = min(1.0, needed / max_new_tokens) if max_new_tokens else self.init
+        self.value = min(1.0, needed / (max_new_tokens + 1))
 
 
 @attrs.define(slots=True)

@@ -5,12 +5,15 @@ the queue order (arrival order; the scheduler puts retracted requests back at th
 ``lpm`` (longest prefix match, SGLang's default) puts the requests with the longest cached
 prefix first, so that they are admitted while their prefix is still in the cache, and holds
 back requests that would recompute an uncached prefix another waiting request is about to
-compute (in-batch prefix caching).
+compute (in-batch prefix caching). ``priority`` sorts by ``Req.priority``. SGLang's other
+policies are in ``cache_aware_policies`` (``dfs-weight``, ``hrrn``, ``shortest-prefill-first``)
+and ``cache_agnostic_policies`` (``lof``, ``random``, ``routing-key``).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from schedkit.components.cache.cache_keys import prefix_match_key
 
@@ -23,7 +26,9 @@ __all__ = [
     "IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD",
     "FCFSPolicy",
     "LPMPolicy",
+    "PriorityPolicy",
     "SchedulePolicy",
+    "match_waiting_prefixes",
 ]
 
 # SGLang's defaults: requests with at most this many cached tokens are checked against the
@@ -38,18 +43,21 @@ class PriorityPolicy:
     """Priority scheduling, as SGLang's ``--enable-priority-scheduling``: higher
     ``Req.priority`` first (lower first with ``low_values_first``, SGLang's
     ``--schedule-low-priority-values-first``), first come first served among equals; a request
-    without a priority counts as ``default_priority``. Running requests are not preempted."""
+    without a priority counts as ``default_priority``; equal priorities go by the time they
+    entered the waiting queue. Running requests are not preempted."""
 
     low_values_first: bool = False
     default_priority: int = 0
 
     def calc_priority(self, waiting_queue: list[Req]) -> None:
-        """Sort by priority; the sort is stable, so arrival order breaks ties."""
+        """Sort by priority, then by the time each request entered the queue (SGLang's
+        ``wait_queue_entry_time``; a retracted request entered again when it came back)."""
         sign = 1 if self.low_values_first else -1
         default = self.default_priority
 
-        def key(req: Req) -> int:
-            return sign * (default if req.priority is None else req.priority)
+        def key(req: Req) -> tuple[int, float]:
+            priority = default if req.priority is None else req.priority
+            return sign * priority, req.wait_queue_entry_time
 
         waiting_queue.sort(key=key)
 
@@ -114,28 +122,49 @@ class LPMPolicy:
         cache = self.tree_cache
         if cache is None or cache.disable or len(waiting_queue) > self.max_queue_for_prefix_match:
             return
-        match_prefix = cache.match_prefix
-        check = self.in_batch_check_threshold
-        # The shared-prefix test covers whole pages (as Dynamo's SGLang model does).
-        page = cache.page_size
-        head_len = -(-self.in_batch_deprioritize_threshold // page) * page
-        in_batch: set[tuple] = set()  # leading tokens (and namespace) of the temporary tree
-        deprioritized: set[Req] = set()
-        for req in waiting_queue:
-            req.prefix_len = len(match_prefix(prefix_match_key(req, page)).device_indices)
-            if req.prefix_len > check or req.seqlen < head_len:
-                continue
-            origin = req.origin_input_ids
-            tokens = origin if len(origin) >= head_len else origin + req.output_ids
-            head = (req.extra_key, req.cache_salt, *tokens[:head_len])
-            if head in in_batch:
-                deprioritized.add(req)
-            else:
-                in_batch.add(head)
+        deprioritized = match_waiting_prefixes(
+            cache,
+            waiting_queue,
+            self.in_batch_check_threshold,
+            self.in_batch_deprioritize_threshold,
+        )
         if deprioritized:
             waiting_queue.sort(key=lambda r: math.inf if r in deprioritized else -r.prefix_len)
         else:
             waiting_queue.sort(key=_neg_prefix_len)
+
+
+def match_waiting_prefixes(
+    cache: PrefixCache,
+    waiting_queue: list[Req],
+    check: int = IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD,
+    deprioritize: int = IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD,
+    last_nodes: dict[Req, Any] | None = None,
+) -> set[Req]:
+    """Match every waiting request against ``cache`` (``req.prefix_len``; the node ending the
+    match into ``last_nodes`` when given) and return the requests in-batch prefix caching
+    holds back (see ``LPMPolicy``): SGLang's ``_compute_prefix_matches``."""
+    match_prefix = cache.match_prefix
+    # The shared-prefix test covers whole pages (as Dynamo's SGLang model does).
+    page = cache.page_size
+    head_len = -(-deprioritize // page) * page
+    in_batch: set[tuple] = set()  # leading tokens (and namespace) of the temporary tree
+    deprioritized: set[Req] = set()
+    for req in waiting_queue:
+        match = match_prefix(prefix_match_key(req, page))
+        req.prefix_len = len(match.device_indices)
+        if last_nodes is not None:
+            last_nodes[req] = match.last_node
+        if req.prefix_len > check or req.seqlen < head_len:
+            continue
+        origin = req.origin_input_ids
+        tokens = origin if len(origin) >= head_len else origin + req.output_ids
+        head = (req.extra_key, req.cache_salt, *tokens[:head_len])
+        if head in in_batch:
+            deprioritized.add(req)
+        else:
+            in_batch.add(head)
+    return deprioritized
 
 
 def _neg_prefix_len(req: Req) -> int:

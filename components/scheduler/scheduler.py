@@ -94,6 +94,9 @@ class Scheduler:
     init_new_token_ratio: float = 0.7
     min_new_token_ratio: float = 0.098
     new_token_ratio_decay_steps: int = attrs.field(default=600, validator=at_least(1))
+    # SGLang's --schedule-conservativeness: scales the initial new-token ratio (capped at 1)
+    # and the minimum with it (their ratio kept, capped at 1).
+    schedule_conservativeness: float = 1.0
     sleep_on_idle_seconds: float = 0.001
 
     waiting_queue: WaitingQueue = attrs.field(init=False, factory=WaitingQueue)
@@ -104,6 +107,8 @@ class Scheduler:
     paused: bool = attrs.field(init=False, default=False)
     peak_running_requests: int = attrs.field(init=False, default=0)
     num_retracted: int = attrs.field(init=False, default=0)
+    # Prefill tokens scheduled so far (SGLang's processed-tokens counter for HRRN).
+    processed_prefill_tokens: int = attrs.field(init=False, default=0)
     finished_count: int = attrs.field(init=False, default=0)
     _page_size: int = attrs.field(init=False, default=1)
     _kv: KVSlots = attrs.field(init=False, repr=False)
@@ -124,8 +129,11 @@ class Scheduler:
                 "chunked_prefill_size must be None (no chunking) or an integer >= page_size "
                 f"({self._page_size}), got {size!r}"
             )
-        self._ratio = NewTokenRatio(
-            self.init_new_token_ratio, self.min_new_token_ratio, self.new_token_ratio_decay_steps
+        self._ratio = NewTokenRatio.conservative(
+            self.init_new_token_ratio,
+            self.min_new_token_ratio,
+            self.new_token_ratio_decay_steps,
+            self.schedule_conservativeness,
         )
         self._kv = KVSlots(self.allocator, self.tree_cache, self._page_size)
 
@@ -223,6 +231,8 @@ class Scheduler:
             return
         if not req.arrival_time:
             req.arrival_time = self.now()
+        req.wait_queue_entry_time = self.now()
+        req.arrival_processed_tokens = self.processed_prefill_tokens
         self.waiting_queue.append(req)
         self._prefill_blocked = False
 
@@ -359,6 +369,7 @@ class Scheduler:
             # Nothing fits until a running request leaves (decoding goes on meanwhile).
             self._prefill_blocked = bool(running)
             return None
+        self.processed_prefill_tokens += sum(adder.batch.extend_lens)
         return adder.batch
 
     def update_running_batch(self) -> ScheduleBatch | None:
@@ -396,8 +407,6 @@ class Scheduler:
             self._finish_aborted(last, "out of memory: the KV pool cannot hold its next token")
         batch.reqs = [r for r in batch.reqs if r not in gone]
         self.waiting_queue.extend(retracted)
-        if not keep:
-            return
         decoded = sum(len(r.output_ids) for r in keep)
         total = sum(r.sampling_params.max_new_tokens for r in keep)
         self._ratio.after_retract(decoded, len(keep), total)
@@ -406,5 +415,6 @@ class Scheduler:
     def _retract(self, req: Req) -> None:
         self._kv.release(req)
         req.reset_for_retract()
+        req.wait_queue_entry_time = self.now()
         self.num_retracted += 1
         self._prefill_blocked = False

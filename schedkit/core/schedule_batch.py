@@ -94,6 +94,8 @@ class Req:
     # published page hashes are namespaced by them.
     extra_key: str | None = None
     cache_salt: str | None = None
+    # Groups requests for the routing-key policy (SGLang's ``Req.routing_key``).
+    routing_key: str | None = None
 
     output_ids: list[int] = attrs.Factory(list)
     finished_reason: FinishReason | None = None
@@ -117,6 +119,11 @@ class Req:
     is_retracted: bool = False
     retraction_count: int = 0
 
+    # When the request last entered the waiting queue (on arrival, and again when retracted):
+    # what orders equal priorities (SGLang's ``time_stats.wait_queue_entry_time``).
+    wait_queue_entry_time: float = 0.0
+    # The scheduler's count of prefilled tokens when the request arrived (HRRN's aging).
+    arrival_processed_tokens: int = 0
     # When the request was first admitted to a prefill batch (its queue time ends there).
     scheduled_time: float | None = None
     first_token_time: float | None = None

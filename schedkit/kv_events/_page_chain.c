@@ -83,6 +83,11 @@ __attribute__((target("sha,sse4.1,ssse3"))) static void blocks_shani(uint32_t s[
     st1 = _mm_blend_epi16(st1, tmp, 0xF0);      /* CDGH */
     while (n--) {
         __m128i abef = st0, cdgh = st1, w[4];
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 16
+#elif defined(__clang__)
+#pragma unroll
+#endif
         for (int i = 0; i < 16; i++) {
             __m128i m;
             if (i < 4) {
@@ -275,8 +280,18 @@ static PyObject *chain_ids(PyObject *self, PyObject *args) {
         int wide = 0;
         for (Py_ssize_t i = 0; i < page_size; i++) wide |= v[i] > 0xffffffffULL;
         size_t width = wide ? 8 : 4;
-        for (Py_ssize_t i = 0; i < page_size; i++)
-            for (size_t b = 0; b < width; b++) page[width * i + b] = (uint8_t)(v[i] >> (8 * b));
+        if (wide) {
+            for (Py_ssize_t i = 0; i < page_size; i++)
+                for (size_t b = 0; b < 8; b++) page[8 * i + b] = (uint8_t)(v[i] >> (8 * b));
+        } else {
+            for (Py_ssize_t i = 0; i < page_size; i++) {
+                uint32_t x = (uint32_t)v[i];
+                page[4 * i] = (uint8_t)x;
+                page[4 * i + 1] = (uint8_t)(x >> 8);
+                page[4 * i + 2] = (uint8_t)(x >> 16);
+                page[4 * i + 3] = (uint8_t)(x >> 24);
+            }
+        }
         hash_page(prev, prev_len, wide, page, width * page_size, out + 32 * p);
         prev = out + 32 * p;
         prev_len = 32;

@@ -35,6 +35,7 @@ class JsonlLine(msgspec.Struct, forbid_unknown_fields=True):
     priority: int | None = None
     cache_salt: str | None = None
     extra_key: str | None = None
+    routing_key: str | None = None
 
 
 def _jsonl_problem(line: JsonlLine) -> str | None:
@@ -111,6 +112,7 @@ def jsonl_requests(rng: random.Random, block_size: int) -> Callable[[int, JsonlL
             priority=line.priority,
             cache_salt=line.cache_salt,
             extra_key=line.extra_key,
+            routing_key=line.routing_key,
         )
 
     return make

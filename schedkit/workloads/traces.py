@@ -13,13 +13,14 @@ starting with ``#`` are skipped)::
     {"prompt_len": 512, "prefix_group": "sys-a", "prefix_len": 384, "max_new_tokens": 128,
      "arrival": 0.25, "rid": "r-7", "stop_token_ids": [2], "ignore_eos": false,
      "stream": true, "stream_interval": 4, "priority": 3, "cache_salt": "user-9",
-     "extra_key": "lora-a"}
+     "extra_key": "lora-a", "routing_key": "conv-7"}
 
 Give either ``input_ids`` or ``prompt_len`` (random tokens from the seed; lines with the same
 ``prefix_group`` share their first ``prefix_len`` tokens). ``arrival`` (seconds) is optional:
 lines without it arrive as a Poisson process at ``rate``, or all at once without a rate.
-``priority`` is for the priority policy; ``cache_salt`` and ``extra_key`` put the request's
-cached KV in a namespace of its own (as SGLang does). A file whose arrivals are out of order,
+``priority`` is for the priority policies, ``routing_key`` for the routing-key policy;
+``cache_salt`` and ``extra_key`` put the request's cached KV in a namespace of its own (as
+SGLang does). A file whose arrivals are out of order,
 or that mixes lines with and without ``arrival``, is read whole and sorted (a note says so).
 The timestamped formats (mooncake, azure, burstgpt) must be in time order.
 """

@@ -78,12 +78,36 @@ def test_new_token_ratio_decays_resets_and_follows_retractions():
     for _ in range(10):
         ratio.decay()
     assert ratio.value == 0.1
+    # SGLang's estimate: (decoded + 20 steps per kept request) / (sum of max_new_tokens + 1).
     ratio.after_retract(decoded=10, running=2, max_new_tokens=100)
-    assert ratio.value == pytest.approx(0.5)
+    assert ratio.value == pytest.approx(50 / 101)
+    ratio.after_retract(decoded=0, running=0, max_new_tokens=0)  # nothing kept
+    assert ratio.value == 0.0
+    ratio.after_retract(decoded=500, running=1, max_new_tokens=100)
+    assert ratio.value == 1.0
     ratio.reset()
     assert ratio.value == 0.5
-    with pytest.raises(ValueError, match="min_new_token_ratio"):
-        NewTokenRatio(0.1, 0.5, 4)
+    with pytest.raises(ValueError, match=r"min_new_token_ratio must be in \[0, 1\], got 1.5"):
+        NewTokenRatio(0.1, 1.5, 4)
+
+
+def test_a_minimum_above_the_initial_ratio_is_reached_at_the_first_decay():
+    ratio = NewTokenRatio(0.1, 0.5, 4)  # SGLang accepts it: the decay step is negative
+    assert ratio.value == 0.1
+    ratio.decay()
+    assert ratio.value == 0.5
+
+
+@pytest.mark.parametrize(
+    ("conservativeness", "init", "minimum"),
+    [(1.0, 0.7, 0.098), (0.5, 0.35, 0.049), (2.0, 1.0, 0.14), (0.3, 0.21, 0.0294)],
+)
+def test_schedule_conservativeness_scales_the_ratio_as_sglang(conservativeness, init, minimum):
+    # SGLang: init = min(0.7 * c, 1); minimum = min(init * 0.14, 1).
+    ratio = NewTokenRatio.conservative(0.7, 0.098, 600, conservativeness)
+    assert (ratio.init, ratio.minimum) == (pytest.approx(init), pytest.approx(minimum))
+    with pytest.raises(ValueError, match="schedule_conservativeness must be >= 0"):
+        NewTokenRatio.conservative(0.7, 0.098, 600, -1.0)
 
 
 def running(kv, rid, n_kv, outputs=0, max_new_tokens=64):

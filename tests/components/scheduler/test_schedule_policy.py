@@ -209,6 +209,18 @@ def test_priority_policy_orders_by_priority_then_arrival():
     assert component_name(PriorityPolicy) == "priority"
 
 
+def test_equal_priorities_go_by_queue_entry_time_not_queue_position():
+    # SGLang sorts by (priority, wait_queue_entry_time): requests [1, 2, 3] of one priority
+    # that entered the queue at times 0, 2, 1 come out [1, 3, 2].
+    q = [
+        Req(rid="1", origin_input_ids=[1], priority=1, wait_queue_entry_time=0.0),
+        Req(rid="2", origin_input_ids=[1], priority=1, wait_queue_entry_time=2.0),
+        Req(rid="3", origin_input_ids=[1], priority=1, wait_queue_entry_time=1.0),
+    ]
+    PriorityPolicy().calc_priority(q)
+    assert [r.rid for r in q] == ["1", "3", "2"]
+
+
 def test_identical_prompts_of_exactly_the_threshold_are_deduplicated_in_batch():
     cache = cache_with()
     q = [Req(rid=r, origin_input_ids=list(range(32))) for r in ("first", "twin")]

@@ -517,7 +517,9 @@ def test_random_workloads_finish_exactly_once(seed):
     [
         ({"chunked_prefill_size": 0}, "chunked_prefill_size"),
         ({"max_running_requests": 0}, "max_running_requests"),
-        ({"init_new_token_ratio": 0.05, "min_new_token_ratio": 0.1}, "min_new_token_ratio"),
+        ({"min_new_token_ratio": -0.1}, "min_new_token_ratio"),
+        ({"init_new_token_ratio": 1.2}, "init_new_token_ratio"),
+        ({"schedule_conservativeness": -1.0}, "schedule_conservativeness"),
     ],
 )
 def test_bad_settings_are_refused(settings, message):
@@ -703,3 +705,46 @@ def test_packed_prompts_wait_packed_and_run_as_list_prompts_do(page_size):
         return [(b.mode, b.rids, b.prefix_lens, b.extend_lens) for b in env.runner.batches]
 
     assert run(pack=True) == run(pack=False)
+
+
+def test_schedule_conservativeness_scales_the_new_token_ratio():
+    env = build(schedule_conservativeness=0.5)
+    assert env.s.new_token_ratio == pytest.approx(0.35)
+    assert build(schedule_conservativeness=3.0).s.new_token_ratio == 1.0
+
+
+def test_retracted_requests_reenter_the_queue_at_the_retraction_time():
+    env = build(pool=64, max_running_requests=8, init_new_token_ratio=0.0, min_new_token_ratio=0.0)
+    reqs = [make_req(f"r{i}", tokens(8, 100 * i), max_new_tokens=24) for i in range(6)]
+    for req in reqs:
+        env.s.submit(req)
+    for req in reqs:
+        req.wait_queue_entry_time = -1.0  # marks the first entry
+    while not env.s.num_retracted:
+        assert env.s.step()
+    retracted = [r for r in env.s.waiting_queue if r.is_retracted]
+    assert retracted and all(r.wait_queue_entry_time >= 0.0 for r in retracted)
+    # A retraction that keeps nothing estimates 0.0, SGLang's (decoded + 20 * kept) / (max + 1).
+    assert env.s.new_token_ratio == pytest.approx(
+        min(
+            1.0,
+            (
+                sum(len(r.output_ids) for r in env.s.running_batch.reqs)
+                + 20 * len(env.s.running_batch.reqs)
+            )
+            / (sum(r.sampling_params.max_new_tokens for r in env.s.running_batch.reqs) + 1),
+        )
+    )
+
+
+def test_submit_records_entry_time_and_processed_prefill_tokens():
+    env = build()
+    first = make_req("a", tokens(10, 1))
+    env.s.submit(first)
+    assert first.arrival_processed_tokens == 0
+    env.s.step()  # prefills the 10 prompt tokens
+    assert env.s.processed_prefill_tokens == 10
+    second = make_req("b", tokens(5, 50))
+    env.s.submit(second)
+    assert second.arrival_processed_tokens == 10
+    assert second.wait_queue_entry_time >= first.wait_queue_entry_time

@@ -255,10 +255,12 @@ def test_sharegpt_bad_items_name_their_line(tmp_path):
 def test_jsonl_carries_priority_and_cache_namespaces(tmp_path):
     path = tmp_path / "w.jsonl"
     path.write_text(
-        '{"prompt_len": 8, "priority": 3, "cache_salt": "user-9", "extra_key": "lora-a"}\n'
+        '{"prompt_len": 8, "priority": 3, "cache_salt": "user-9", "extra_key": "lora-a",'
+        ' "routing_key": "conv-1"}\n'
         '{"input_ids": [1, 2], "arrival": 0.5}\n'
     )
     first, second = open_trace(path, "jsonl").initial()
+    assert first.req.routing_key == "conv-1" and second.req.routing_key is None
     assert (first.req.priority, first.req.cache_salt, first.req.extra_key) == (
         3,
         "user-9",
