@@ -57,7 +57,7 @@ class RadixCache(RadixTree):
         if self.disable:
             return MatchResult([], node)
         namespace = getattr(key, "namespace", None)
-        if not isinstance(key, list):
+        if type(key) is not list:  # a RadixKey or another sequence: its plain tokens
             key = list(key)
         tick, child_of = self._tick, self._child
         end = len(key) - len(key) % self.page_size
@@ -85,7 +85,7 @@ class RadixCache(RadixTree):
         (the inserting request's) raises the eviction priority of every node on the path.
         """
         namespace = getattr(key, "namespace", None)
-        if not isinstance(key, list):
+        if type(key) is not list:  # a RadixKey or another sequence: its plain tokens
             key = list(key)
         if value is not None:
             if type(value) is not list:

@@ -7,6 +7,9 @@ lazily maintained eviction heap ordered by the eviction policy (SGLang's ``evict
 
 - ``lru``: least recently used first; ``lfu``: fewest hits first, then LRU;
 - ``fifo``: oldest node first; ``priority``: lowest request priority first, then LRU.
+
+(Over 300 lines: the node bookkeeping, locks and the lazy eviction heap share invariants that
+read best together; the introspection SGLang's tests use is in ``introspection``.)
 """
 
 from __future__ import annotations
@@ -14,12 +17,19 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush
-from typing import Any
+from typing import Any, TextIO
 
 import attrs
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.cache.cache_keys import fill_ids_prefix
 from schedkit.components.cache.event_recorder import EventRecorder
+from schedkit.components.cache.introspection import (
+    all_values_flatten,
+    available_and_evictable_str,
+    pretty_print,
+    sanity_check,
+)
+from schedkit.components.cache.req_locks import unlock_req
 from schedkit.components.cache.tree_node import MatchResult, RadixKey, TreeNode, match_len
 
 from schedkit.core.component import at_least
@@ -129,8 +139,7 @@ class RadixTree:
         kv = req.kv_indices
         if kv:
             self.insert(fill_ids_prefix(req, len(kv)), kv, priority=req.priority)
-        if req.last_node is not None:
-            self.dec_lock_ref(req.last_node, req.swa_uuid_for_lock)
+        unlock_req(self, req)
         req.swa_uuid_for_lock = None
         req.kv_indices = []
         req.prefix_len = 0
@@ -154,8 +163,7 @@ class RadixTree:
         self.insert(key, kv[:aligned], priority=req.priority)
         match = self.match_prefix(key)
         token = self.inc_lock_ref(match.last_node)
-        if req.last_node is not None:
-            self.dec_lock_ref(req.last_node, req.swa_uuid_for_lock)
+        unlock_req(self, req)
         req.swa_uuid_for_lock = token
         req.kv_indices = match.device_indices + kv[aligned:]
         req.prefix_len = len(match.device_indices)
@@ -326,6 +334,22 @@ class RadixTree:
         if self._events is not None:
             self._events.cleared()
         return dropped
+
+    def pretty_print(self, file: TextIO | None = None) -> None:
+        """Print the tree as SGLang's ``pretty_print`` (``introspection.pretty_print``)."""
+        pretty_print(self, file)
+
+    def all_values_flatten(self) -> list[int]:
+        """Every cached KV slot, depth-first, as SGLang's ``all_values_flatten``."""
+        return all_values_flatten(self)
+
+    def available_and_evictable_str(self) -> str:
+        """Free plus evictable slots, worded as SGLang's."""
+        return available_and_evictable_str(self)
+
+    def sanity_check(self) -> None:
+        """Check the tree against the cache's counters (AssertionError naming a mismatch)."""
+        sanity_check(self)
 
     def take_events(self) -> list:
         """The KV events recorded since the last call, oldest first ([] with events off)."""

@@ -26,6 +26,10 @@ from typing import Any
 
 import attrs
 from schedkit.components.cache.allocator import OutOfKVSlotsError, TokenToKVPoolAllocator
+from schedkit.components.cache.introspection import (
+    swa_available_and_evictable_str,
+    swa_sanity_check,
+)
 from schedkit.components.cache.radix_tree import MatchResult, RadixTree, TreeNode, make_pool
 
 from schedkit.core.component import component
@@ -69,6 +73,9 @@ class SWARadixCache(RadixTree):
     sliding_window_size: int
     swa_allocator: TokenToKVPoolAllocator | None = None
     swa_capacity: int | None = None
+    # SGLang's SGLANG_OPT_SWA_SPLIT_LEAF_ON_INSERT: cut a new leaf longer than one page-aligned
+    # window so that locking it protects one window of sliding-window KV, not the whole leaf.
+    split_leaf_on_insert: bool = False
 
     _swa_evictable: int = attrs.field(init=False, repr=False, default=0)
     _swa_protected: int = attrs.field(init=False, repr=False, default=0)
@@ -99,7 +106,7 @@ class SWARadixCache(RadixTree):
         if self.disable:
             return MatchResult([], node, [])
         namespace = getattr(key, "namespace", None)
-        key = key if isinstance(key, list) else list(key)
+        key = key if type(key) is list else list(key)
         end = len(key) - len(key) % self.page_size
         window = self.sliding_window_size
         path: list[SWATreeNode] = []
@@ -147,7 +154,7 @@ class SWARadixCache(RadixTree):
         needed. ``priority`` raises the eviction priority of every node on the path.
         """
         namespace = getattr(key, "namespace", None)
-        key = key if isinstance(key, list) else list(key)
+        key = key if type(key) is list else list(key)
         if swa_value is not None and value is None:
             raise ValueError("swa_value= needs value= (one full slot per token)")
         free_full: list[int] = []
@@ -225,8 +232,21 @@ class SWARadixCache(RadixTree):
             head, tail = (None, None) if raw is None else self._events.cut(raw, cut)
             if cut:
                 node = self._add_node(node, key[pos : pos + cut], new_value[:cut], None, head, keep)
-            self._add_node(node, key[pos + cut : end], new_value[cut:], new_swa[cut:], tail, keep)
+            leaf = self._add_node(
+                node, key[pos + cut : end], new_value[cut:], new_swa[cut:], tail, keep
+            )
+            if self.split_leaf_on_insert:
+                self._split_leaf_at_window(leaf)
         return pos
+
+    def _split_leaf_at_window(self, leaf: SWATreeNode) -> None:
+        """Cut an unlocked live leaf longer than the page-aligned window so that its last
+        node is exactly that window (SGLang's ``_maybe_split_leaf_for_swa_lock``)."""
+        page = self.page_size
+        tail = -(-self.sliding_window_size // page) * page
+        if leaf.swa_lock_ref or leaf.swa_value is None or len(leaf.key) <= tail:
+            return
+        self._split(leaf, len(leaf.key) - tail)
 
     def inc_lock_ref(self, node: SWATreeNode) -> int | None:
         """Protect ``node``'s path from eviction: full KV up to the root, sliding-window KV for
@@ -257,11 +277,17 @@ class SWARadixCache(RadixTree):
             node = node.parent
         return uuid
 
-    def dec_lock_ref(self, node: SWATreeNode, swa_uuid_for_lock: int | None = None) -> None:
-        """Undo one ``inc_lock_ref(node)``; ``swa_uuid_for_lock`` is what it returned."""
+    def dec_lock_ref(
+        self, node: SWATreeNode, swa_uuid_for_lock: int | None = None, skip_swa: bool = False
+    ) -> None:
+        """Undo one ``inc_lock_ref(node)``; ``swa_uuid_for_lock`` is what it returned.
+        ``skip_swa``: its sliding-window part was released already (``dec_swa_lock_only``)."""
         if self.disable or node is self.root:
             return
         self._check_unlockable(node)
+        if skip_swa:
+            self._unlock(node)
+            return
         root, n = self.root, node
         while n is not root:
             if n.swa_value is None or n.swa_lock_ref <= 0:
@@ -281,6 +307,42 @@ class SWARadixCache(RadixTree):
             if swa_uuid_for_lock is not None and node.swa_uuid == swa_uuid_for_lock:
                 break
             node = node.parent
+
+    def dec_swa_lock_only(self, node: SWATreeNode, swa_uuid_for_lock: int | None = None) -> None:
+        """Release only the sliding-window part of one ``inc_lock_ref(node)`` (SGLang's early
+        release once a request decodes past its window); the full lock stays, to be released
+        with ``dec_lock_ref(node, swa_uuid_for_lock, skip_swa=True)``. A node left without a
+        window lock becomes evictable; a leaf frees its sliding-window KV at once and becomes
+        a tombstone (its full KV stays while locked)."""
+        if self.disable or node is self.root:
+            return
+        root, n = self.root, node
+        while n is not root:
+            if n.swa_value is None or n.swa_lock_ref <= 0:
+                raise ValueError(
+                    f"dec_swa_lock_only({node!r}, swa_uuid_for_lock={swa_uuid_for_lock}) does "
+                    "not match a window lock; pass the value inc_lock_ref returned, once"
+                )
+            if swa_uuid_for_lock is not None and n.swa_uuid == swa_uuid_for_lock:
+                break
+            n = n.parent
+        while node is not root:
+            self._lock_swa(node, -1)
+            if node.swa_lock_ref == 0 and not node.children:
+                self.swa_allocator.free(node.swa_value)
+                self._swa_evictable -= len(node.key)
+                node.swa_value = None
+            if swa_uuid_for_lock is not None and node.swa_uuid == swa_uuid_for_lock:
+                break
+            node = node.parent
+
+    def available_and_evictable_str(self) -> str:
+        """Both pools' free plus evictable slots, worded as SGLang's."""
+        return swa_available_and_evictable_str(self)
+
+    def sanity_check(self) -> None:
+        """``RadixTree.sanity_check`` plus the sliding-window rules and sizes."""
+        swa_sanity_check(self)
 
     def evict(self, num_tokens: int = 0, swa_num_tokens: int = 0) -> tuple[int, int]:
         """Free at least ``num_tokens`` full and ``swa_num_tokens`` sliding-window tokens.

@@ -3,6 +3,7 @@ results, and comparing a key with a node's tokens in whole pages."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import attrs
@@ -12,7 +13,12 @@ __all__ = ["MatchResult", "RadixKey", "TreeNode", "match_len"]
 
 class RadixKey(list):
     """Token ids together with the namespace they are cached in (``extra_key``,
-    ``cache_salt``): keys in different namespaces never share a node."""
+    ``cache_salt``): keys in different namespaces never share a node.
+
+    As SGLang's ``RadixKey``, indexing and slicing give a ``RadixKey`` in the same namespace
+    (an index: a one-token key) and ``repr`` shows the first 10 tokens. The caches work on
+    the plain token list (``token_ids``).
+    """
 
     __slots__ = ("cache_salt", "extra_key")
 
@@ -22,6 +28,22 @@ class RadixKey(list):
         super().__init__(token_ids)
         self.extra_key = extra_key
         self.cache_salt = cache_salt
+
+    def __getitem__(self, index: Any) -> RadixKey:
+        tokens = list.__getitem__(self, index)
+        if not isinstance(index, slice):
+            tokens = [tokens]
+        return RadixKey(tokens, self.extra_key, self.cache_salt)
+
+    def __repr__(self) -> str:
+        preview = list.__getitem__(self, slice(10))
+        more = "..." if len(self) > 10 else ""
+        return f"{type(self).__name__}(extra_key={self.extra_key!r}, token_ids={preview}{more})"
+
+    @property
+    def token_ids(self) -> list[int]:
+        """The tokens as a plain list (a copy)."""
+        return list.__getitem__(self, slice(None))
 
     @property
     def namespace(self) -> tuple[str | None, str | None] | None:
@@ -36,9 +58,12 @@ class TreeNode:
 
     ``ckey`` is the node's key in its parent's ``children``. ``digests`` holds the pages'
     32-byte chain digests end to end and ``hashes`` their published hashes (None with events
-    off). ``value`` is None once
-    the node has left the tree (evicted, or dropped by ``reset``).
+    off). ``value`` is None once the node has left the tree (evicted, or dropped by
+    ``reset``). ``id`` numbers nodes in creation order (process-wide, as SGLang's
+    ``TreeNode.counter``); nodes compare (``<``) by last access time, as SGLang's.
     """
+
+    _ids = itertools.count()
 
     __slots__ = (
         "children",
@@ -47,6 +72,7 @@ class TreeNode:
         "digests",
         "hashes",
         "hit_count",
+        "id",
         "key",
         "last_access_time",
         "lock_ref",
@@ -69,6 +95,10 @@ class TreeNode:
         self.priority = 0
         self.digests: bytes | None = None
         self.hashes: list[int] | None = None
+        self.id = next(TreeNode._ids)
+
+    def __lt__(self, other: TreeNode) -> bool:
+        return self.last_access_time < other.last_access_time
 
     @property
     def evicted(self) -> bool:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 
 import attrs
 from schedkit.components.cache.cache_keys import prefix_match_key
+from schedkit.components.cache.req_locks import unlock_req
 
 from schedkit.core.protocols import KVAllocator, PrefixCache
 from schedkit.core.schedule_batch import ForwardMode, Req, ScheduleBatch
@@ -135,8 +136,7 @@ class KVSlots:
         own = req.kv_indices[req.prefix_len :]
         if own:
             self.allocator.free(own)
-        if req.last_node is not None:
-            self.tree_cache.dec_lock_ref(req.last_node, req.swa_uuid_for_lock)
+        unlock_req(self.tree_cache, req)
         req.kv_indices = []
         req.last_node = None
         req.swa_uuid_for_lock = None

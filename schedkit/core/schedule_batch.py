@@ -115,6 +115,8 @@ class Req:
     last_node: Any = None
     # What the cache's inc_lock_ref returned for last_node; dec_lock_ref takes it back.
     swa_uuid_for_lock: Any = None
+    # The sliding-window part of that lock was released early (dec_swa_lock_only).
+    swa_prefix_lock_released: bool = False
     is_chunked: bool = False
     is_retracted: bool = False
     retraction_count: int = 0
