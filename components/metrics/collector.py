@@ -25,7 +25,8 @@ class SchedulerStats(msgspec.Struct):
 
     ``cache_hit_rate`` is cumulative since start: prompt tokens served from the prefix cache /
     (those + computed prompt tokens) over every prefill batch; a chunked request's own earlier
-    chunks are not hits for its later ones (``ScheduleBatch.cache_hit_lens``).
+    chunks are not hits for its later ones (``ScheduleBatch.cache_hit_lens``). The two queue
+    figures are zeroed while the scheduler idles.
     """
 
     num_running_reqs: int = 0
@@ -35,6 +36,10 @@ class SchedulerStats(msgspec.Struct):
     gen_throughput: float = 0.0
     input_throughput: float = 0.0
     cache_hit_rate: float = 0.0
+    # Mean queue time (left the queue - entered it) of the last prefill batch's requests.
+    avg_request_queue_latency: float = 0.0
+    # Mean time the requests waiting now have waited so far.
+    queue_wait_time: float = 0.0
 
 
 class MetricsCollector:

@@ -102,6 +102,14 @@ PROFILES: dict[str, MetricsProfile] = {
                 "Prompt tokens computed per second at the last prefill batch (schedkit's own).",
             ),
             "cache_hit_rate": ("sglang:cache_hit_rate", "The prefix cache hit rate."),
+            "avg_request_queue_latency": (
+                "sglang:avg_request_queue_latency",
+                "The average request queue latency for the last batch of requests in seconds.",
+            ),
+            "queue_wait_time": (
+                "sglang:queue_wait_time_seconds",
+                "Mean time the waiting requests have waited so far (schedkit's own).",
+            ),
         },
         ttft=Histogram(
             "sglang:time_to_first_token_seconds",

@@ -122,6 +122,12 @@ class MetricsReporter:
         stats.input_throughput = self.last_input_throughput
         stats.cache_hit_rate = self.total_cached_tokens / seen if seen else 0.0
         if self.enable_metrics:
+            reqs = batch.reqs
+            stats.avg_request_queue_latency = (
+                sum(r.wait_queue_exit_time - r.wait_queue_entry_time for r in reqs) / len(reqs)
+                if reqs
+                else 0.0
+            )
             self._fill_stats(len(self.load_inquirer.get_running_batch().reqs))
             self.collector.count_tokens(prompt=new_tokens, cached=cached_tokens)
             self.collector.logger.info(
@@ -166,19 +172,20 @@ class MetricsReporter:
         self.publish_kv_events()
 
     def maybe_log_idle_metrics(self) -> None:
-        """With metrics on and 30 s since the last stats log: zero the throughput, log.
-        Exported gauges are refreshed on every idle call, so that they never show requests
-        that have finished."""
+        """With metrics on: zero the queue latency and wait (the scheduler idles); with 30 s
+        since the last stats log: zero the throughput, log. Exported gauges are refreshed on
+        every idle call, so that they never show requests that have finished."""
         if not self.enable_metrics:
             return
         stats = self.stats
+        stats.avg_request_queue_latency = stats.queue_wait_time = 0.0
         if self.collector.exports:
-            self._fill_stats(len(self.load_inquirer.get_running_batch().reqs))
+            self._fill_stats(len(self.load_inquirer.get_running_batch().reqs), idle=True)
             stats.gen_throughput = 0.0
             self.collector.export(stats)
         if self.now() <= self.collector.last_log_time + IDLE_LOG_INTERVAL:
             return
-        self._fill_stats(len(self.load_inquirer.get_running_batch().reqs))
+        self._fill_stats(len(self.load_inquirer.get_running_batch().reqs), idle=True)
         stats.gen_throughput = 0.0
         self.collector.logger.info(
             "idle",
@@ -206,10 +213,14 @@ class MetricsReporter:
         """Stop the collector's Prometheus server."""
         self.collector.shutdown()
 
-    def _fill_stats(self, num_running_reqs: int) -> None:
+    def _fill_stats(self, num_running_reqs: int, idle: bool = False) -> None:
         inquirer, stats = self.load_inquirer, self.stats
         capacity = inquirer.allocator.size
         stats.num_running_reqs = num_running_reqs
-        stats.num_queue_reqs = len(inquirer.get_waiting_queue())
+        waiting = inquirer.get_waiting_queue()
+        stats.num_queue_reqs = len(waiting)
+        stats.queue_wait_time = 0.0 if idle else waiting.mean_wait(self.now())
+        if idle:
+            stats.avg_request_queue_latency = 0.0
         stats.num_used_tokens = inquirer.num_used_tokens()
         stats.token_usage = stats.num_used_tokens / capacity if capacity else 0.0

@@ -361,6 +361,7 @@ class Scheduler:
             if admitted:
                 now = self.now()
                 for req in waiting[:admitted]:
+                    req.wait_queue_exit_time = now
                     if req.scheduled_time is None:
                         req.scheduled_time = now
                 del waiting[:admitted]

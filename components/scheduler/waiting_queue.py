@@ -32,9 +32,18 @@ class WaitingQueue(list):
     ``num_uncached_tokens``: of those, the tokens past each request's ``prefix_len`` (as it
     was when the request joined, or at the last ``sort``/``recount``).
     ``num_retracted``: waiting requests that were retracted from the running batch.
+    ``entry_time_sum``: the sum of their ``wait_queue_entry_time`` (as it was when each joined,
+    or at the last ``sort``/``recount``), for the mean time waited (``mean_wait``).
     """
 
-    __slots__ = ("_uncached", "num_retracted", "num_tokens", "num_uncached_tokens")
+    __slots__ = (
+        "_entered",
+        "_uncached",
+        "entry_time_sum",
+        "num_retracted",
+        "num_tokens",
+        "num_uncached_tokens",
+    )
 
     def __init__(self, reqs: Iterable[Req] = ()) -> None:
         super().__init__(reqs)
@@ -45,9 +54,17 @@ class WaitingQueue(list):
     def recount(self) -> None:
         """Compute the totals again from the requests as they are now."""
         self._uncached: dict[Req, int] = {}
+        self._entered: dict[Req, float] = {}
         self.num_tokens = self.num_uncached_tokens = self.num_retracted = 0
+        self.entry_time_sum = 0.0
         for req in self:
             self._count(req)
+
+    def mean_wait(self, now: float) -> float:
+        """The mean time the waiting requests have waited so far (0.0 when none wait)."""
+        if not self:
+            return 0.0
+        return max(0.0, now - self.entry_time_sum / len(self))
 
     def _count(self, req: Req) -> None:
         seqlen = len(req.origin_input_ids) + len(req.output_ids)
@@ -55,6 +72,8 @@ class WaitingQueue(list):
         # A request queued twice (which the scheduler never does) counts twice here but is
         # remembered once; recount() would then be needed after its second removal.
         self._uncached[req] = uncached
+        self._entered[req] = req.wait_queue_entry_time
+        self.entry_time_sum += req.wait_queue_entry_time
         self.num_tokens += seqlen
         self.num_uncached_tokens += uncached
         self.num_retracted += req.is_retracted
@@ -62,6 +81,7 @@ class WaitingQueue(list):
     def _uncount(self, req: Req) -> None:
         self.num_tokens -= len(req.origin_input_ids) + len(req.output_ids)
         self.num_uncached_tokens -= self._uncached.pop(req, 0)
+        self.entry_time_sum -= self._entered.pop(req, 0.0)
         self.num_retracted -= req.is_retracted
 
     # ---- adding ------------------------------------------------------------------------

@@ -124,6 +124,9 @@ class Req:
     # When the request last entered the waiting queue (on arrival, and again when retracted):
     # what orders equal priorities (SGLang's ``time_stats.wait_queue_entry_time``).
     wait_queue_entry_time: float = 0.0
+    # When the request last left the waiting queue for a prefill batch (SGLang's
+    # queue_time_end); with wait_queue_entry_time, its queue latency.
+    wait_queue_exit_time: float = 0.0
     # The scheduler's count of prefilled tokens when the request arrived (HRRN's aging).
     arrival_processed_tokens: int = 0
     # When the request was first admitted to a prefill batch (its queue time ends there).

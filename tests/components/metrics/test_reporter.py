@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from schedkit.components.metrics.reporter import FORWARD_CT_MOD, MetricsReporter, SchedulerStats
+from schedkit.components.scheduler.waiting_queue import WaitingQueue
 
 from schedkit.core.component import component_name
 from schedkit.core.schedule_batch import ForwardMode, Req, ScheduleBatch
@@ -33,7 +34,9 @@ def fake_inquirer(running=2, waiting=3, used=25, capacity=100):
     return SimpleNamespace(
         allocator=SimpleNamespace(size=capacity),
         num_used_tokens=lambda: used,
-        get_waiting_queue=lambda: [Req(rid=f"w{i}", origin_input_ids=[1]) for i in range(waiting)],
+        get_waiting_queue=lambda: WaitingQueue(
+            Req(rid=f"w{i}", origin_input_ids=[1]) for i in range(waiting)
+        ),
         get_running_batch=lambda: ScheduleBatch(reqs=reqs, forward_mode=ForwardMode.DECODE),
     )
 
@@ -239,7 +242,9 @@ def test_gauges_refresh_on_idle_once_requests_have_finished():
     inquirer = SimpleNamespace(
         allocator=SimpleNamespace(size=100),
         num_used_tokens=lambda: state["used"],
-        get_waiting_queue=lambda: [None] * state["waiting"],
+        get_waiting_queue=lambda: WaitingQueue(
+            Req(rid=f"w{i}", origin_input_ids=[1]) for i in range(state["waiting"])
+        ),
         get_running_batch=lambda: ScheduleBatch(
             reqs=[None] * state["running"], forward_mode=ForwardMode.DECODE
         ),
@@ -282,3 +287,26 @@ def test_bad_settings_are_refused(kwargs, problem):
 def test_stats_defaults():
     stats = SchedulerStats()
     assert (stats.num_running_reqs, stats.token_usage, stats.cache_hit_rate) == (0, 0.0, 0.0)
+
+
+def test_queue_latency_of_the_last_prefill_batch_and_wait_so_far_zeroed_on_idle():
+    waiting = WaitingQueue(
+        [
+            Req(rid="a", origin_input_ids=[1], wait_queue_entry_time=1.0),
+            Req(rid="b", origin_input_ids=[1], wait_queue_entry_time=3.0),
+        ]
+    )
+    inquirer = fake_inquirer()
+    inquirer.get_waiting_queue = lambda: waiting
+    reporter = make_reporter(enable_metrics=True, load_inquirer=inquirer)
+    reporter.now.t = 10.0
+    batch = prefill_batch([0, 0], [4, 4])
+    for req, (entered, left) in zip(batch.reqs, [(2.0, 5.0), (4.0, 10.0)], strict=True):
+        req.wait_queue_entry_time, req.wait_queue_exit_time = entered, left
+    reporter.report_prefill_stats(batch)
+    # SGLang: sum(queue_time_end - queue_time_start) over the batch / its size.
+    assert reporter.stats.avg_request_queue_latency == pytest.approx((3.0 + 6.0) / 2)
+    assert reporter.stats.queue_wait_time == pytest.approx(((10 - 1) + (10 - 3)) / 2)
+    reporter.maybe_log_idle_metrics()
+    assert reporter.stats.avg_request_queue_latency == 0.0
+    assert reporter.stats.queue_wait_time == 0.0

@@ -5,6 +5,7 @@ import copy
 import pickle
 from types import SimpleNamespace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
@@ -252,3 +253,18 @@ def test_scheduler_queue_totals_stay_exact_under_random_workloads(script, pool, 
     s.run_until_idle(max_steps=5000)
     check_loads(s, inquirer)
     assert not s.waiting_queue and totals(s.waiting_queue) == (0, 0, 0)
+
+
+def test_mean_wait_follows_every_change_of_the_queue():
+    q = WaitingQueue()
+    assert q.mean_wait(5.0) == 0.0
+    a = Req(rid="a", origin_input_ids=[1], wait_queue_entry_time=1.0)
+    b = Req(rid="b", origin_input_ids=[1], wait_queue_entry_time=3.0)
+    q.append(a)
+    q.extend([b])
+    assert q.mean_wait(5.0) == pytest.approx(((5 - 1) + (5 - 3)) / 2)
+    del q[:1]
+    assert q.mean_wait(5.0) == pytest.approx(2.0)
+    q.remove(b)
+    assert q.mean_wait(5.0) == 0.0 and q.entry_time_sum == 0.0
+    assert WaitingQueue([a]).mean_wait(0.5) == 0.0  # never negative
