@@ -83,3 +83,27 @@ def test_swa_cache_runs_the_default_wiring_and_its_events_replay_to_its_contents
             index.apply(batch)
         assert index.blocks(0) == cache_page_hashes(cache)
         assert len(cache_page_hashes(cache)) == cache.total_size() // cache.page_size
+
+
+def test_eagle_bigram_keys_run_the_default_wiring_without_leaking_slots():
+    eagle = {
+        "components": {
+            "tree_cache": {"args": {"is_eagle": True, "enable_kv_cache_events": False}},
+            "output_sender": {"type": "inproc_output_collector"},
+        }
+    }
+    wiring = schedkit.load_wiring(
+        ROOT / "wiring.yaml", ROOT / "examples" / "swa.yaml", SMALL_POOLS, eagle
+    )
+    with schedkit.build(wiring) as assembly:
+        cache = assembly["tree_cache"]
+        assert cache.is_eagle
+        work = workload(80, seed=3)
+        summary = drive(assembly, work)
+        assert summary.requests_done == 80 and summary.requests_failed == 0
+        assert sum(a.req.cached_tokens for a in work.arrivals) > 0
+        assert cache.protected_size() == 0 and cache.swa_protected_size() == 0
+        full, swa = assembly["allocator"], cache.swa_allocator
+        assert full.available_size() + cache.total_size() == full.size
+        assert swa.available_size() + cache.swa_total_size() == swa.size
+        cache.sanity_check()

@@ -158,8 +158,15 @@ class RadixTree:
             return
         kv = req.kv_indices
         n = len(kv)
-        aligned = n - n % self.page_size
-        key = fill_ids_prefix(req, aligned)
+        if getattr(self, "is_eagle", False):
+            # EAGLE: bigrams of the tokens with KV (n - 1 of them, as SGLang keys fill_ids); a
+            # key of ``aligned`` bigrams is ``aligned + 1`` tokens.
+            bigrams = max(0, n - 1)
+            aligned = bigrams - bigrams % self.page_size
+            key = fill_ids_prefix(req, aligned + 1 if aligned else 0)
+        else:
+            aligned = n - n % self.page_size
+            key = fill_ids_prefix(req, aligned)
         self.insert(key, kv[:aligned], priority=req.priority)
         match = self.match_prefix(key)
         token = self.inc_lock_ref(match.last_node)

@@ -34,7 +34,7 @@ from schedkit.components.cache.radix_tree import MatchResult, RadixTree, TreeNod
 
 from schedkit.core.component import component
 
-__all__ = ["SWARadixCache", "SWATreeNode"]
+__all__ = ["SWARadixCache", "SWATreeNode", "bigram_key"]
 
 
 class SWATreeNode(TreeNode):
@@ -76,6 +76,9 @@ class SWARadixCache(RadixTree):
     # SGLang's SGLANG_OPT_SWA_SPLIT_LEAF_ON_INSERT: cut a new leaf longer than one page-aligned
     # window so that locking it protects one window of sliding-window KV, not the whole leaf.
     split_leaf_on_insert: bool = False
+    # EAGLE speculative decoding: keys are bigrams (token i, token i + 1), one per token that
+    # has a successor, as SGLang's ``is_eagle`` (the draft model's KV is one token shifted).
+    is_eagle: bool = False
 
     _swa_evictable: int = attrs.field(init=False, repr=False, default=0)
     _swa_protected: int = attrs.field(init=False, repr=False, default=0)
@@ -85,6 +88,11 @@ class SWARadixCache(RadixTree):
         window = self.sliding_window_size
         if not isinstance(window, int) or window < 1:
             raise ValueError(f"sliding_window_size must be an integer >= 1, got {window!r}")
+        if self.is_eagle and self.enable_kv_cache_events:
+            raise ValueError(
+                "is_eagle with enable_kv_cache_events is not supported: SGLang publishes bigram "
+                "pages as token pairs, which the event structs (token_ids: list[int]) cannot carry"
+            )
         self._setup()
         if self.swa_allocator is None and self.swa_capacity is None:
             self.swa_capacity = self.allocator.size
@@ -107,6 +115,8 @@ class SWARadixCache(RadixTree):
             return MatchResult([], node, [])
         namespace = getattr(key, "namespace", None)
         key = key if type(key) is list else list(key)
+        if self.is_eagle:
+            key = bigram_key(key)
         end = len(key) - len(key) % self.page_size
         window = self.sliding_window_size
         path: list[SWATreeNode] = []
@@ -159,6 +169,10 @@ class SWARadixCache(RadixTree):
             raise ValueError("swa_value= needs value= (one full slot per token)")
         free_full: list[int] = []
         free_swa: list[int] = []
+        extra_full: list[int] = []
+        extra_swa: list = []
+        if self.is_eagle and not (key and type(key[0]) is tuple):
+            key, value, swa_value, extra_full, extra_swa = self._to_bigrams(key, value, swa_value)
         if value is not None:
             value = list(value)
             swa_value = None if swa_value is None else list(swa_value)
@@ -170,14 +184,15 @@ class SWARadixCache(RadixTree):
                 )
         if self.disable:
             if value is not None:
-                self._free(value, swa_value or [])
+                self._free(value + extra_full, (swa_value or []) + extra_swa)
             return 0
         priority = priority or 0
         end = len(key) - len(key) % self.page_size
         if value is not None:
-            free_full += value[end:]
+            # One free per pool: a page can hold both an unaligned tail and the extra slots.
+            free_full += value[end:] + extra_full
             if swa_value is not None:
-                free_swa += _live(swa_value[end:])
+                free_swa += _live(swa_value[end:] + extra_swa)
         revive: list[tuple[SWATreeNode, list[int]]] = []
         node, pos = self.root, 0
         while pos < end:
@@ -238,6 +253,27 @@ class SWARadixCache(RadixTree):
             if self.split_leaf_on_insert:
                 self._split_leaf_at_window(leaf)
         return pos
+
+    @staticmethod
+    def _to_bigrams(
+        tokens: list[int], value: Sequence[int] | None, swa_value: Sequence | None
+    ) -> tuple[list[tuple[int, int]], list[int] | None, list | None, list[int], list]:
+        """EAGLE: the bigram key of ``tokens``, the slots it keeps (one per bigram), and the
+        slots of a last token without a successor, for the caller to free (SGLang's
+        cache_finished_req frees them)."""
+        key = bigram_key(tokens)
+        n = len(key)
+        if value is None:
+            return key, None, None, [], []
+        value = list(value)
+        if len(value) not in (n, len(tokens)):
+            raise ValueError(
+                f"value has {len(value)} slots for {len(tokens)} tokens ({n} bigrams); give "
+                "one slot per token or per bigram"
+            )
+        swa_value = None if swa_value is None else list(swa_value)
+        extra_swa = [] if swa_value is None else swa_value[n:]
+        return key, value[:n], None if swa_value is None else swa_value[:n], value[n:], extra_swa
 
     def _split_leaf_at_window(self, leaf: SWATreeNode) -> None:
         """Cut an unlocked live leaf longer than the page-aligned window so that its last
@@ -532,6 +568,13 @@ class SWARadixCache(RadixTree):
             if parent is root or parent.children or parent.swa_value is not None or parent.lock_ref:
                 return full, swa
             leaf = parent
+
+
+def bigram_key(tokens: list) -> list[tuple[int, int]]:
+    """EAGLE's bigram key: ``[1, 2, 3]`` -> ``[(1, 2), (2, 3)]`` (a key of bigrams stays)."""
+    if tokens and type(tokens[0]) is tuple:
+        return tokens
+    return list(itertools.pairwise(tokens))
 
 
 def _live(slots: list[int | None]) -> list[int]:

@@ -4,7 +4,7 @@
 
 import pytest
 from schedkit.components.cache.req_locks import release_swa_prefix_lock, unlock_req
-from schedkit.components.cache.swa_radix_cache import SWARadixCache
+from schedkit.components.cache.swa_radix_cache import SWARadixCache, bigram_key
 
 from schedkit.core.schedule_batch import Req
 
@@ -95,4 +95,73 @@ def test_a_request_releases_its_window_early_and_its_full_lock_at_the_end():
     assert req.swa_prefix_lock_released and cache.swa_protected_size() == 0
     unlock_req(cache, req)
     assert not req.swa_prefix_lock_released and cache.full_protected_size() == 0
+    cache.sanity_check()
+
+
+def eagle(window=4, page_size=1, capacity=64):
+    return SWARadixCache(
+        sliding_window_size=window, page_size=page_size, capacity=capacity, is_eagle=True
+    )
+
+
+def test_bigram_key_is_sglangs():
+    assert bigram_key([1, 2, 3, 4]) == [(1, 2), (2, 3), (3, 4)]
+    assert bigram_key([7]) == [] and bigram_key([]) == []
+    assert bigram_key([(1, 2)]) == [(1, 2)]  # already bigrams
+
+
+def test_eagle_keys_are_bigrams_and_the_last_tokens_slot_is_freed():
+    cache = eagle()
+    slots = cache.allocator.alloc(8)
+    cache.insert(list(range(1, 9)), slots)
+    assert cache.total_size() == 7  # 7 bigrams
+    assert slots[7] not in cache.all_values_flatten()
+    assert cache.allocator.available_size() == 64 - 7
+    assert cache.match_prefix(list(range(1, 9))).device_indices == slots[:7]
+    # [1, 2, 3, 9]: bigrams (1, 2), (2, 3) match, (3, 9) does not.
+    assert cache.match_prefix([1, 2, 3, 9]).prefix_len == 2
+    cache.sanity_check()
+
+
+def test_eagle_tokens_sharing_a_prefix_differ_at_the_bigram_that_crosses_it():
+    cache = eagle()
+    cache.insert([1, 2, 3])
+    assert cache.match_prefix([1, 2, 4]).prefix_len == 1  # (1, 2) only
+    assert cache.match_prefix([1, 2, 3, 4]).prefix_len == 2
+
+
+def test_eagle_pages_align_on_bigrams():
+    cache = eagle(page_size=2)
+    cache.insert(list(range(1, 7)))  # 5 bigrams: 2 whole pages kept
+    assert cache.total_size() == 4
+    assert cache.match_prefix(list(range(1, 7))).prefix_len == 4
+
+
+def test_eagle_request_caching_keeps_the_request_slot_of_its_last_kv_token():
+    cache = eagle(capacity=32)
+    req = Req(rid="r", origin_input_ids=list(range(1, 7)), output_ids=[7])
+    req.kv_indices = cache.allocator.alloc(6)  # tokens 1..6 have KV
+    cache.cache_unfinished_req(req)
+    assert cache.total_size() == 5  # bigrams (1,2)..(5,6)
+    assert req.prefix_len == 5 and req.kv_indices[5] not in cache.all_values_flatten()
+    cache.cache_finished_req(req)
+    assert cache.total_size() == 5 and cache.protected_size() == 0
+    assert cache.allocator.available_size() == 32 - 5  # the last token's slot came back
+    cache.sanity_check()
+
+
+def test_eagle_with_kv_events_is_refused():
+    with pytest.raises(ValueError, match="is_eagle with enable_kv_cache_events is not supported"):
+        SWARadixCache(sliding_window_size=4, capacity=8, is_eagle=True, enable_kv_cache_events=True)
+
+
+def test_eagle_frees_a_pages_unaligned_tail_and_last_slot_together():
+    cache = eagle(page_size=4, capacity=64)
+    req = Req(rid="r", origin_input_ids=list(range(1, 11)), output_ids=[11])
+    req.kv_indices = cache.allocator.alloc(12)[:10]  # slots 8 and 9 share the third page
+    cache.cache_unfinished_req(req)
+    assert cache.total_size() == 8 and req.prefix_len == 8
+    cache.cache_finished_req(req)
+    assert cache.total_size() == 8
+    assert cache.allocator.available_size() == 64 - 8
     cache.sanity_check()
