@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import sysconfig
+from pathlib import Path
 
 import pytest
 
@@ -96,6 +97,8 @@ def test_the_extension_is_built_with_a_compiler():
     compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(compiler) is None:
         pytest.skip(f"no C compiler ({compiler}): the pure-Python chain is expected")
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+        pytest.skip("no Python headers: the pure-Python chain is expected")
     assert native is not None and page_chain.NATIVE
     assert page_chain.implementation().startswith("native")
 
