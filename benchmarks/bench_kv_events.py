@@ -230,10 +230,14 @@ def caller_ns_per_event(n_steps: int) -> tuple[float, float, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a fast smoke run (a few seconds)")
-    parser.add_argument("--rounds", type=int, default=7, help="paired rounds of (b), >= 5")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds of (b), >= 5 (7; quick 5)")
     args = parser.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
     rounds = 1 if args.quick else 3
+    if args.rounds is None:
+        args.rounds = 5 if args.quick else 7
+    if args.rounds < 5:
+        parser.error("--rounds must be >= 5 (min / median / max over at least five pairs)")
     n_steps = 200 if args.quick else 2000
     n_seqs = 400 if args.quick else 3000
 
