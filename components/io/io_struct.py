@@ -109,17 +109,27 @@ class GenerateReqInput(
         )
 
 
-class ControlReq(msgspec.Struct, tag="control", tag_field="kind", forbid_unknown_fields=True):
+class ControlReq(
+    msgspec.Struct,
+    tag="control",
+    tag_field="kind",
+    forbid_unknown_fields=True,
+    omit_defaults=True,
+):
     """Pause or continue generation, flush the prefix cache, ask for the scheduler's load, or
     abort one of the client's own requests (``rid``).
 
     ``mode`` applies to ``pause``: ``retract`` puts running requests back in the queue,
-    ``in_place`` keeps them where they are.
+    ``in_place`` keeps them where they are. ``pause``, ``continue`` and ``flush`` need
+    ``token``, the admin token the server was started with. ``while_connected`` applies to
+    ``pause``: generation continues by itself when the connection that paused it closes.
     """
 
     type: Literal["pause", "continue", "flush", "get_loads", "abort"]
     mode: Literal["retract", "in_place"] = "retract"
     rid: ShortStr | None = None
+    token: ShortStr | None = None
+    while_connected: bool = False
 
 
 class ControlReply(msgspec.Struct, tag="control_reply", tag_field="kind"):

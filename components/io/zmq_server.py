@@ -1,90 +1,56 @@
-"""The scheduler's network edge: one ZeroMQ ROUTER socket on which clients send requests and
-control messages and get back their own outputs, replies and refusals.
+"""The scheduler's request edge, for internal clients on loopback: a ZMTP 3 listener that DEALER
+sockets connect to; each client sends requests and control messages and gets back its own
+outputs, replies and refusals (wire messages: ``schedkit.components.io.io_struct``).
 
-(Longer than 300 lines: what a hostile client can try, and each defence, read best together.)
-
-Wire protocol (a client connects a DEALER socket; every message is one msgpack frame, see
-``schedkit.components.io.io_struct``):
-
-- client -> server: ``GenerateReqInput`` or ``ControlReq`` (``pause``, ``continue``, ``flush``,
-  ``get_loads``, ``abort`` of one of the client's own rids);
+- client -> server: ``GenerateReqInput`` or ``ControlReq`` (``pause``, ``continue``, ``flush``
+  with the admin token; ``get_loads``; ``abort`` of one of the client's own rids);
 - server -> client: ``BatchTokenIDOutput`` / ``BatchEmbeddingOutput`` holding only the
-  client's own requests, ``ControlReply``, and ``ErrorReply`` for anything refused, naming what
-  is wrong: not msgpack, not a known message, a bad field, a rid already in flight, extra
-  frames (a REQ socket's envelope is answered with its empty delimiter, so that REQ reads it),
-  a frame over ``max_message_bytes``, nesting deeper than the decoder's recursion limit, a
-  waiting limit. A refusal is cut to 1,000 characters in the middle (it quotes what it
-  refuses, as long as the client made it; the place comes last).
+  client's own requests, ``ControlReply``, and ``ErrorReply`` for a refused message, naming
+  what is wrong (cut to 1,000 characters, the place last).
 
-Frames: one over ``max_message_bytes`` (8 MiB) is refused by its length alone; libzmq
-disconnects, without a word, a peer whose frame exceeds 4 x ``max_message_bytes``
-(``MAXMSGSIZE``), and buffers at most ``max_unread_per_client`` unread messages of a
-connection (TCP pushes back on the rest). What this does not bound (libzmq 4.3 offers no
-way to): memory grows with the number of connections, each holding the frame it is sending
-(up to 4 x ``max_message_bytes``) until it is whole; the frames of a message are not
-limited in number (libzmq keeps at least 64 bytes for each until the message is read); and a
-message's frames count towards ``max_unread_per_client`` only once its last frame arrived, so
-a peer speaking ZMTP itself that sends frames flagged "more" without end grows the server
-until it disconnects. Frames are decoded only against the message schema, never schema-less:
-skipped values build nothing, and nesting deeper than the interpreter's recursion limit stops
-the decoder (answered like any decode error).
+The server speaks ZMTP itself (``zmtp``, ``edge_connections``) rather than through a libzmq
+ROUTER, so that it bounds what a peer can make it hold: connections (a cap below the
+descriptor limit, the longest-idle evicted for a newcomer), partial frames per connection
+and in total, frames per message, unsent output per connection and in total. One call of
+``recv_requests`` reads at most ``max_recv_bytes_per_call`` bytes and ``max_recv_per_call``
+messages. A frame over ``max_message_bytes`` is refused by its length, skipped unread.
 
-A client is one connection: its routing id and the socket descriptor its messages arrive on
-(``SRCFD``). A socket monitor reports each closed connection; the reports are read before
-every message received and every output sent. A departed client's waiting requests are
-aborted at once (their KV freed) and their outputs, the final one included, go nowhere
-(``departed_outputs``); their rids stay taken until that final output. Messages that were on
-their way when a connection closed are dropped unread (``departed_messages``: a descriptor
-stays closed until the monitor reports a new connection accepted on it), and aborts are handed
-out after the requests read in the same call, so no request of a departed client runs. A
-newcomer that takes a departed client's routing id, or its descriptor, is a different client
-and gets none of them.
-(libzmq gives a routing id to one connection at a time, ignoring a second one that presents
-it, and emits a connection's close before its routing id or descriptor can be reused. What is
-left is a window of microseconds: a connection closing after the reports were read, and a
-newcomer with its routing id attached, both before the next send.) Sends never block the
-scheduler: each client has a queue of ``max_queued_per_client`` messages; a client whose queue
-is full (too slow) or that is gone has its requests aborted the same way. Either is counted in
-``clients_dropped``. Control replies go to the connection that asked, or nowhere.
+Admission: requests taken and not yet finished ("waiting") are limited per client and in total
+(``waiting_limits``); when the total is full, a request of a client with fewer waiting requests
+than the client with the most displaces that client's newest request not yet handed to the
+scheduler (refused to it), so no client takes the whole budget. Requests reach the scheduler
+in fair sets, round-robin by client (``fair_release``). A departed client's requests are
+aborted (or dropped, if not yet handed over) and their outputs go nowhere.
 
-Reading: one ``recv_requests`` call reads at most ``max_recv_per_call`` messages and stops
-after ``max_recv_bytes_per_call`` bytes, so that a client sending large frames as fast as it
-can (each decoded before it is refused) does not hold up every other client's generation.
-
-Admission: requests taken and not yet finished ("waiting") are limited per client
-(``max_waiting_requests_per_client``, ``max_waiting_tokens_per_client``; tokens are prompt
-tokens) and in total (``max_waiting_requests``, ``max_waiting_tokens``); a request over a limit
-is refused with an ``ErrorReply`` naming the limit. Prompts reach the scheduler packed, 4 bytes
-a token, until it admits them into a batch. Control messages are never limited.
-
-Routing ids: never sent to clients; ``ROUTER_HANDOVER`` stays off. libzmq 4.3 aborts the
-process (a failed assertion) when it gives an anonymous peer an automatic routing id
-(``b"\\x00"`` + a 32-bit counter) that a peer already took as its explicit ``ROUTING_ID``, and
-it starts the counter from ``rand()``, which nothing seeds. ``rand()`` is seeded from
-``os.urandom`` before the socket is created (``endpoints.unpredictable_routing_ids``), so the
-next automatic id must be guessed among 2^32 values: this stays a probability, not a
-guarantee (each squatting connection succeeds with a chance of about the anonymous connections
-still to come while it stays, over 2^32). Logged warnings (refusals, dropped clients) are
-limited to one a second of each kind.
-
-Outputs of requests that no client sent (submitted in process) have nowhere to go: they are
-counted in ``unrouted_outputs`` and the first is logged. Use it in a wiring as both the
-scheduler's ``request_receiver`` and the output streamer's ``sender``.
+Control: ``pause``, ``continue`` and ``flush`` are refused (a ``ControlReply`` with ok false)
+unless they carry ``admin_token``; without one configured they are refused to everyone. A
+``pause`` sent ``while_connected`` ends (a ``continue``) when its connection closes, unless a
+later ``pause`` or ``continue`` took over. Use it as both the scheduler's ``request_receiver``
+and the output streamer's ``sender``.
 """
 
 from __future__ import annotations
 
-import os
-import time
+import hmac
 from functools import partial
 
 import attrs
 import msgspec
 import structlog
-import zmq
+from schedkit.components.io.edge_connections import (
+    Connection,
+    ConnectionTable,
+    descriptor_headroom,
+    listen,
+)
+from schedkit.components.io.edge_messages import (
+    OutputMessage,
+    RateLimitedWarnings,
+    rows,
+    shortened,
+)
+from schedkit.components.io.fair_release import FairRelease
 from schedkit.components.io.io_struct import (
-    BatchEmbeddingOutput,
-    BatchTokenIDOutput,
     ControlReply,
     ControlReq,
     ControlRequest,
@@ -94,161 +60,100 @@ from schedkit.components.io.io_struct import (
     encode,
     rid_of,
 )
-from zmq.utils.monitor import parse_monitor_message
+from schedkit.components.io.waiting_limits import WaitingLimits
+from schedkit.components.io.zmtp import ZmtpMessage
 
 from schedkit.core.component import at_least, component
 from schedkit.core.schedule_batch import Req
-from schedkit.endpoints import unpredictable_routing_ids
 
 __all__ = ["ZmqServer"]
 
 log = structlog.get_logger(__name__)
 
-OutputMessage = BatchTokenIDOutput | BatchEmbeddingOutput
-# What a frame costs libzmq and the loop beyond its bytes (libzmq's zmq_msg_t is 64 bytes).
-_FRAME_COST = 64
-# Refusals are cut to this length (a client that never reads has them queued).
-_MAX_PROBLEM_CHARS = 1000
 VALID_MESSAGES = "valid messages: GenerateReqInput (kind 'generate'), ControlReq (kind 'control')"
-
-
-@attrs.define(slots=True)
-class _Warnings:
-    """Logs each kind of warning at most once per ``interval`` seconds, with how many were
-    left out since: a client that sends refused messages as fast as it can must not turn
-    the log (and a stderr pipe that fills) into the thing that stalls the loop."""
-
-    interval: float = 1.0
-    _last: dict[str, float] = attrs.Factory(dict)
-    _left_out: dict[str, int] = attrs.Factory(dict)
-
-    def warning(self, event: str, **fields: object) -> None:
-        """Log ``event`` unless one was logged less than ``interval`` seconds ago."""
-        now = time.monotonic()
-        if now - self._last.get(event, -self.interval) < self.interval:
-            self._left_out[event] = self._left_out.get(event, 0) + 1
-            return
-        self._last[event] = now
-        left_out = self._left_out.pop(event, 0)
-        log.warning(event, **fields, **({"not_logged_since": left_out} if left_out else {}))
-
-
-@attrs.define(slots=True)
-class _Message:
-    """One message as the ROUTER hands it over: the sender's routing id, its first and last
-    frames (the same for a one-frame message), how many frames it had, and what reading it
-    counts against ``max_recv_bytes_per_call`` (each frame at least ``_FRAME_COST``)."""
-
-    identity: bytes
-    first: zmq.Frame
-    last: zmq.Frame
-    parts: int
-    cost: int
-
-    @classmethod
-    def receive(cls, socket: zmq.Socket) -> _Message:
-        """The next message; raises ``zmq.Again`` if none is waiting. Frames between the first
-        and the last are dropped as they are read: a message of a million frames holds two."""
-        identity = socket.recv(zmq.NOBLOCK)
-        first = last = socket.recv(copy=False)  # a message arrives whole
-        parts, cost = 1, max(len(first), _FRAME_COST)
-        while last.more:
-            last = socket.recv(copy=False)
-            parts += 1
-            cost += max(len(last), _FRAME_COST)
-        return cls(identity, first, last, parts, cost)
-
-
-@attrs.define(slots=True, eq=False)
-class _Client:
-    """One connection: its routing id, its socket descriptor (-1 for inproc) and its waiting
-    requests."""
-
-    identity: bytes
-    fd: int
-    rids: set[str] = attrs.Factory(set)
-    tokens: int = 0
+ADMIN_CONTROLS = frozenset({"pause", "continue", "flush"})
+# Descriptors kept for the rest of the process (libzmq sockets, files) below the limit.
+_DESCRIPTOR_RESERVE = 64
 
 
 @attrs.define(slots=True, eq=False)
 class _Route:
     """Where a live request's outputs go: its client, or None once the client departed."""
 
-    client: _Client | None
+    client: Connection | None
     tokens: int
 
 
 @component("zmq_server")
 class ZmqServer:
-    """Requests in and each client's own outputs out, on one ROUTER socket; see the module
-    docstring. Binds a loopback address unless ``allow_remote``; port 0 picks a free port
-    (``bound_endpoint``)."""
+    """Requests in and each client's own outputs out; see the module docstring. Binds a
+    loopback address unless ``allow_remote``; port 0 picks a free port (``bound_endpoint``)."""
 
     endpoint: str = "tcp://127.0.0.1:0"
     allow_remote: bool = False
+    admin_token: str | None = attrs.field(default=None, repr=False)
+    max_connections: int = attrs.field(default=1024, validator=at_least(1))
     max_recv_per_call: int = attrs.field(default=4096, validator=at_least(1))
     max_recv_bytes_per_call: int = attrs.field(default=4 << 20, validator=at_least(1))
     max_queued_per_client: int = attrs.field(default=1000, validator=at_least(1))
-    max_unread_per_client: int = attrs.field(default=64, validator=at_least(1))
+    max_queued_bytes_per_client: int = attrs.field(default=4 << 20, validator=at_least(1024))
+    max_queued_bytes: int = attrs.field(default=64 << 20, validator=at_least(1024))
     max_message_bytes: int = attrs.field(default=8 << 20, validator=at_least(1024))
+    max_partial_bytes: int = attrs.field(default=64 << 20, validator=at_least(1024))
+    max_frames_per_message: int = attrs.field(default=64, validator=at_least(2))
     max_waiting_requests_per_client: int = attrs.field(default=1024, validator=at_least(1))
     max_waiting_tokens_per_client: int = attrs.field(default=1 << 20, validator=at_least(1))
     max_waiting_requests: int = attrs.field(default=4096, validator=at_least(1))
     max_waiting_tokens: int = attrs.field(default=4 << 20, validator=at_least(1))
-    linger_ms: int = 0
+    release_set_tokens: int = attrs.field(default=16384, validator=at_least(1))
+    handshake_timeout: float = 10.0
     bound_endpoint: str = attrs.field(init=False, default="")
     malformed_count: int = attrs.field(init=False, default=0)
     clients_dropped: int = attrs.field(init=False, default=0)
     unrouted_outputs: int = attrs.field(init=False, default=0)
     departed_outputs: int = attrs.field(init=False, default=0)
-    departed_messages: int = attrs.field(init=False, default=0)
+    displaced_requests: int = attrs.field(init=False, default=0)
+    refused_controls: int = attrs.field(init=False, default=0)
     waiting_tokens: int = attrs.field(init=False, default=0)
-    # rid -> route, from the request's arrival to its final output.
-    _routes: dict[str, _Route] = attrs.field(init=False, factory=dict)
-    # The connections seen and not closed, by routing id and by descriptor.
-    _by_identity: dict[bytes, _Client] = attrs.field(init=False, factory=dict)
-    _by_fd: dict[int, _Client] = attrs.field(init=False, factory=dict)
-    # Descriptors whose connection closed and that no new connection took since: messages
-    # still arriving on one are the closed connection's, dropped unread.
-    _closed_fds: set[int] = attrs.field(init=False, factory=set)
-    _to_abort: list[str] = attrs.field(init=False, factory=list)
-    _socket: zmq.Socket = attrs.field(init=False, default=None, repr=False)
-    _monitor: zmq.Socket = attrs.field(init=False, default=None, repr=False)
-    _poller: zmq.Poller = attrs.field(init=False, factory=zmq.Poller, repr=False)
-    _warnings: _Warnings = attrs.field(init=False, factory=_Warnings, repr=False)
+    connections: ConnectionTable = attrs.field(init=False, default=None, repr=False)
+    _routes: dict[str, _Route] = attrs.field(init=False, factory=dict, repr=False)
+    _limits: WaitingLimits = attrs.field(init=False, default=None, repr=False)
+    _fair: FairRelease = attrs.field(init=False, default=None, repr=False)
+    _internal: list[ControlRequest] = attrs.field(init=False, factory=list, repr=False)
+    _pause_owner: Connection | None = attrs.field(init=False, default=None, repr=False)
+    _closed: bool = attrs.field(init=False, default=False)
+    _warnings: RateLimitedWarnings = attrs.field(init=False, factory=RateLimitedWarnings, repr=False)
 
     def __attrs_post_init__(self) -> None:
         check_endpoint(self.endpoint, bind=True, allow_remote=self.allow_remote)
-        context = zmq.Context.instance()
-        unpredictable_routing_ids()
-        socket = context.socket(zmq.ROUTER)
-        # A send to a client that is gone fails (EHOSTUNREACH) instead of vanishing.
-        socket.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        socket.setsockopt(zmq.SNDHWM, self.max_queued_per_client)
-        # What a connection sends beyond this waits in its own buffers (TCP pushes back).
-        socket.setsockopt(zmq.RCVHWM, self.max_unread_per_client)
-        # Frames between max_message_bytes and this get an ErrorReply; larger ones cost the
-        # peer its connection before they are read.
-        socket.setsockopt(zmq.MAXMSGSIZE, 4 * self.max_message_bytes)
-        # Each accepted and closed connection is reported; the queue is unbounded so that none
-        # is lost.
-        address = f"inproc://schedkit-zmq-server-monitor-{os.urandom(8).hex()}"
-        socket.monitor(address, zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
-        monitor = context.socket(zmq.PAIR)
-        monitor.setsockopt(zmq.RCVHWM, 0)
-        monitor.setsockopt(zmq.LINGER, 0)
-        monitor.connect(address)
-        try:
-            socket.bind(self.endpoint)
-        except zmq.ZMQError as exc:
-            socket.disable_monitor()
-            monitor.close()
-            socket.close(linger=0)
-            raise ValueError(f"cannot bind ROUTER socket to {self.endpoint!r}: {exc}") from None
-        self.bound_endpoint = socket.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._socket, self._monitor = socket, monitor
-        self._poller.register(socket, zmq.POLLIN)
-        self._poller.register(monitor, zmq.POLLIN)
+        self._limits = WaitingLimits(
+            per_client_requests=self.max_waiting_requests_per_client,
+            per_client_tokens=self.max_waiting_tokens_per_client,
+            total_requests=self.max_waiting_requests,
+            total_tokens=self.max_waiting_tokens,
+        )
+        self._fair = FairRelease(max_set_tokens=self.release_set_tokens)
+        headroom = descriptor_headroom(_DESCRIPTOR_RESERVE)
+        cap = min(self.max_connections, headroom)
+        if cap < 1:
+            raise ValueError(
+                f"no descriptors left for connections (limit minus {_DESCRIPTOR_RESERVE} "
+                "reserved); raise the open-files limit (ulimit -n)"
+            )
+        listener, self.bound_endpoint = listen(self.endpoint, backlog=min(cap, 1024))
+        self.connections = ConnectionTable(
+            listener=listener,
+            on_close=self._departed,
+            max_connections=cap,
+            max_frame_bytes=self.max_message_bytes,
+            max_frames=self.max_frames_per_message,
+            max_partial_bytes=self.max_partial_bytes,
+            max_queued_messages=self.max_queued_per_client,
+            max_queued_bytes=self.max_queued_bytes_per_client,
+            max_queued_total_bytes=self.max_queued_bytes,
+            handshake_timeout=self.handshake_timeout,
+            is_busy=self._is_busy,
+        )
 
     @property
     def live_requests(self) -> int:
@@ -259,61 +164,43 @@ class ZmqServer:
     # -- requests in ------------------------------------------------------------------------
 
     def recv_requests(self) -> list[Req | ControlRequest]:
-        """What arrived since the last call, decoded (refusals answered), plus aborts for the
-        requests of clients that went away; never blocks, never raises."""
-        socket = self._socket
+        """What arrived since the last call, decoded (refusals answered), the next fair set of
+        requests, and aborts for the requests of clients that went away; never blocks."""
         items: list[Req | ControlRequest] = []
-        if not socket.closed:
-            monitor = self._monitor
-            received, max_bytes = 0, self.max_recv_bytes_per_call
-            for _ in range(self.max_recv_per_call):
-                if monitor.get(zmq.EVENTS) & zmq.POLLIN:
-                    self._read_connection_events()
-                try:
-                    message = _Message.receive(socket)
-                except zmq.Again:
-                    break
-                except zmq.ZMQError as exc:
-                    log.error("request socket failed", endpoint=self.bound_endpoint, error=str(exc))
-                    break
-                item = self._parse(message)
+        if not self._closed:
+            table = self.connections
+            readable = table.poll(0)
+            for conn, message in table.read(readable, self.max_recv_bytes_per_call):
+                if conn.closed:
+                    continue
+                item = self._parse(conn, message)
                 if item is not None:
                     items.append(item)
-                received += message.cost
-                if received >= max_bytes:  # decoding takes time: the loop must go on
-                    break
-        # The aborts go last: a request read in this call may be one of them.
-        aborts = [ControlRequest(type="abort", rid=rid) for rid in self._to_abort]
-        self._to_abort = []
-        return items + aborts
+            items += self._fair.release()
+        # Aborts and ends of pauses go last: a request handed over in this call may be aborted.
+        items += self._internal
+        self._internal = []
+        return items
 
-    def _parse(self, message: _Message) -> Req | ControlRequest | None:
-        payload = message.last
-        fd = _source_fd(payload)
-        if fd in self._closed_fds:  # sent just before its connection closed: nobody to serve
-            self.departed_messages += 1
-            return None
-        client = self._client(message.identity, fd)
-        if message.parts == 2 and not len(message.first):
+    def _parse(self, client: Connection, message: ZmtpMessage) -> Req | ControlRequest | None:
+        if client.envelope and message.parts == 2 and not message.first:
             # A REQ socket's envelope: it reads only answers that carry the empty delimiter.
             return self._refuse(
                 client,
                 "got a REQ socket's envelope (an empty frame, then the message); connect a "
                 "DEALER and send each message as one frame",
-                envelope=(b"",),
             )
         if message.parts != 1:
             return self._refuse(
                 client, f"expected one message frame from a DEALER, got {message.parts}"
             )
-        size = len(payload)
-        if size > self.max_message_bytes:
+        if message.oversize:
             return self._refuse(
                 client,
-                f"message is {size} bytes; the limit is {self.max_message_bytes} bytes "
-                "(max_message_bytes)",
+                f"message is {message.oversize} bytes; the limit is {self.max_message_bytes} "
+                "bytes (max_message_bytes)",
             )
-        data = payload.buffer
+        data = message.last
         try:
             msg = decode_request(data)
         except msgspec.ValidationError as exc:
@@ -330,128 +217,123 @@ class ZmqServer:
         rid, tokens = msg.rid, len(msg.input_ids)
         if rid in self._routes:
             return self._refuse(client, f"rid {rid!r} is already in flight", rid)
-        over = self._over_limit(client, tokens)
+        over = self._limits.client_over(len(client.rids), client.tokens, tokens)
+        if over is None:
+            over = self._make_room(client, tokens)
         if over is not None:
             return self._refuse(client, over, rid)
         self._routes[rid] = _Route(client, tokens)
         client.rids.add(rid)
         client.tokens += tokens
         self.waiting_tokens += tokens
-        return msg.to_req()
-
-    def _over_limit(self, client: _Client, tokens: int) -> str | None:
-        """Which waiting limit a request of ``tokens`` prompt tokens would exceed, if any."""
-        if len(client.rids) >= self.max_waiting_requests_per_client:
-            return (
-                f"this client already has {len(client.rids)} requests waiting "
-                f"(max_waiting_requests_per_client={self.max_waiting_requests_per_client}); "
-                "send more once some finish"
-            )
-        if client.tokens + tokens > self.max_waiting_tokens_per_client:
-            return (
-                f"{tokens} prompt tokens would bring this client's waiting tokens to "
-                f"{client.tokens + tokens} (max_waiting_tokens_per_client="
-                f"{self.max_waiting_tokens_per_client}); send it once some requests finish"
-            )
-        if len(self._routes) >= self.max_waiting_requests:
-            return (
-                f"the server has {len(self._routes)} requests waiting "
-                f"(max_waiting_requests={self.max_waiting_requests}); retry later"
-            )
-        if self.waiting_tokens + tokens > self.max_waiting_tokens:
-            return (
-                f"{tokens} prompt tokens would bring the server's waiting tokens to "
-                f"{self.waiting_tokens + tokens} (max_waiting_tokens="
-                f"{self.max_waiting_tokens}); retry later"
-            )
+        self._fair.hold(client, msg.to_req())
         return None
 
-    def _control(self, client: _Client, msg: ControlReq) -> ControlRequest | None:
-        if msg.type == "abort" and msg.rid not in client.rids:
-            return self._refuse(
-                client, f"abort needs the rid of one of your live requests, got {msg.rid!r}"
+    def _make_room(self, client: Connection, tokens: int) -> str | None:
+        """None if the totals take ``tokens`` more, after displacing, while that is fairer,
+        the newest held requests of the client with the most waiting; else why not."""
+        while True:
+            over = self._limits.total_over(len(self._routes), self.waiting_tokens, tokens)
+            if over is None:
+                return None
+            fattest = max(self.connections, key=lambda c: len(c.rids))
+            victim = self._fair.newest_held(fattest)
+            if fattest is client or len(fattest.rids) <= len(client.rids) + 1 or victim is None:
+                return over
+            self._fair.take(fattest, victim.rid)
+            self._forget(victim.rid)
+            self.displaced_requests += 1
+            self._send(
+                fattest,
+                ErrorReply(
+                    message="displaced before it was scheduled: the server's waiting budget is "
+                    "full and other clients have fewer requests waiting; retry later",
+                    rid=victim.rid,
+                ),
             )
+
+    def _control(self, client: Connection, msg: ControlReq) -> ControlRequest | None:
+        if msg.type == "abort":
+            if msg.rid not in client.rids:
+                return self._refuse(
+                    client, f"abort needs the rid of one of your live requests, got {msg.rid!r}"
+                )
+            held = self._fair.take(client, msg.rid)
+            if held is not None:  # the scheduler takes it and aborts it: one final output
+                self._internal.append(ControlRequest(type="abort", rid=msg.rid))
+                return held
+        if msg.type in ADMIN_CONTROLS:
+            token = self.admin_token
+            if token is None or msg.token is None or not hmac.compare_digest(msg.token, token):
+                self.refused_controls += 1
+                why = (
+                    "was started without one"
+                    if token is None
+                    else ("got none" if msg.token is None else "got a different one")
+                )
+                self._warnings.warning("control refused", type=msg.type, peer=client.peer)
+                self._send(
+                    client,
+                    ControlReply(
+                        type=msg.type,
+                        ok=False,
+                        message=f"{msg.type} needs the admin token (ControlReq.token) and "
+                        f"this server {why} (schedkit serve --admin-token)",
+                    ),
+                )
+                return None
+            if msg.type == "pause" and msg.while_connected:
+                self._pause_owner = client
+            elif msg.type in ("pause", "continue"):  # a later pause or continue takes over
+                self._pause_owner = None
         return ControlRequest(
             type=msg.type, mode=msg.mode, rid=msg.rid, send_reply=partial(self._reply, client)
         )
 
-    def _refuse(
-        self, client: _Client, problem: str, rid: str | None = None, envelope: tuple = ()
-    ) -> None:
+    def _refuse(self, client: Connection, problem: str, rid: str | None = None) -> None:
         self.malformed_count += 1
-        problem = _shortened(problem)
-        self._warnings.warning("request refused", problem=problem, peer=client.identity.hex())
-        self._send(client, encode(ErrorReply(message=problem, rid=rid)), envelope)
+        problem = shortened(problem)
+        self._warnings.warning("request refused", problem=problem, peer=client.peer)
+        self._send(client, ErrorReply(message=problem, rid=rid))
         return None
 
-    def _reply(self, client: _Client, reply: ControlReply) -> None:
-        self._read_connection_events()
-        if self._by_identity.get(client.identity) is client:  # else it left: nobody to tell
-            self._send(client, encode(reply))
+    def _reply(self, client: Connection, reply: ControlReply) -> None:
+        if not client.closed:  # else it left: nobody to tell
+            self._send(client, reply)
 
-    # -- connections ------------------------------------------------------------------------
+    # -- clients leaving --------------------------------------------------------------------
 
-    def _client(self, identity: bytes, fd: int) -> _Client:
-        """The connection a message came from. libzmq gives a routing id to one connection
-        at a time, and a descriptor is reused only once its connection closed: a known id on
-        another descriptor, or a known descriptor under another id, means that the
-        connection seen before is gone."""
-        client = self._by_identity.get(identity)
-        if client is not None and client.fd == fd:
-            return client
-        if client is not None:
-            self._depart(client, "reconnected")
-        if fd >= 0 and fd in self._by_fd:
-            self._depart(self._by_fd[fd], "gone")
-        client = _Client(identity, fd)
-        self._by_identity[identity] = client
-        if fd >= 0:
-            self._by_fd[fd] = client
-        return client
+    def _is_busy(self, client: Connection) -> bool:
+        return bool(client.rids) or client is self._pause_owner
 
-    def _read_connection_events(self) -> None:
-        """Depart the clients whose connections the monitor reports closed, and mark their
-        descriptors closed until a new connection is accepted on one."""
-        monitor = self._monitor
-        if monitor.closed:
-            return
-        while True:
-            try:
-                event = parse_monitor_message(monitor.recv_multipart(zmq.NOBLOCK))
-            except zmq.Again:
-                return
-            fd = event["value"]
-            if event["event"] == zmq.EVENT_ACCEPTED:
-                self._closed_fds.discard(fd)
-                continue
-            self._closed_fds.add(fd)
-            client = self._by_fd.get(fd)
-            if client is not None:
-                self._depart(client, "disconnected")
+    def _departed(self, client: Connection, why: str) -> None:
+        """A connection closed: its held requests are dropped, the others aborted; a pause it
+        owned ends."""
+        if client is self._pause_owner:
+            self._pause_owner = None
+            self._internal.append(ControlRequest(type="continue"))
+            log.info("pause ended: the connection that paused left", peer=client.peer)
+        for req in self._fair.drop(client):
+            self._forget(req.rid)
+        if client.rids:
+            for rid in client.rids:
+                self._routes[rid].client = None
+            self._internal += (ControlRequest(type="abort", rid=rid) for rid in client.rids)
+            self._warnings.warning(
+                "client dropped", why=why, peer=client.peer, aborted=len(client.rids)
+            )
+            self.clients_dropped += 1
+            client.rids = set()
+            client.tokens = 0
+        elif why.startswith(("too slow", "protocol", "partial")):
+            self._warnings.warning("connection closed", why=why, peer=client.peer)
 
-    def _depart(self, client: _Client, why: str) -> None:
-        """Forget a connection; its waiting requests are aborted and their outputs dropped."""
-        if self._by_identity.get(client.identity) is client:
-            del self._by_identity[client.identity]
-        if self._by_fd.get(client.fd) is client:
-            del self._by_fd[client.fd]
-        self._abandon(client, why)
-
-    def _abandon(self, client: _Client, why: str) -> None:
-        """Abort the client's waiting requests: they leave its count, not the total, until
-        their final output passes."""
-        if not client.rids:
-            return
-        routes = self._routes
-        for rid in client.rids:
-            routes[rid].client = None
-        self._to_abort += client.rids
-        self._warnings.warning(
-            "client dropped", why=why, peer=client.identity.hex(), aborted=len(client.rids)
-        )
-        self.clients_dropped += 1
-        client.rids = set()
-        client.tokens = 0
+    def _forget(self, rid: str) -> None:
+        route = self._routes.pop(rid)
+        self.waiting_tokens -= route.tokens
+        if route.client is not None:
+            route.client.rids.discard(rid)
+            route.client.tokens -= route.tokens
 
     # -- outputs out ------------------------------------------------------------------------
 
@@ -459,9 +341,8 @@ class ZmqServer:
         """Send each client the part of ``msg`` that concerns its own requests; finished
         requests are forgotten. Outputs of departed clients' requests and of requests this
         server did not take are dropped and counted."""
-        self._read_connection_events()
         routes = self._routes
-        by_client: dict[_Client, list[int]] = {}
+        by_client: dict[Connection, list[int]] = {}
         for i, rid in enumerate(msg.rids):
             route = routes.get(rid)
             if route is None:
@@ -473,76 +354,29 @@ class ZmqServer:
             else:
                 by_client.setdefault(route.client, []).append(i)
         whole = len(by_client) == 1 and len(next(iter(by_client.values()))) == len(msg.rids)
-        for client, rows in by_client.items():
-            self._send(client, encode(msg if whole else _rows(msg, rows)))
+        for client, selected in by_client.items():
+            self._send(client, msg if whole else rows(msg, selected))
         for rid, reason in zip(msg.rids, msg.finished_reasons, strict=True):
-            if reason is not None:
-                route = routes.pop(rid, None)
-                if route is not None:
-                    self._finished(rid, route)
+            if reason is not None and rid in routes:
+                self._forget(rid)
 
-    def _finished(self, rid: str, route: _Route) -> None:
-        self.waiting_tokens -= route.tokens
-        client = route.client
-        if client is not None:
-            client.rids.discard(rid)
-            client.tokens -= route.tokens
-
-    def _send(self, client: _Client, payload: bytes, envelope: tuple = ()) -> None:
-        if self._socket.closed:
-            return
-        try:
-            self._socket.send_multipart((client.identity, *envelope, payload), zmq.NOBLOCK)
-        except zmq.ZMQError as exc:  # EAGAIN: too slow; EHOSTUNREACH: gone
-            if exc.errno == zmq.EAGAIN:
-                self._abandon(client, "too slow")
-            else:
-                self._depart(client, "gone")
+    def _send(self, client: Connection, message: msgspec.Struct) -> None:
+        if not self._closed:
+            self.connections.send(client, (encode(message),))
 
     # -- the loop's helpers -----------------------------------------------------------------
 
     def wait(self, timeout: float) -> bool:
-        """Block up to ``timeout`` seconds until a message or a closed connection is
-        readable; True if one is."""
-        if self._socket.closed:
+        """Block up to ``timeout`` seconds until a client sent something or a request can be
+        handed over; True if so."""
+        if self._closed:
             return False
-        return bool(self._to_abort) or bool(self._poller.poll(int(timeout * 1000)))
+        if self._internal or self._fair.releasable():
+            return True
+        return bool(self.connections.poll(timeout))
 
     def close(self) -> None:
-        """Close the socket (pending messages wait at most ``linger_ms``) and its monitor."""
-        if not self._socket.closed:
-            # Closing a monitored socket first stalls later connections (libzmq 4.3.5).
-            self._socket.disable_monitor()
-            self._socket.close(linger=self.linger_ms)
-        if not self._monitor.closed:
-            self._monitor.close()
-
-
-def _shortened(text: str) -> str:
-    """``text`` cut in the middle to at most ``_MAX_PROBLEM_CHARS`` characters: a refusal
-    quotes what it refuses (a field name, a value), which a client makes as long as it likes,
-    and the place (``at `$.field```) comes last."""
-    if len(text) <= _MAX_PROBLEM_CHARS:
-        return text
-    head, tail = _MAX_PROBLEM_CHARS * 3 // 5, _MAX_PROBLEM_CHARS * 3 // 10
-    return f"{text[:head]}... ({len(text) - head - tail} characters left out) ...{text[-tail:]}"
-
-
-def _source_fd(frame: zmq.Frame) -> int:
-    """The socket descriptor a frame arrived on; -1 for inproc (libzmq knows none)."""
-    try:
-        return frame.get(zmq.SRCFD)
-    except zmq.ZMQError:
-        return -1
-
-
-def _rows(msg: OutputMessage, rows: list[int]) -> OutputMessage:
-    """``msg`` with only the given rows of its per-request columns."""
-    n = len(msg.rids)
-    fields = {}
-    for name in msg.__struct_fields__:
-        value = getattr(msg, name)
-        if isinstance(value, list) and len(value) == n:
-            value = [value[i] for i in rows]
-        fields[name] = value
-    return type(msg)(**fields)
+        """Close every connection and the listener."""
+        if not self._closed:
+            self._closed = True
+            self.connections.close_all()

@@ -1,0 +1,61 @@
+"""What the request edge says back: refusals cut to a bounded length, outputs split by client,
+and warnings logged at most once a second of each kind."""
+
+from __future__ import annotations
+
+import time
+
+import attrs
+import structlog
+from schedkit.components.io.io_struct import BatchEmbeddingOutput, BatchTokenIDOutput
+
+__all__ = ["MAX_PROBLEM_CHARS", "OutputMessage", "RateLimitedWarnings", "rows", "shortened"]
+
+log = structlog.get_logger("schedkit.components.io.zmq_server")
+
+OutputMessage = BatchTokenIDOutput | BatchEmbeddingOutput
+# Refusals are cut to this length (a client that never reads has them queued).
+MAX_PROBLEM_CHARS = 1000
+
+
+@attrs.define(slots=True)
+class RateLimitedWarnings:
+    """Logs each kind of warning at most once per ``interval`` seconds, with how many were
+    left out since: a client that sends refused messages as fast as it can must not turn
+    the log (and a stderr pipe that fills) into the thing that stalls the loop."""
+
+    interval: float = 1.0
+    _last: dict[str, float] = attrs.Factory(dict)
+    _left_out: dict[str, int] = attrs.Factory(dict)
+
+    def warning(self, event: str, **fields: object) -> None:
+        """Log ``event`` unless one was logged less than ``interval`` seconds ago."""
+        now = time.monotonic()
+        if now - self._last.get(event, -self.interval) < self.interval:
+            self._left_out[event] = self._left_out.get(event, 0) + 1
+            return
+        self._last[event] = now
+        left_out = self._left_out.pop(event, 0)
+        log.warning(event, **fields, **({"not_logged_since": left_out} if left_out else {}))
+
+
+def shortened(text: str) -> str:
+    """``text`` cut in the middle to at most ``MAX_PROBLEM_CHARS`` characters: a refusal
+    quotes what it refuses (a field name, a value), which a client makes as long as it likes,
+    and the place (``at `$.field```) comes last."""
+    if len(text) <= MAX_PROBLEM_CHARS:
+        return text
+    head, tail = MAX_PROBLEM_CHARS * 3 // 5, MAX_PROBLEM_CHARS * 3 // 10
+    return f"{text[:head]}... ({len(text) - head - tail} characters left out) ...{text[-tail:]}"
+
+
+def rows(msg: OutputMessage, selected: list[int]) -> OutputMessage:
+    """``msg`` with only the ``selected`` rows of its per-request columns."""
+    n = len(msg.rids)
+    fields = {}
+    for name in msg.__struct_fields__:
+        value = getattr(msg, name)
+        if isinstance(value, list) and len(value) == n:
+            value = [value[i] for i in selected]
+        fields[name] = value
+    return type(msg)(**fields)
