@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
@@ -60,9 +61,12 @@ class Client:
             self._outputs.append(msg)
         return True
 
-    def control(self, kind: str, mode: str = "retract", timeout: float = 5.0) -> ControlReply:
-        """Send a control message and wait for its reply."""
-        self.dealer.send(encode(ControlReq(type=kind, mode=mode)))
+    def control(
+        self, kind: str, mode: str = "retract", timeout: float = 5.0, token: str | None = None
+    ) -> ControlReply:
+        """Send a control message (``token``: the server's admin token, which pause, continue
+        and flush need) and wait for its reply."""
+        self.dealer.send(encode(ControlReq(type=kind, mode=mode, token=token)))
         deadline = time.monotonic() + timeout
         while not self._replies:
             if not self._receive(deadline - time.monotonic()):
@@ -105,11 +109,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control", choices=["pause", "continue", "flush", "get_loads"])
     parser.add_argument("--mode", default="retract", choices=["retract", "in_place"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--admin-token",
+        default=os.environ.get("SCHEDKIT_ADMIN_TOKEN"),
+        help="the server's admin token, for pause, continue and flush",
+    )
     args = parser.parse_args(argv)
     client = Client(args.endpoint)
     try:
         if args.control:
-            print(json.dumps(msgspec.to_builtins(client.control(args.control, args.mode))))
+            print(json.dumps(msgspec.to_builtins(client.control(args.control, args.mode, token=args.admin_token))))
             return 0
         rng = random.Random(args.seed)
         shared = [rng.randrange(10, 32000) for _ in range(64)]

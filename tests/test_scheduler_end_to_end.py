@@ -306,7 +306,7 @@ def test_schedkit_serve_takes_requests_and_control_and_stops_cleanly():
         from send_requests import Client
     finally:
         sys.path.pop(0)
-    server, requests = start_serve()
+    server, requests = start_serve(admin_token="admin-secret")
     client = Client(requests)
     try:
         ready = json.loads(server.stdout.readline())
@@ -319,9 +319,11 @@ def test_schedkit_serve_takes_requests_and_control_and_stops_cleanly():
             assert results[f"q{i}"]["finish"] == {"type": "length", "length": 5 + i}
         loads = client.control("get_loads")
         assert loads.ok and loads.loads["num_running_reqs"] == 0
-        assert client.control("pause", "in_place").ok
-        assert client.control("continue").ok
-        assert client.control("flush").ok
+        refused = client.control("pause", "in_place")
+        assert not refused.ok and "needs the admin token" in refused.message
+        assert client.control("pause", "in_place", token="admin-secret").ok
+        assert client.control("continue", token="admin-secret").ok
+        assert client.control("flush", token="admin-secret").ok
         client.generate("late", [3] * 20, max_new_tokens=400)
         time.sleep(0.3)
         server.send_signal(signal.SIGINT)

@@ -168,7 +168,9 @@ class ZmtpReader:
             if n - start < size:
                 break
             self._parts += 1
-            self._frame_end(bytes(buf[start : start + size]), more, messages)
+            with memoryview(buf) as view:  # one copy of the frame
+                body = view[start : start + size].tobytes()
+            self._frame_end(body, more, messages)
             pos = start + size
         del buf[:pos]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import signal
 import socket
 import sys
@@ -72,6 +73,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         type=number(float, allow_minimum=True),
         default=5.0,
         help="seconds to finish in-flight requests on shutdown before aborting them",
+    )
+    p.add_argument(
+        "--admin-token",
+        default=os.environ.get("SCHEDKIT_ADMIN_TOKEN"),
+        metavar="TOKEN",
+        help="the token a client's pause, continue and flush messages must carry (default: "
+        "$SCHEDKIT_ADMIN_TOKEN, which stays out of the process list); without one they are "
+        "refused",
     )
     p.set_defaults(run=cmd_serve)
 
@@ -206,6 +215,17 @@ def _linger(publisher: Any, seconds: float) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     """``schedkit serve``: serve until SIGINT or SIGTERM, then drain for ``--grace`` seconds."""
     wiring = wiring_from_args(args)
+    if args.admin_token:
+        receiver = wiring.components.get("request_receiver")
+        if receiver is None or receiver.type != "zmq_server":
+            print(
+                "schedkit serve: --admin-token needs a zmq_server request_receiver "
+                "(see examples/serve.yaml)",
+                file=sys.stderr,
+            )
+            return 2
+        admin = {"components": {"request_receiver": {"args": {"admin_token": args.admin_token}}}}
+        wiring = wiring_from_args(args, admin)
     stop = threading.Event()
     with build(wiring) as assembly:
         if getattr(assembly["request_receiver"], "bound_endpoint", None) is None:

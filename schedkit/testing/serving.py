@@ -5,6 +5,7 @@ benchmarks of the request socket: ``start_serve()``, ``free_endpoint()`` and
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -22,10 +23,16 @@ def free_endpoint() -> str:
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
-def start_serve(*, stderr: int = subprocess.PIPE) -> tuple[subprocess.Popen, str]:
+def start_serve(
+    *,
+    stderr: int = subprocess.PIPE,
+    admin_token: str | None = None,
+    max_open_files: int | None = None,
+) -> tuple[subprocess.Popen, str]:
     """``schedkit serve`` on the shipped default wiring with the ``serve`` overlay, its request
-    endpoint and KV events on free ports; returns the process (text stdout, whose first line
-    is the ready message) and the request endpoint."""
+    endpoint and KV events on free ports (``admin_token`` for control messages; the process's
+    descriptor limit lowered to ``max_open_files``); returns the process (text stdout, whose
+    first line is the ready message) and the request endpoint."""
     endpoint = free_endpoint()
     env = {
         **os.environ,
@@ -33,10 +40,19 @@ def start_serve(*, stderr: int = subprocess.PIPE) -> tuple[subprocess.Popen, str
         "SCHEDKIT_KV_EVENTS_ENDPOINT": free_endpoint(),
         "SCHEDKIT_KV_REPLAY_ENDPOINT": free_endpoint(),
     }
+    if admin_token is not None:
+        env["SCHEDKIT_ADMIN_TOKEN"] = admin_token
     command = [sys.executable, "-m", "schedkit.cli", "serve", str(wirings.path())]
+    limit = None
+    if max_open_files is not None:
+
+        def limit() -> None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (max_open_files, max_open_files))
+
     server = subprocess.Popen(
         [*command, "-o", str(wirings.path("serve"))],
         env=env,
+        preexec_fn=limit,
         stdout=subprocess.PIPE,
         stderr=stderr,
         text=True,

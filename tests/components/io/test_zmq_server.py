@@ -54,12 +54,20 @@ def connect(server):
         sock.close()
 
 
+def admitted(items: list) -> list:
+    """``items``, each request marked admitted into a batch, as a scheduler would."""
+    for item in items:
+        if isinstance(item, Req):
+            item.scheduled_time = time.monotonic()
+    return items
+
+
 def receive(server, want: int, timeout: float = 5.0) -> list:
     items, deadline = [], time.monotonic() + timeout
     while len(items) < want:
         assert time.monotonic() < deadline, f"got {items}"
         server.wait(0.05)
-        items += server.recv_requests()
+        items += admitted(server.recv_requests())
     return items
 
 
@@ -192,17 +200,30 @@ def test_a_req_socket_is_told_to_connect_a_dealer(server):
         req.close()
 
 
-def test_a_message_of_many_frames_is_refused_without_holding_them_all(server, connect):
+def test_a_message_of_many_frames_closes_its_connection_without_holding_them(server, connect):
     client = connect()
     client.send_multipart([b"x"] * 50_000)
-    assert server.wait(5.0)
+    other = connect()
+    other.send(generate("other"))
     tracemalloc.start()
+    assert [r.rid for r in receive(server, 1)] == ["other"]
     deadline = time.monotonic() + 10
+    while server.connections.closed_for_bounds == 0:
+        assert time.monotonic() < deadline
+        server.wait(0.05)
+        assert server.recv_requests() == []
+    assert python_peak_bytes() < 4 << 20  # 50,000 frames held at once: ~9 MiB
+    assert len(server.connections) == 1  # the other one
+
+
+def test_a_message_of_a_few_frames_is_refused(server, connect):
+    client = connect()
+    client.send_multipart([b"x"] * 64)  # max_frames_per_message
+    deadline = time.monotonic() + 5
     while not client.poll(10):
         assert time.monotonic() < deadline
         assert server.recv_requests() == []
-    assert python_peak_bytes() < 4 << 20  # 50,000 frames held at once: ~9 MiB
-    assert read(client).message == "expected one message frame from a DEALER, got 50000"
+    assert read(client).message == "expected one message frame from a DEALER, got 64"
 
 
 def test_a_refusal_quotes_a_huge_value_shortened_so_unread_refusals_stay_small(server, connect):
@@ -304,7 +325,7 @@ def test_requests_a_client_sent_just_before_it_left_are_dropped_or_aborted_after
                 item.rid
             )
     taken = [x.rid for x in items if isinstance(x, Req)]
-    assert len(taken) + server.departed_messages == 20
+    assert server.live_requests == len(taken)  # the rest were dropped before handing over
     server.send(output(taken, finished=True))
     assert server.live_requests == 0
 
@@ -323,7 +344,6 @@ def test_a_newcomer_on_a_closed_connections_descriptor_is_served(server, connect
         assert [r.rid for r in receive(server, 1)] == [f"new{i}"]
         newcomer.close()
         wait_for_aborts(server, 1)
-    assert server.departed_messages == 0
 
 
 def connect_as_departed(server, connect, identity: bytes, settle) -> tuple[zmq.Socket, list]:
@@ -377,7 +397,8 @@ def test_a_newcomer_with_a_departed_clients_routing_id_gets_none_of_its_outputs(
     control.reply({"num_running_reqs": 0})
     assert read(thief) == ControlReply(type="get_loads", ok=True, loads={"num_running_reqs": 0})
     assert not thief.poll(200)  # none of alice's outputs
-    assert server.departed_outputs == 40 and server.live_requests == 0
+    # Outputs sent before the server read the close went to the closed socket, not the thief.
+    assert server.departed_outputs == (40 if read_first else 0) and server.live_requests == 0
     thief.send(generate("a0"))  # the departed rids are free again
     assert [r.rid for r in receive(server, 1)] == ["a0"]
 
@@ -408,17 +429,11 @@ def test_a_frame_over_max_message_bytes_is_refused_by_its_length(connect):
             f"message is {len(frame)} bytes; the limit is {1 << 20} bytes (max_message_bytes)"
         )
         assert time.monotonic() - started < 1.0
-        assert python_peak_bytes() < 4 << 20  # nothing decoded: 2 Mi empty lists are ~100 MiB
-        # Over 4 x max_message_bytes (MAXMSGSIZE) the connection goes, and nothing else.
-        client.send(b"\x90" * (4 << 20) + b"\x90")
-        other = zmq.Context.instance().socket(zmq.DEALER)
-        other.setsockopt(zmq.LINGER, 0)
-        other.connect(server.bound_endpoint)
-        other.send(generate("after"))
+        # Skipped as it arrives: 2 Mi empty lists would be ~100 MiB, the frame itself 2 MiB.
+        assert python_peak_bytes() < 1 << 20
+        client.send(generate("after"))  # the connection stays
         assert [r.rid for r in receive(server, 1)] == ["after"]
-        assert not client.poll(100)
         client.close()
-        other.close()
     finally:
         server.close()
 
@@ -446,7 +461,8 @@ def test_frames_decode_in_bounded_time_and_memory_without_a_schema_less_pass(ser
     assert "VALID_MESSAGES" not in replies[1].message and "GenerateReqInput" in replies[1].message
     assert "Object contains unknown field `pad`" in replies[2].message
     assert time.monotonic() - started < 1.0
-    assert python_peak_bytes() < 4 << 20  # 4 Mi empty lists would be ~200 MiB
+    # The 4 MiB frame is held while it arrives; 4 Mi empty lists would be ~200 MiB.
+    assert python_peak_bytes() < 12 << 20
     assert server.malformed_count == 3
 
 
@@ -548,28 +564,9 @@ def test_error_reply_decodes_with_plain_msgpack(server, connect):
     assert raw["kind"] == "error" and "message" in raw
 
 
-def test_takes_at_most_max_recv_per_call_messages_per_call(connect):
-    # Over inproc a sent message is in the server's queue when send returns.
-    server = ZmqServer(endpoint="inproc://zmq-server-per-call", max_recv_per_call=2)
-    try:
-        client = zmq.Context.instance().socket(zmq.DEALER)
-        client.setsockopt(zmq.LINGER, 0)
-        client.connect(server.bound_endpoint)
-        for i in range(5):
-            client.send(generate(f"r{i}"))
-        assert len(server.recv_requests()) == 2
-        assert [r.rid for r in receive(server, 3)] == ["r2", "r3", "r4"]
-        client.close()
-    finally:
-        server.close()
-
-
 def test_reads_at_most_max_recv_bytes_per_call_so_a_flood_of_big_frames_cannot_stall_the_loop():
     # Each 100,000-token request fails to decode only at its last id: a whole decode apiece.
-    # Over inproc a sent message is in the server's queue when send returns.
-    server = ZmqServer(
-        endpoint="inproc://zmq-server-bytes-per-call", max_recv_bytes_per_call=1 << 20
-    )
+    server = ZmqServer(max_recv_bytes_per_call=1 << 20)
     bad = msgspec.msgpack.encode(
         {"kind": "generate", "rid": "x", "input_ids": [70_000] * 99_999 + [2**32]}
     )
@@ -580,8 +577,10 @@ def test_reads_at_most_max_recv_bytes_per_call_so_a_flood_of_big_frames_cannot_s
         for _ in range(10):
             client.send(bad)
         client.send(generate("last"))
+        server.wait(1.0)
+        time.sleep(0.5)  # all of it sent: the kernel holds what the server has not read
         assert server.recv_requests() == []
-        assert server.malformed_count == -(-(1 << 20) // len(bad))  # read until over the bound
+        assert server.malformed_count <= -(-(1 << 20) // len(bad))  # at most the bound read
         assert [r.rid for r in receive(server, 1)] == ["last"]
         assert server.malformed_count == 10
         client.close()
@@ -591,7 +590,7 @@ def test_reads_at_most_max_recv_bytes_per_call_so_a_flood_of_big_frames_cannot_s
 
 def test_after_close_nothing_is_taken_and_replies_go_nowhere(server, connect):
     client = connect()
-    client.send(encode(ControlReq(type="pause")))
+    client.send(encode(ControlReq(type="get_loads")))
     (control,) = receive(server, 1)
     server.close()
     assert server.recv_requests() == []
@@ -601,8 +600,10 @@ def test_after_close_nothing_is_taken_and_replies_go_nowhere(server, connect):
 
 
 def test_rejects_bad_settings():
-    with pytest.raises(ValueError, match="max_recv_per_call must be an integer >= 1"):
-        ZmqServer(max_recv_per_call=0)
+    with pytest.raises(ValueError, match="max_recv_bytes_per_call must be an integer >= 1"):
+        ZmqServer(max_recv_bytes_per_call=0)
+    with pytest.raises(ValueError, match="inproc:// belongs to libzmq"):
+        ZmqServer(endpoint="inproc://zmq-server-test")
 
 
 def test_refusals_are_logged_at_most_once_a_second(capsys):
@@ -624,15 +625,16 @@ def test_refusals_are_logged_at_most_once_a_second(capsys):
         server.close()
 
 
-def test_serves_inproc_clients_too():
-    server = ZmqServer(endpoint="inproc://zmq-server-test")
+def test_serves_ipc_clients_too(tmp_path):
+    server = ZmqServer(endpoint=f"ipc://{tmp_path}/requests")
     client = zmq.Context.instance().socket(zmq.DEALER)
     try:
-        client.connect("inproc://zmq-server-test")
-        client.send(generate("i1"))
-        assert [r.rid for r in receive(server, 1)] == ["i1"]
-        server.send(output(["i1"], finished=True))
-        assert read(client).rids == ["i1"]
+        client.setsockopt(zmq.LINGER, 0)
+        client.connect(server.bound_endpoint)
+        client.send(generate("r"))
+        assert [r.rid for r in receive(server, 1)] == ["r"]
+        server.send(output(["r"], finished=True))
+        assert read(client).rids == ["r"]
     finally:
-        client.close(linger=0)
+        client.close()
         server.close()
