@@ -325,8 +325,10 @@ class ZmqServer:
             self.clients_dropped += 1
             client.rids = set()
             client.tokens = 0
-        elif why.startswith(("too slow", "protocol", "partial")):
-            self._warnings.warning("connection closed", why=why, peer=client.peer)
+        else:
+            for kind in ("too slow", "protocol", "partial"):  # each logged once a second
+                if why.startswith(kind):
+                    self._warnings.warning(f"connection closed: {kind}", why=why, peer=client.peer)
 
     def _forget(self, rid: str) -> None:
         route = self._routes.pop(rid)
