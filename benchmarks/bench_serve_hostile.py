@@ -9,17 +9,28 @@ request after it; a well-behaved request while another client sends 1 MiB frames
 validation at their last token id as fast as it can. Each latency is from send to the answer
 (ErrorReply, or final output).
 
-Usage: ``python benchmarks/bench_serve_hostile.py [--quick]`` (``--quick``: a flood of 100).
-Linux only (reads /proc/PID/status).
+Then, each repeated ``--repeat`` times (min / median / max): a small request at idle and
+behind another client's flood of N requests (with one step, a full 8,192-token prefill chunk,
+for the bound "2 x idle + one step"); the serve process's CPU over one second with 1,000 idle
+connections and the latency of a newcomer then; peak memory (VmHWM) of a fresh serve under 48
+connections each holding a 32 MiB frame minus one byte, and under a message of endless "more"
+frames.
+
+Usage: ``python benchmarks/bench_serve_hostile.py [--quick] [--repeat N]`` (``--quick``: a
+flood of 100). Linux only (reads /proc/PID/status and /proc/PID/stat).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import socket
+import statistics
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import msgspec
 import zmq
@@ -33,6 +44,7 @@ from schedkit.components.io.io_struct import (
     decode_server_message,
     encode,
 )
+from schedkit.components.io.zmtp import GREETING, command, frame_header
 
 from schedkit.testing.serving import peak_rss_mib, start_serve
 
@@ -71,10 +83,13 @@ class Client:
             self.pump(5)
         return time.monotonic() - started
 
-    def request(self, rid: str) -> float:
-        """Send a small request and wait for its final output; the seconds it took."""
-        params = SamplingParamsInput(max_new_tokens=16)
-        ids = [5] * 50 + [hash(rid) % 1000] * 10
+    def request(self, rid: str, prompt: int = 60, new: int = 16) -> float:
+        """Send a request and wait for its final output; the seconds it took."""
+        params = SamplingParamsInput(max_new_tokens=new)
+        if prompt > 60:  # a prompt of its own, nothing cached
+            ids = [(hash(rid) + 7919 * j) % 30000 + 10 for j in range(prompt)]
+        else:
+            ids = [5] * (prompt - 10) + [hash(rid) % 1000] * 10
         self.sock.send(encode(GenerateReqInput(rid=rid, input_ids=ids, sampling_params=params)))
         return self.until(lambda: rid in self.finished)
 
@@ -113,11 +128,124 @@ def request_under_invalid_frames(endpoint: str, good: Client) -> float:
         jammer.join()
 
 
+def raw_peer(endpoint: str) -> socket.socket:
+    """A plain TCP socket that completed the ZMTP handshake as a DEALER."""
+    host, port = endpoint[len("tcp://") :].rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)))
+    sock.sendall(GREETING + command(b"READY", {b"Socket-Type": b"DEALER"}))
+    return sock
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process ``pid`` so far (USER_HZ 100)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100
+
+
+def spread(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
+    """``min / median / max`` of ``values`` times ``scale``."""
+    shown = (min(values), statistics.median(values), max(values))
+    return " / ".join(f"{v * scale:.{digits}f}" for v in shown)
+
+
+def flood_behind(endpoint: str, good: Client, flood_size: int, rid: str) -> float:
+    """A small request's latency sent right after another client's flood of ``flood_size``
+    32k-token requests; the flood client then leaves and its requests go."""
+    prompt = [1000 + (j * 7919) % 60000 for j in range(32 << 10)]
+    flood = Client(endpoint)
+    for i in range(flood_size):
+        flood.sock.send(encode(GenerateReqInput(rid=f"{rid}-f{i}", input_ids=prompt)))
+        flood.pump(0)
+    flood.sock.send(encode(ControlReq(type="get_loads")))
+    flood.until(lambda: flood.replies)  # every flood request was read (taken or refused)
+    latency = good.request(rid)
+    flood.sock.close()
+    while True:
+        good.sock.send(encode(ControlReq(type="get_loads")))
+        good.until(lambda: good.replies)
+        loads = good.replies.pop().loads
+        if loads["num_running_reqs"] + loads["num_waiting_reqs"] == 0:
+            return latency
+
+
+def repeated(flood_size: int, repeat: int, row: str) -> None:
+    """The repeated figures of the module docstring."""
+    server, endpoint = start_serve(stderr=subprocess.DEVNULL, max_open_files=1024)
+    try:
+        json.loads(server.stdout.readline())
+        good = Client(endpoint)
+        step = [good.request(f"step{i}", prompt=8192, new=1) for i in range(repeat)]
+        idle = [good.request(f"idle-r{i}") for i in range(repeat)]
+        behind = [flood_behind(endpoint, good, flood_size, f"behind{i}") for i in range(repeat)]
+        print(row.format("one step: 8,192-token prefill (ms)", spread(step, 1e3)))
+        print(row.format("small request at idle (ms)", spread(idle, 1e3)))
+        print(
+            row.format(
+                f"small request behind a {flood_size}-request flood (ms)", spread(behind, 1e3)
+            )
+        )
+        bound = 2 * statistics.median(idle) + statistics.median(step)
+        print(row.format("  bound 2 x idle + one step, medians (ms)", f"{bound * 1e3:.1f}"))
+        cpu, newcomer = [], []
+        for i in range(repeat):
+            idle_socks = [raw_peer(endpoint) for _ in range(1000)]
+            time.sleep(0.5)
+            before = cpu_seconds(server.pid)
+            time.sleep(1.0)
+            cpu.append(cpu_seconds(server.pid) - before)
+            newcomer.append(Client(endpoint).request(f"newcomer{i}"))
+            for sock in idle_socks:
+                sock.close()
+        print(row.format("1,000 idle connections: serve CPU (% of a core)", spread(cpu, 100, 0)))
+        print(row.format("  a newcomer's small request (ms)", spread(newcomer, 1e3)))
+    finally:
+        server.terminate()
+        server.wait(30)
+    frames, more = [], []
+    for _ in range(repeat):
+        frames.append(attack_peak(held_frames=True))
+        more.append(attack_peak(held_frames=False))
+    print(row.format("48 x 32 MiB frames held: peak RSS (MiB)", spread(frames, digits=0)))
+    print(row.format('endless "more" frames: peak RSS (MiB)', spread(more, digits=0)))
+
+
+def attack_peak(held_frames: bool) -> float:
+    """A fresh serve's peak RSS under 48 connections each sending a 32 MiB frame but its last
+    byte, or one connection sending 24 M empty frames flagged "more" (48 MB)."""
+    server, endpoint = start_serve(stderr=subprocess.DEVNULL)
+    peers = []
+    try:
+        json.loads(server.stdout.readline())
+        if held_frames:
+            size = 32 << 20
+            for _ in range(48):
+                peers.append(raw_peer(endpoint))
+                with contextlib.suppress(OSError):  # closed by the server
+                    peers[-1].sendall(frame_header(size) + bytes(size - 1))
+        else:
+            peers.append(raw_peer(endpoint))
+            chunk = b"\x01\x00" * (1 << 20)
+            try:
+                for _ in range(12):
+                    peers[-1].sendall(chunk)
+            except OSError:
+                pass
+        Client(endpoint).request("after")  # still serving
+        return peak_rss_mib(server.pid)
+    finally:
+        for sock in peers:
+            sock.close()
+        server.terminate()
+        server.wait(30)
+
+
 def main() -> None:
     """Start a serve, run the steps in the module docstring, print a figure a line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="flood 100 requests, not 1,000")
-    flood_size = 100 if parser.parse_args().quick else 1000
+    parser.add_argument("--repeat", type=int, default=5, help="repeats of the repeated figures")
+    args = parser.parse_args()
+    flood_size = 100 if args.quick else 1000
     server, endpoint = start_serve(stderr=subprocess.DEVNULL)
     try:
         json.loads(server.stdout.readline())
@@ -177,6 +305,7 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(30)
+    repeated(flood_size, args.repeat, row)
 
 
 if __name__ == "__main__":

@@ -118,7 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     client = Client(args.endpoint)
     try:
         if args.control:
-            print(json.dumps(msgspec.to_builtins(client.control(args.control, args.mode, token=args.admin_token))))
+            print(
+                json.dumps(
+                    msgspec.to_builtins(
+                        client.control(args.control, args.mode, token=args.admin_token)
+                    )
+                )
+            )
             return 0
         rng = random.Random(args.seed)
         shared = [rng.randrange(10, 32000) for _ in range(64)]

@@ -78,7 +78,9 @@ def shut_down(server: subprocess.Popen, clients: list[Client]) -> str:
 def wait_for(clients: list[Client], done, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not done():
-        assert time.monotonic() < deadline, f"timed out {[(len(c.finishes), len(c.errors)) for c in clients]}"
+        assert time.monotonic() < deadline, (
+            f"timed out {[(len(c.finishes), len(c.errors)) for c in clients]}"
+        )
         for c in clients:
             c.pump(5)
 

@@ -34,8 +34,9 @@ class FairRelease:
     def hold(self, client: Hashable, req: Req) -> None:
         """Keep ``req`` of ``client`` until its turn."""
         queue = self._held.get(client)
-        if queue is None:
-            queue = self._held[client] = deque()
+        if queue is None:  # a client that had nothing held is served first
+            queue = deque()
+            self._held = {client: queue, **self._held}
         queue.append(req)
         self.held_count += 1
 

@@ -122,7 +122,9 @@ class ZmqServer:
     _internal: list[ControlRequest] = attrs.field(init=False, factory=list, repr=False)
     _pause_owner: Connection | None = attrs.field(init=False, default=None, repr=False)
     _closed: bool = attrs.field(init=False, default=False)
-    _warnings: RateLimitedWarnings = attrs.field(init=False, factory=RateLimitedWarnings, repr=False)
+    _warnings: RateLimitedWarnings = attrs.field(
+        init=False, factory=RateLimitedWarnings, repr=False
+    )
 
     def __attrs_post_init__(self) -> None:
         check_endpoint(self.endpoint, bind=True, allow_remote=self.allow_remote)
