@@ -28,6 +28,7 @@ import json
 import socket
 import statistics
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -201,42 +202,49 @@ def repeated(flood_size: int, repeat: int, row: str) -> None:
     finally:
         server.terminate()
         server.wait(30)
-    frames, more = [], []
+    frames, largest, more = [], [], []
     for _ in range(repeat):
-        frames.append(attack_peak(held_frames=True))
-        more.append(attack_peak(held_frames=False))
+        frames.append(attack_peak(32 << 20))
+        largest.append(attack_peak((8 << 20) - 1))
+        more.append(attack_peak(None))
     print(row.format("48 x 32 MiB frames held: peak RSS (MiB)", spread(frames, digits=0)))
+    print(
+        row.format(
+            "48 x 8 MiB frames (largest kept) held: peak RSS (MiB)", spread(largest, digits=0)
+        )
+    )
     print(row.format('endless "more" frames: peak RSS (MiB)', spread(more, digits=0)))
 
 
-def attack_peak(held_frames: bool) -> float:
-    """A fresh serve's peak RSS under 48 connections each sending a 32 MiB frame but its last
-    byte, or one connection sending 24 M empty frames flagged "more" (48 MB)."""
-    server, endpoint = start_serve(stderr=subprocess.DEVNULL)
-    peers = []
-    try:
-        json.loads(server.stdout.readline())
-        if held_frames:
-            size = 32 << 20
-            for _ in range(48):
+def attack_peak(frame_bytes: int | None) -> float:
+    """A fresh serve's peak RSS under 48 connections each sending a frame of ``frame_bytes``
+    but its last byte, or (None) one connection sending 12 M empty frames flagged "more"."""
+    with tempfile.TemporaryFile("w+") as log:
+        server, endpoint = start_serve(stderr=log)
+        peers: list[socket.socket] = []
+        try:
+            if not server.stdout.readline():
+                log.seek(0)
+                raise SystemExit(f"bench_serve_hostile: serve did not start:\n{log.read()[-3000:]}")
+            if frame_bytes is not None:
+                size = frame_bytes
+                for _ in range(48):
+                    peers.append(raw_peer(endpoint))
+                    with contextlib.suppress(OSError):  # closed by the server
+                        peers[-1].sendall(frame_header(size) + bytes(size - 1))
+            else:
                 peers.append(raw_peer(endpoint))
+                chunk = b"\x01\x00" * (1 << 20)
                 with contextlib.suppress(OSError):  # closed by the server
-                    peers[-1].sendall(frame_header(size) + bytes(size - 1))
-        else:
-            peers.append(raw_peer(endpoint))
-            chunk = b"\x01\x00" * (1 << 20)
-            try:
-                for _ in range(12):
-                    peers[-1].sendall(chunk)
-            except OSError:
-                pass
-        Client(endpoint).request("after")  # still serving
-        return peak_rss_mib(server.pid)
-    finally:
-        for sock in peers:
-            sock.close()
-        server.terminate()
-        server.wait(30)
+                    for _ in range(12):
+                        peers[-1].sendall(chunk)
+            Client(endpoint).request("after")  # still serving
+            return peak_rss_mib(server.pid)
+        finally:
+            for sock in peers:
+                sock.close()
+            server.terminate()
+            server.wait(30)
 
 
 def main() -> None:

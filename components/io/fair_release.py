@@ -1,12 +1,17 @@
-"""Fair release of accepted requests to the scheduler: round-robin by client, one set at a time.
+"""Fair release of accepted requests to the scheduler, round-robin by client.
 
-The request edge holds what each client sent and hands the scheduler a set of requests taken in
-turn from each client that has some (one request per client per turn, until the set holds
-``max_set_tokens`` prompt tokens; a set always holds at least one request). The next set goes
-out only once every request of the current one was admitted into a batch (its
-``scheduled_time`` is set) or finished. The scheduler's waiting queue thus holds at most one
-set, whatever its policy orders, and a request that arrives behind another client's flood waits
-for one set to be admitted, then goes out in the next, ahead of the flood's next request.
+The request edge holds what each client sent and hands the scheduler, in each call, requests
+taken in turn from every client that has none waiting in the scheduler unadmitted: per client at
+most ``max_client_tokens`` prompt tokens released and not yet admitted into a batch (at least
+one request). Clients that had nothing held are served first. So the scheduler's waiting queue
+holds about one turn of each client, not one client's flood.
+
+The scheduler admits waiting requests in its policy's order and stops at the first that does
+not fit (SGLang's rule, so that large requests are not starved). A flood's request that waits
+for KV room would then hold up every request behind it: when requests go out while another
+client's released request still waits unadmitted, that request is moved behind them
+(``requeue``), once per request, so a newcomer gets one turn ahead of it and it keeps its
+place after that.
 """
 
 from __future__ import annotations
@@ -22,13 +27,23 @@ __all__ = ["FairRelease"]
 
 
 @attrs.define(slots=True, eq=False)
-class FairRelease:
-    """Requests held by client and released in fair sets; see the module docstring."""
+class _Released:
+    """A request handed to the scheduler and not yet admitted, and whose it is."""
 
-    max_set_tokens: int
+    client: Hashable
+    req: Req
+    requeued: bool = False
+
+
+@attrs.define(slots=True, eq=False)
+class FairRelease:
+    """Requests held by client and released in turns; see the module docstring."""
+
+    max_client_tokens: int
     # Clients with held requests, the next to be served first.
     _held: dict[Hashable, deque[Req]] = attrs.Factory(dict)
-    _released: list[Req] = attrs.Factory(list)
+    _released: list[_Released] = attrs.Factory(list)
+    _unadmitted_tokens: dict[Hashable, int] = attrs.Factory(dict)
     held_count: int = 0
 
     def hold(self, client: Hashable, req: Req) -> None:
@@ -42,36 +57,59 @@ class FairRelease:
 
     def releasable(self) -> bool:
         """Whether ``release`` would hand out requests now."""
-        return bool(self._held) and self._set_admitted()
+        self._prune()
+        return any(self._may_release(client) for client in self._held)
 
-    def release(self) -> list[Req]:
-        """The next set, once the previous one was admitted; else nothing."""
-        if not self._held or not self._set_admitted():
-            return []
-        released, tokens = [], 0
-        held = self._held
-        while held and tokens < self.max_set_tokens:
-            for client in list(held):
-                queue = held.pop(client)
+    def release(self) -> tuple[list[Req], list[str]]:
+        """The requests whose turn it is, and the rids of other clients' released requests,
+        still unadmitted, to move behind them (each request at most once)."""
+        self._prune()
+        out: list[Req] = []
+        released_by: set[Hashable] = set()
+        progress = True
+        while progress:
+            progress = False
+            for client in list(self._held):
+                if not self._may_release(client):
+                    continue
+                queue = self._held.pop(client)
                 req = queue.popleft()
-                released.append(req)
-                tokens += len(req.origin_input_ids)
+                self.held_count -= 1
+                out.append(req)
+                released_by.add(client)
+                self._released.append(_Released(client, req))
+                tokens = len(req.origin_input_ids)
+                self._unadmitted_tokens[client] = self._unadmitted_tokens.get(client, 0) + tokens
                 if queue:
-                    held[client] = queue  # to the back of the turn order
-                if tokens >= self.max_set_tokens:
-                    break
-        self.held_count -= len(released)
-        self._released = released
-        return released
+                    self._held[client] = queue  # to the back of the turn order
+                progress = True
+        requeue = []
+        if out:
+            for entry in self._released:
+                if entry.client not in released_by and not entry.requeued:
+                    entry.requeued = True
+                    requeue.append(entry.req.rid)
+        return out, requeue
 
-    def _set_admitted(self) -> bool:
-        released = self._released
-        while released:
-            req = released[-1]
+    def _may_release(self, client: Hashable) -> bool:
+        return self._unadmitted_tokens.get(client, 0) < self.max_client_tokens
+
+    def _prune(self) -> None:
+        """Forget released requests that were admitted or finished."""
+        if not self._released:
+            return
+        keep = []
+        for entry in self._released:
+            req = entry.req
             if req.scheduled_time is None and req.finished_reason is None:
-                return False
-            released.pop()
-        return True
+                keep.append(entry)
+                continue
+            left = self._unadmitted_tokens[entry.client] - len(req.origin_input_ids)
+            if left:
+                self._unadmitted_tokens[entry.client] = left
+            else:
+                del self._unadmitted_tokens[entry.client]
+        self._released = keep
 
     def take(self, client: Hashable, rid: str) -> Req | None:
         """Remove and return ``client``'s held request ``rid``, if held."""

@@ -240,13 +240,15 @@ def decode_server_message(
 class ControlRequest:
     """A control request inside the scheduler process.
 
-    ``reply(obj)`` answers the client: ``obj`` is a ``ControlReply``, a loads dict (for
-    ``get_loads``), a bool (success, e.g. of a cache flush) or None (plain success). Replies are
+    ``requeue`` (from a request edge, never from the wire) moves waiting request ``rid`` to the
+    back of the waiting queue. ``reply(obj)`` answers the client: ``obj`` is a
+    ``ControlReply``, a loads dict (for ``get_loads``), a bool (success, e.g. of a cache flush)
+    or None (plain success). Replies are
     also kept in ``replies``. ``send_reply`` delivers the reply (the ZeroMQ receiver binds it to
     the client's identity); without one the reply is only kept.
     """
 
-    type: Literal["pause", "continue", "flush", "get_loads", "abort"]
+    type: Literal["pause", "continue", "flush", "get_loads", "abort", "requeue"]
     mode: Literal["retract", "in_place"] = "retract"
     rid: str | None = None
     send_reply: Callable[[ControlReply], None] | None = None

@@ -19,7 +19,8 @@ Admission: requests taken and not yet finished ("waiting") are limited per clien
 (``waiting_limits``); when the total is full, a request of a client with fewer waiting requests
 than the client with the most displaces that client's newest request not yet handed to the
 scheduler (refused to it), so no client takes the whole budget. Requests reach the scheduler
-in fair sets, round-robin by client (``fair_release``). A departed client's requests are
+in turns, round-robin by client, at most ``release_tokens_per_client`` prompt tokens of each
+client waiting there unadmitted (``fair_release``). A departed client's requests are
 aborted (or dropped, if not yet handed over) and their outputs go nowhere.
 
 Control: ``pause``, ``continue`` and ``flush`` are refused (a ``ControlReply`` with ok false)
@@ -105,7 +106,7 @@ class ZmqServer:
     max_waiting_tokens_per_client: int = attrs.field(default=1 << 20, validator=at_least(1))
     max_waiting_requests: int = attrs.field(default=4096, validator=at_least(1))
     max_waiting_tokens: int = attrs.field(default=4 << 20, validator=at_least(1))
-    release_set_tokens: int = attrs.field(default=16384, validator=at_least(1))
+    release_tokens_per_client: int = attrs.field(default=16384, validator=at_least(1))
     handshake_timeout: float = 10.0
     bound_endpoint: str = attrs.field(init=False, default="")
     malformed_count: int = attrs.field(init=False, default=0)
@@ -134,7 +135,7 @@ class ZmqServer:
             total_requests=self.max_waiting_requests,
             total_tokens=self.max_waiting_tokens,
         )
-        self._fair = FairRelease(max_set_tokens=self.release_set_tokens)
+        self._fair = FairRelease(max_client_tokens=self.release_tokens_per_client)
         headroom = descriptor_headroom(_DESCRIPTOR_RESERVE)
         cap = min(self.max_connections, headroom)
         if cap < 1:
@@ -178,7 +179,9 @@ class ZmqServer:
                 item = self._parse(conn, message)
                 if item is not None:
                     items.append(item)
-            items += self._fair.release()
+            released, requeue = self._fair.release()
+            items += released
+            items += (ControlRequest(type="requeue", rid=rid) for rid in requeue)
         # Aborts and ends of pauses go last: a request handed over in this call may be aborted.
         items += self._internal
         self._internal = []

@@ -265,6 +265,17 @@ class Scheduler:
                 self._finish_aborted(req, "aborted")
                 return
 
+    def requeue_waiting(self, rid: str) -> bool:
+        """Move waiting request ``rid`` to the back of the waiting queue (a request edge's
+        turn-taking); False if it is not waiting."""
+        waiting = self.waiting_queue
+        for i, req in enumerate(waiting):
+            if req.rid == rid:
+                del waiting[i]
+                waiting.append(req)
+                return True
+        return False
+
     def _finish_aborted(self, req: Req, message: str) -> None:
         req.finished_reason = FinishAbort(message)
         req.is_chunked = False
@@ -319,6 +330,8 @@ class Scheduler:
             elif kind == "abort" and item.rid is not None:
                 self.abort_request(item.rid)
                 item.reply(None)
+            elif kind == "requeue" and item.rid is not None:
+                item.reply(self.requeue_waiting(item.rid))
             else:
                 raise ValueError(f"unsupported control request {kind!r} on this scheduler")
         except ValueError as exc:

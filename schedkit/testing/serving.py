@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO
 
 from schedkit import wirings
 
@@ -25,7 +26,7 @@ def free_endpoint() -> str:
 
 def start_serve(
     *,
-    stderr: int = subprocess.PIPE,
+    stderr: int | IO[str] = subprocess.PIPE,
     admin_token: str | None = None,
     max_open_files: int | None = None,
 ) -> tuple[subprocess.Popen, str]:
