@@ -1,21 +1,77 @@
-"""What the request edge says back: refusals cut to a bounded length, outputs split by client,
-and warnings logged at most once a second of each kind."""
+"""What the request edge reads and says back: a client's message validated against the wire
+schema (or the refusal naming what is wrong), refusals cut to a bounded length, outputs split
+by client, and warnings logged at most once a second of each kind."""
 
 from __future__ import annotations
 
 import time
 
 import attrs
+import msgspec
 import structlog
-from schedkit.components.io.io_struct import BatchEmbeddingOutput, BatchTokenIDOutput
+from schedkit.components.io.io_struct import (
+    BatchEmbeddingOutput,
+    BatchTokenIDOutput,
+    ControlReq,
+    GenerateReqInput,
+    decode_request,
+    rid_of,
+)
+from schedkit.components.io.zmtp import ZmtpMessage
 
-__all__ = ["MAX_PROBLEM_CHARS", "OutputMessage", "RateLimitedWarnings", "rows", "shortened"]
+__all__ = [
+    "MAX_PROBLEM_CHARS",
+    "OutputMessage",
+    "RateLimitedWarnings",
+    "Refusal",
+    "client_message",
+    "rows",
+    "shortened",
+]
 
 log = structlog.get_logger("schedkit.components.io.zmq_server")
 
 OutputMessage = BatchTokenIDOutput | BatchEmbeddingOutput
 # Refusals are cut to this length (a client that never reads has them queued).
 MAX_PROBLEM_CHARS = 1000
+VALID_MESSAGES = "valid messages: GenerateReqInput (kind 'generate'), ControlReq (kind 'control')"
+
+
+@attrs.define(slots=True, frozen=True)
+class Refusal:
+    """Why a message is refused, and its rid when it could be read."""
+
+    problem: str
+    rid: str | None = None
+
+
+def client_message(
+    message: ZmtpMessage, *, from_req_socket: bool, max_message_bytes: int
+) -> GenerateReqInput | ControlReq | Refusal:
+    """The request or control message a client sent, or why it is refused."""
+    if from_req_socket and message.parts == 2 and not message.first:
+        return Refusal(
+            "got a REQ socket's envelope (an empty frame, then the message); connect a "
+            "DEALER and send each message as one frame"
+        )
+    if message.parts != 1:
+        return Refusal(f"expected one message frame from a DEALER, got {message.parts}")
+    if message.oversize:
+        return Refusal(
+            f"message is {message.oversize} bytes; the limit is {max_message_bytes} bytes "
+            "(max_message_bytes)"
+        )
+    data = message.last
+    try:
+        return decode_request(data)
+    except msgspec.ValidationError as exc:
+        return Refusal(f"{exc}; {VALID_MESSAGES}", rid_of(data))
+    except msgspec.DecodeError as exc:
+        return Refusal(f"{exc}; {VALID_MESSAGES}")
+    except RecursionError:
+        return Refusal(
+            f"message nested too deeply to decode (requests nest 3 levels); {VALID_MESSAGES}"
+        )
 
 
 @attrs.define(slots=True)

@@ -1,55 +1,39 @@
-"""The scheduler's request edge, for internal clients on loopback: a ZMTP 3 listener that DEALER
-sockets connect to; each client sends requests and control messages and gets back its own
-outputs, replies and refusals (wire messages: ``schedkit.components.io.io_struct``).
+"""The scheduler's request edge for internal clients on loopback (docs/serve.md): a ZMTP 3
+listener that DEALER sockets connect to. A client sends ``GenerateReqInput`` and ``ControlReq``
+(``pause``, ``continue`` and ``flush`` only with ``admin_token``; ``get_loads``; ``abort`` of
+its own rids) and gets back only its own outputs, ``ControlReply`` and ``ErrorReply`` naming
+what was refused (cut to 1,000 characters, the place last).
 
-- client -> server: ``GenerateReqInput`` or ``ControlReq`` (``pause``, ``continue``, ``flush``
-  with the admin token; ``get_loads``; ``abort`` of one of the client's own rids);
-- server -> client: ``BatchTokenIDOutput`` / ``BatchEmbeddingOutput`` holding only the
-  client's own requests, ``ControlReply``, and ``ErrorReply`` for a refused message, naming
-  what is wrong (cut to 1,000 characters, the place last).
-
-The server speaks ZMTP itself (``zmtp``, ``edge_connections``) rather than through a libzmq
-ROUTER, so that it bounds what a peer can make it hold: connections (a cap below the
-descriptor limit, the longest-idle evicted for a newcomer), partial frames per connection
-and in total, frames per message, unsent output per connection and in total. One call of
-``recv_requests`` reads at most ``max_recv_bytes_per_call`` bytes and ``max_recv_per_call``
-messages. A frame over ``max_message_bytes`` is refused by its length, skipped unread.
-
-Admission: requests taken and not yet finished ("waiting") are limited per client and in total
-(``waiting_limits``); when the total is full, a request of a client with fewer waiting requests
-than the client with the most displaces that client's newest request not yet handed to the
-scheduler (refused to it), so no client takes the whole budget. Requests reach the scheduler
-in turns, round-robin by client, at most ``release_tokens_per_client`` prompt tokens of each
-client waiting there unadmitted (``fair_release``). A departed client's requests are
-aborted (or dropped, if not yet handed over) and their outputs go nowhere.
-
-Control: ``pause``, ``continue`` and ``flush`` are refused (a ``ControlReply`` with ok false)
-unless they carry ``admin_token``; without one configured they are refused to everyone. A
-``pause`` sent ``while_connected`` ends (a ``continue``) when its connection closes, unless a
-later ``pause`` or ``continue`` took over. Use it as both the scheduler's ``request_receiver``
-and the output streamer's ``sender``.
+Bounds on what a peer can make it hold are kept by ``edge_connections`` (connections, partial
+frames, frames per message, unsent output) and ``zmtp``; one call of ``recv_requests`` reads at
+most ``max_recv_bytes_per_call`` bytes. Requests taken and not finished ("waiting") are limited
+per client and in total (``waiting_limits``); when the total is full, a client with fewer
+waiting requests than the one with the most displaces that one's newest request not yet handed
+to the scheduler. Requests reach the scheduler in turns by client (``fair_release``). A
+departed client's requests are dropped (not yet handed over) or aborted, and its outputs go
+nowhere; a ``pause`` it sent ``while_connected`` ends. Use it as both the scheduler's
+``request_receiver`` and the output streamer's ``sender``.
 """
 
 from __future__ import annotations
 
-import hmac
 from functools import partial
 
 import attrs
 import msgspec
 import structlog
-from schedkit.components.io.edge_connections import (
-    Connection,
-    ConnectionTable,
-    descriptor_headroom,
-    listen,
-)
+from schedkit.components.io.admin_controls import AdminControls
+from schedkit.components.io.edge_connections import Connection, ConnectionTable
+from schedkit.components.io.edge_listen import descriptor_headroom, listen
 from schedkit.components.io.edge_messages import (
     OutputMessage,
     RateLimitedWarnings,
+    Refusal,
+    client_message,
     rows,
     shortened,
 )
+from schedkit.components.io.edge_routes import Routes
 from schedkit.components.io.fair_release import FairRelease
 from schedkit.components.io.io_struct import (
     ControlReply,
@@ -57,9 +41,7 @@ from schedkit.components.io.io_struct import (
     ControlRequest,
     ErrorReply,
     check_endpoint,
-    decode_request,
     encode,
-    rid_of,
 )
 from schedkit.components.io.waiting_limits import WaitingLimits
 from schedkit.components.io.zmtp import ZmtpMessage
@@ -71,18 +53,8 @@ __all__ = ["ZmqServer"]
 
 log = structlog.get_logger(__name__)
 
-VALID_MESSAGES = "valid messages: GenerateReqInput (kind 'generate'), ControlReq (kind 'control')"
-ADMIN_CONTROLS = frozenset({"pause", "continue", "flush"})
 # Descriptors kept for the rest of the process (libzmq sockets, files) below the limit.
 _DESCRIPTOR_RESERVE = 64
-
-
-@attrs.define(slots=True, eq=False)
-class _Route:
-    """Where a live request's outputs go: its client, or None once the client departed."""
-
-    client: Connection | None
-    tokens: int
 
 
 @component("zmq_server")
@@ -94,7 +66,6 @@ class ZmqServer:
     allow_remote: bool = False
     admin_token: str | None = attrs.field(default=None, repr=False)
     max_connections: int = attrs.field(default=1024, validator=at_least(1))
-    max_recv_per_call: int = attrs.field(default=4096, validator=at_least(1))
     max_recv_bytes_per_call: int = attrs.field(default=4 << 20, validator=at_least(1))
     max_queued_per_client: int = attrs.field(default=1000, validator=at_least(1))
     max_queued_bytes_per_client: int = attrs.field(default=4 << 20, validator=at_least(1024))
@@ -111,17 +82,13 @@ class ZmqServer:
     bound_endpoint: str = attrs.field(init=False, default="")
     malformed_count: int = attrs.field(init=False, default=0)
     clients_dropped: int = attrs.field(init=False, default=0)
-    unrouted_outputs: int = attrs.field(init=False, default=0)
-    departed_outputs: int = attrs.field(init=False, default=0)
     displaced_requests: int = attrs.field(init=False, default=0)
-    refused_controls: int = attrs.field(init=False, default=0)
-    waiting_tokens: int = attrs.field(init=False, default=0)
     connections: ConnectionTable = attrs.field(init=False, default=None, repr=False)
-    _routes: dict[str, _Route] = attrs.field(init=False, factory=dict, repr=False)
+    _routes: Routes = attrs.field(init=False, factory=Routes, repr=False)
     _limits: WaitingLimits = attrs.field(init=False, default=None, repr=False)
     _fair: FairRelease = attrs.field(init=False, default=None, repr=False)
     _internal: list[ControlRequest] = attrs.field(init=False, factory=list, repr=False)
-    _pause_owner: Connection | None = attrs.field(init=False, default=None, repr=False)
+    _admin: AdminControls = attrs.field(init=False, default=None, repr=False)
     _closed: bool = attrs.field(init=False, default=False)
     _warnings: RateLimitedWarnings = attrs.field(
         init=False, factory=RateLimitedWarnings, repr=False
@@ -135,6 +102,7 @@ class ZmqServer:
             total_requests=self.max_waiting_requests,
             total_tokens=self.max_waiting_tokens,
         )
+        self._admin = AdminControls(self.admin_token)
         self._fair = FairRelease(max_client_tokens=self.release_tokens_per_client)
         headroom = descriptor_headroom(_DESCRIPTOR_RESERVE)
         cap = min(self.max_connections, headroom)
@@ -157,6 +125,26 @@ class ZmqServer:
             handshake_timeout=self.handshake_timeout,
             is_busy=self._is_busy,
         )
+
+    @property
+    def refused_controls(self) -> int:
+        """Admin control messages refused for a missing or wrong token."""
+        return self._admin.refused
+
+    @property
+    def waiting_tokens(self) -> int:
+        """Prompt tokens of the requests taken and not yet finished."""
+        return self._routes.tokens
+
+    @property
+    def unrouted_outputs(self) -> int:
+        """Output rows of requests this server did not take (dropped)."""
+        return self._routes.unrouted_outputs
+
+    @property
+    def departed_outputs(self) -> int:
+        """Output rows of requests whose client left (dropped)."""
+        return self._routes.departed_outputs
 
     @property
     def live_requests(self) -> int:
@@ -188,35 +176,13 @@ class ZmqServer:
         return items
 
     def _parse(self, client: Connection, message: ZmtpMessage) -> Req | ControlRequest | None:
-        if client.envelope and message.parts == 2 and not message.first:
-            # A REQ socket's envelope: it reads only answers that carry the empty delimiter.
-            return self._refuse(
-                client,
-                "got a REQ socket's envelope (an empty frame, then the message); connect a "
-                "DEALER and send each message as one frame",
-            )
-        if message.parts != 1:
-            return self._refuse(
-                client, f"expected one message frame from a DEALER, got {message.parts}"
-            )
-        if message.oversize:
-            return self._refuse(
-                client,
-                f"message is {message.oversize} bytes; the limit is {self.max_message_bytes} "
-                "bytes (max_message_bytes)",
-            )
-        data = message.last
-        try:
-            msg = decode_request(data)
-        except msgspec.ValidationError as exc:
-            return self._refuse(client, f"{exc}; {VALID_MESSAGES}", rid_of(data))
-        except msgspec.DecodeError as exc:
-            return self._refuse(client, f"{exc}; {VALID_MESSAGES}")
-        except RecursionError:
-            return self._refuse(
-                client,
-                f"message nested too deeply to decode (requests nest 3 levels); {VALID_MESSAGES}",
-            )
+        msg = client_message(
+            message,
+            from_req_socket=bool(client.envelope),
+            max_message_bytes=self.max_message_bytes,
+        )
+        if isinstance(msg, Refusal):
+            return self._refuse(client, msg.problem, msg.rid)
         if isinstance(msg, ControlReq):
             return self._control(client, msg)
         rid, tokens = msg.rid, len(msg.input_ids)
@@ -227,10 +193,7 @@ class ZmqServer:
             over = self._make_room(client, tokens)
         if over is not None:
             return self._refuse(client, over, rid)
-        self._routes[rid] = _Route(client, tokens)
-        client.rids.add(rid)
-        client.tokens += tokens
-        self.waiting_tokens += tokens
+        self._routes.add(client, rid, tokens)
         self._fair.hold(client, msg.to_req())
         return None
 
@@ -238,7 +201,7 @@ class ZmqServer:
         """None if the totals take ``tokens`` more, after displacing, while that is fairer,
         the newest held requests of the client with the most waiting; else why not."""
         while True:
-            over = self._limits.total_over(len(self._routes), self.waiting_tokens, tokens)
+            over = self._limits.total_over(len(self._routes), self._routes.tokens, tokens)
             if over is None:
                 return None
             fattest = max(self.connections, key=lambda c: len(c.rids))
@@ -246,7 +209,7 @@ class ZmqServer:
             if fattest is client or len(fattest.rids) <= len(client.rids) + 1 or victim is None:
                 return over
             self._fair.take(fattest, victim.rid)
-            self._forget(victim.rid)
+            self._routes.forget(victim.rid)
             self.displaced_requests += 1
             self._send(
                 fattest,
@@ -267,30 +230,12 @@ class ZmqServer:
             if held is not None:  # the scheduler takes it and aborts it: one final output
                 self._internal.append(ControlRequest(type="abort", rid=msg.rid))
                 return held
-        if msg.type in ADMIN_CONTROLS:
-            token = self.admin_token
-            if token is None or msg.token is None or not hmac.compare_digest(msg.token, token):
-                self.refused_controls += 1
-                why = (
-                    "was started without one"
-                    if token is None
-                    else ("got none" if msg.token is None else "got a different one")
-                )
-                self._warnings.warning("control refused", type=msg.type, peer=client.peer)
-                self._send(
-                    client,
-                    ControlReply(
-                        type=msg.type,
-                        ok=False,
-                        message=f"{msg.type} needs the admin token (ControlReq.token) and "
-                        f"this server {why} (schedkit serve --admin-token)",
-                    ),
-                )
-                return None
-            if msg.type == "pause" and msg.while_connected:
-                self._pause_owner = client
-            elif msg.type in ("pause", "continue"):  # a later pause or continue takes over
-                self._pause_owner = None
+        refusal = self._admin.refusal(msg)
+        if refusal is not None:
+            self._warnings.warning("control refused", type=msg.type, peer=client.peer)
+            self._send(client, ControlReply(type=msg.type, ok=False, message=refusal))
+            return None
+        self._admin.accepted(client, msg)
         return ControlRequest(
             type=msg.type, mode=msg.mode, rid=msg.rid, send_reply=partial(self._reply, client)
         )
@@ -309,38 +254,25 @@ class ZmqServer:
     # -- clients leaving --------------------------------------------------------------------
 
     def _is_busy(self, client: Connection) -> bool:
-        return bool(client.rids) or client is self._pause_owner
+        return bool(client.rids) or client is self._admin.pause_owner
 
     def _departed(self, client: Connection, why: str) -> None:
         """A connection closed: its held requests are dropped, the others aborted; a pause it
         owned ends."""
-        if client is self._pause_owner:
-            self._pause_owner = None
+        if self._admin.owner_left(client):
             self._internal.append(ControlRequest(type="continue"))
             log.info("pause ended: the connection that paused left", peer=client.peer)
         for req in self._fair.drop(client):
-            self._forget(req.rid)
+            self._routes.forget(req.rid)
         if client.rids:
-            for rid in client.rids:
-                self._routes[rid].client = None
-            self._internal += (ControlRequest(type="abort", rid=rid) for rid in client.rids)
-            self._warnings.warning(
-                "client dropped", why=why, peer=client.peer, aborted=len(client.rids)
-            )
+            rids = self._routes.orphan(client)
+            self._internal += (ControlRequest(type="abort", rid=rid) for rid in rids)
+            self._warnings.warning("client dropped", why=why, peer=client.peer, aborted=len(rids))
             self.clients_dropped += 1
-            client.rids = set()
-            client.tokens = 0
         else:
             for kind in ("too slow", "protocol", "partial"):  # each logged once a second
                 if why.startswith(kind):
                     self._warnings.warning(f"connection closed: {kind}", why=why, peer=client.peer)
-
-    def _forget(self, rid: str) -> None:
-        route = self._routes.pop(rid)
-        self.waiting_tokens -= route.tokens
-        if route.client is not None:
-            route.client.rids.discard(rid)
-            route.client.tokens -= route.tokens
 
     # -- outputs out ------------------------------------------------------------------------
 
@@ -348,24 +280,11 @@ class ZmqServer:
         """Send each client the part of ``msg`` that concerns its own requests; finished
         requests are forgotten. Outputs of departed clients' requests and of requests this
         server did not take are dropped and counted."""
-        routes = self._routes
-        by_client: dict[Connection, list[int]] = {}
-        for i, rid in enumerate(msg.rids):
-            route = routes.get(rid)
-            if route is None:
-                if not self.unrouted_outputs:
-                    log.warning("output of a request no client sent; dropped", rid=rid)
-                self.unrouted_outputs += 1
-            elif route.client is None:
-                self.departed_outputs += 1
-            else:
-                by_client.setdefault(route.client, []).append(i)
+        by_client = self._routes.split(msg)
         whole = len(by_client) == 1 and len(next(iter(by_client.values()))) == len(msg.rids)
         for client, selected in by_client.items():
             self._send(client, msg if whole else rows(msg, selected))
-        for rid, reason in zip(msg.rids, msg.finished_reasons, strict=True):
-            if reason is not None and rid in routes:
-                self._forget(rid)
+        self._routes.finished(msg)
 
     def _send(self, client: Connection, message: msgspec.Struct) -> None:
         if not self._closed:
