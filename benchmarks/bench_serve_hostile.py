@@ -13,11 +13,11 @@ Then, each repeated ``--repeat`` times (min / median / max): a small request at 
 behind another client's flood of N requests (with one step, a full 8,192-token prefill chunk,
 for the bound "2 x idle + one step"); the serve process's CPU over one second with 1,000 idle
 connections and the latency of a newcomer then; peak memory (VmHWM) of a fresh serve under 48
-connections each holding a 32 MiB frame minus one byte, and under a message of endless "more"
-frames.
+connections each holding a 32 MiB frame minus one byte, or an 8 MiB one (the largest frame it
+keeps), and under a message of endless "more" frames.
 
 Usage: ``python benchmarks/bench_serve_hostile.py [--quick] [--repeat N]`` (``--quick``: a
-flood of 100). Linux only (reads /proc/PID/status and /proc/PID/stat).
+flood of 100, one repeat, 12 frame holders). Linux only (reads /proc/PID/status and /proc/PID/stat).
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def flood_behind(endpoint: str, good: Client, flood_size: int, rid: str) -> floa
             return latency
 
 
-def repeated(flood_size: int, repeat: int, row: str) -> None:
+def repeated(flood_size: int, repeat: int, holders: int, row: str) -> None:
     """The repeated figures of the module docstring."""
     server, endpoint = start_serve(stderr=subprocess.DEVNULL, max_open_files=1024)
     try:
@@ -204,21 +204,23 @@ def repeated(flood_size: int, repeat: int, row: str) -> None:
         server.wait(30)
     frames, largest, more = [], [], []
     for _ in range(repeat):
-        frames.append(attack_peak(32 << 20))
-        largest.append(attack_peak((8 << 20) - 1))
-        more.append(attack_peak(None))
-    print(row.format("48 x 32 MiB frames held: peak RSS (MiB)", spread(frames, digits=0)))
+        frames.append(attack_peak(32 << 20, holders))
+        largest.append(attack_peak((8 << 20) - 1, holders))
+        more.append(attack_peak(None, holders))
+    print(row.format(f"{holders} x 32 MiB frames held: peak RSS (MiB)", spread(frames, digits=0)))
     print(
         row.format(
-            "48 x 8 MiB frames (largest kept) held: peak RSS (MiB)", spread(largest, digits=0)
+            f"{holders} x 8 MiB frames (largest kept) held: peak RSS (MiB)",
+            spread(largest, digits=0),
         )
     )
     print(row.format('endless "more" frames: peak RSS (MiB)', spread(more, digits=0)))
 
 
-def attack_peak(frame_bytes: int | None) -> float:
-    """A fresh serve's peak RSS under 48 connections each sending a frame of ``frame_bytes``
-    but its last byte, or (None) one connection sending 12 M empty frames flagged "more"."""
+def attack_peak(frame_bytes: int | None, holders: int) -> float:
+    """A fresh serve's peak RSS under ``holders`` connections each sending a frame of
+    ``frame_bytes`` but its last byte, or (None) one connection sending 12 M empty frames
+    flagged "more"."""
     with tempfile.TemporaryFile("w+") as log:
         server, endpoint = start_serve(stderr=log)
         peers: list[socket.socket] = []
@@ -228,7 +230,7 @@ def attack_peak(frame_bytes: int | None) -> float:
                 raise SystemExit(f"bench_serve_hostile: serve did not start:\n{log.read()[-3000:]}")
             if frame_bytes is not None:
                 size = frame_bytes
-                for _ in range(48):
+                for _ in range(holders):
                     peers.append(raw_peer(endpoint))
                     with contextlib.suppress(OSError):  # closed by the server
                         peers[-1].sendall(frame_header(size) + bytes(size - 1))
@@ -251,9 +253,12 @@ def main() -> None:
     """Start a serve, run the steps in the module docstring, print a figure a line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="flood 100 requests, not 1,000")
-    parser.add_argument("--repeat", type=int, default=5, help="repeats of the repeated figures")
+    parser.add_argument(
+        "--repeat", type=int, help="repeats of the repeated figures (5; 1 with --quick)"
+    )
     args = parser.parse_args()
     flood_size = 100 if args.quick else 1000
+    repeat = args.repeat or (1 if args.quick else 5)
     server, endpoint = start_serve(stderr=subprocess.DEVNULL)
     try:
         json.loads(server.stdout.readline())
@@ -313,7 +318,7 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(30)
-    repeated(flood_size, args.repeat, row)
+    repeated(flood_size, repeat, 12 if args.quick else 48, row)
 
 
 if __name__ == "__main__":

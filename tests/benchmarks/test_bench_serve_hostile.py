@@ -24,3 +24,11 @@ def test_quick_run_prints_memory_and_latencies():
     ):
         assert re.search(figure + r" +\d+(\.\d)?$", out, re.MULTILINE), out
     assert re.search(r"request under 1 MiB invalid frames \(s\) +\d+\.\d\d$", out, re.MULTILINE)
+    spread = r" +\d+(\.\d)? / \d+(\.\d)? / \d+(\.\d)?$"
+    for figure in (
+        "small request behind a 100-request flood \\(ms\\)",
+        "1,000 idle connections: serve CPU \\(% of a core\\)",
+        "12 x 32 MiB frames held: peak RSS \\(MiB\\)",
+        'endless "more" frames: peak RSS \\(MiB\\)',
+    ):
+        assert re.search(figure + spread, out, re.MULTILINE), out
