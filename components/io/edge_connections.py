@@ -205,6 +205,8 @@ class ConnectionTable:
             self._flush(conn)
 
     def _flush(self, conn: Connection) -> None:
+        if conn.closed:  # e.g. evicted earlier in the same poll
+            return
         out = conn.out
         while out:
             try:

@@ -133,6 +133,13 @@ class FairRelease:
         self.held_count -= len(queue)
         return list(queue)
 
+    def drop_all(self) -> list[tuple[Hashable, Req]]:
+        """Remove and return every held request with its client."""
+        held = [(client, req) for client, queue in self._held.items() for req in queue]
+        self._held = {}
+        self.held_count = 0
+        return held
+
     def newest_held(self, client: Hashable) -> Req | None:
         """``client``'s most recently held request, if any."""
         queue = self._held.get(client)

@@ -302,7 +302,13 @@ class ZmqServer:
         return bool(self.connections.poll(timeout))
 
     def close(self) -> None:
-        """Close every connection and the listener."""
-        if not self._closed:
-            self._closed = True
-            self.connections.close_all()
+        """Tell each client of its requests never handed to the scheduler (an ``ErrorReply``,
+        sent as far as the socket takes it), then close every connection and the listener."""
+        if self._closed:
+            return
+        for client, req in self._fair.drop_all():
+            self._routes.forget(req.rid)
+            problem = "the server shut down before this request was scheduled"
+            self._send(client, ErrorReply(message=problem, rid=req.rid))
+        self._closed = True
+        self.connections.close_all()

@@ -638,3 +638,27 @@ def test_serves_ipc_clients_too(tmp_path):
     finally:
         client.close()
         server.close()
+
+
+def test_requests_still_held_at_close_are_refused_to_their_clients(connect):
+    server = ZmqServer(release_tokens_per_client=1)
+    client = zmq.Context.instance().socket(zmq.DEALER)
+    try:
+        client.setsockopt(zmq.LINGER, 0)
+        client.connect(server.bound_endpoint)
+        client.send(generate("first"))
+        client.send(generate("second"))
+        items = []
+        deadline = time.monotonic() + 5
+        while server.live_requests < 2:  # "first" goes out; "second" waits for its turn
+            assert time.monotonic() < deadline
+            server.wait(0.05)
+            items += server.recv_requests()
+        assert [r.rid for r in items] == ["first"]
+        server.close()
+        assert read(client) == ErrorReply(
+            message="the server shut down before this request was scheduled", rid="second"
+        )
+    finally:
+        client.close()
+        server.close()
