@@ -111,8 +111,14 @@ class ZmtpReader:
 
     def feed(self, data: bytes) -> list[ZmtpMessage]:
         """Take the next bytes from the peer; the messages they completed."""
-        self.buffer += data
         messages: list[ZmtpMessage] = []
+        if self._skip and not self.buffer:  # the bytes of a skipped frame are never copied
+            taken = min(self._skip, len(data))
+            self._skip -= taken
+            if not self._skip:
+                self._frame_end(b"", self._skip_more, messages)
+            data = memoryview(data)[taken:]
+        self.buffer += data
         if self.error is None:
             self._parse(messages)
         return messages
