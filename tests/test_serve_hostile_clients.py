@@ -211,7 +211,7 @@ def test_serve_survives_hostile_frames_ids_and_floods_and_stays_under_300_mib():
         wait_for([alice], lambda: len(alice.tokens) == 20)
         alice.sock.close()
         deadline = time.monotonic() + 10
-        while True:  # libzmq ignores a peer whose routing id is still in use: retry until in
+        while True:  # a newcomer under alice's routing id is a new client: retry until in
             assert time.monotonic() < deadline, "the thief never got in"
             thief = client(ROUTING_ID=b"alice")
             thief.sock.send(encode(ControlReq(type="get_loads")))

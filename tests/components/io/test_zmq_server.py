@@ -348,9 +348,9 @@ def test_a_newcomer_on_a_closed_connections_descriptor_is_served(server, connect
 
 def connect_as_departed(server, connect, identity: bytes, settle) -> tuple[zmq.Socket, list]:
     """Connect a DEALER under ``identity`` just after its owner left and send ``get_loads``;
-    ``settle()`` runs between sending and reading. libzmq ignores a connection that presents
-    a routing id whose old connection it has not retired yet (``ROUTER_HANDOVER`` off), and
-    such a connection's messages never arrive: then try again on a new connection."""
+    ``settle()`` runs between sending and reading. The server tells clients apart by their
+    connections, never by the routing id they present; a connection whose message did not
+    arrive within a second is replaced by a new one."""
     for _ in range(20):
         sock = connect(ROUTING_ID=identity)
         sock.send(encode(ControlReq(type="get_loads")))
@@ -379,7 +379,7 @@ def test_a_newcomer_with_a_departed_clients_routing_id_gets_none_of_its_outputs(
     if read_first:
         aborts = wait_for_aborts(server, 20)
         assert sorted(a.rid for a in aborts) == sorted(rids)
-    else:  # wait() lets libzmq retire alice's connection; nothing is read
+    else:  # the server waits, reading nothing: it has not seen alice leave
         for _ in range(10):
             server.wait(0.02)
 
@@ -511,8 +511,9 @@ def test_waiting_requests_and_tokens_are_limited_per_client_and_in_total(connect
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="assumes glibc's rand()")
 def test_a_routing_id_chosen_to_collide_with_the_next_automatic_one_is_harmless():
-    # In a fresh process the first ROUTER's first automatic routing id comes from the unseeded
-    # rand(); a peer that takes it makes libzmq abort when the next anonymous peer connects.
+    # In a fresh process a libzmq ROUTER's first automatic routing id comes from the unseeded
+    # rand(), and a peer that took it made libzmq abort when the next anonymous peer connected;
+    # the server speaks ZMTP itself and gives peers no ids, and stays up.
     script = """
 import ctypes, time, zmq
 from schedkit.components.io.zmq_server import ZmqServer
