@@ -3,6 +3,7 @@ refusal, the total budget on partial frames, and the budgets on unsent output.""
 
 from __future__ import annotations
 
+import errno
 import socket
 import time
 
@@ -116,3 +117,53 @@ def test_a_connection_without_a_handshake_is_closed_after_the_timeout(make_table
     peer(handshake=False)
     settle(table, lambda: closed, timeout=3.0)
     assert "no handshake within 0.2 s" in closed[0][1]
+
+
+class OutOfDescriptorsOnce:
+    """A listening socket whose first accept fails as when the process has no descriptor
+    left (EMFILE); the OS cannot be made to do that to one test without starving the rest."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.accepts = sock, 0
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def accept(self):
+        self.accepts += 1
+        if self.accepts == 1:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return self.sock.accept()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_out_of_descriptors_it_stops_accepting_for_a_while_instead_of_spinning():
+    sock, endpoint = listen("tcp://127.0.0.1:0", backlog=4)
+    listener = OutOfDescriptorsOnce(sock)
+    table = ConnectionTable(
+        listener=listener,
+        on_close=lambda conn, why: None,
+        is_busy=lambda conn: False,
+        max_connections=8,
+        max_frame_bytes=1 << 20,
+        max_frames=4,
+        max_partial_bytes=4 << 20,
+        max_queued_messages=100,
+        max_queued_bytes=1 << 20,
+        max_queued_total_bytes=4 << 20,
+        handshake_timeout=10.0,
+    )
+    peer = socket.create_connection(("127.0.0.1", int(endpoint.rsplit(":", 1)[1])))
+    try:
+        table.poll(1.0)  # the pending connection: accept fails
+        polled = time.monotonic()
+        while time.monotonic() - polled < 0.05:
+            table.poll(0)
+        assert listener.accepts == 1  # the backlog stays readable, and is not polled
+        settle(table, lambda: len(table) == 1)
+        assert listener.accepts >= 2
+    finally:
+        peer.close()
+        table.close_all()
