@@ -48,7 +48,10 @@ def test_pause_needs_the_admin_token_and_a_connected_pause_ends_with_its_owner()
             refused = outsider.control(kind)
             assert not refused.ok and "needs the admin token" in refused.message
         outsider.sock.send(encode(ControlReq(type="pause", token="wrong")))
-        assert not outsider.control("get_loads").ok or not outsider.replies
+        wait_for([outsider], lambda: outsider.replies)
+        wrong = outsider.replies.pop()
+        assert not wrong.ok and "got a different one" in wrong.message
+        assert outsider.control("get_loads").ok  # needs no token
         owner.sock.send(encode(ControlReq(type="pause", token="s3cret", while_connected=True)))
         wait_for([owner], lambda: owner.replies)
         assert owner.replies.pop().ok
