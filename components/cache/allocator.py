@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import chain, repeat
 from operator import floordiv
+from typing import Any
 
 import attrs
 
-from schedkit.core.component import at_least, component
+from schedkit.core.component import ArgumentError, at_least, component
 
 __all__ = ["OutOfKVSlotsError", "TokenToKVPoolAllocator"]
 
@@ -46,12 +47,18 @@ class TokenToKVPoolAllocator:
     # these copies references instead of creating a new int object per slot.
     _page_slots: list[tuple[int, ...]] = attrs.field(init=False, repr=False, factory=list)
 
-    def __attrs_post_init__(self) -> None:
-        if self.size % self.page_size:
-            raise ValueError(
-                f"size must be a non-negative multiple of page_size={self.page_size}, "
-                f"got {self.size!r}"
+    @classmethod
+    def check_arguments(cls, args: Any) -> None:
+        """Argument checks that need no build (``schedkit validate`` runs them too)."""
+        if args.size % args.page_size:
+            raise ArgumentError(
+                "size",
+                f"size must be a non-negative multiple of page_size={args.page_size}, "
+                f"got {args.size!r}",
             )
+
+    def __attrs_post_init__(self) -> None:
+        self.check_arguments(self)
         if self.page_size > 1:
             slots = range(self.size)
             self._page_slots = [

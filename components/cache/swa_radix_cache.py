@@ -32,7 +32,7 @@ from schedkit.components.cache.introspection import (
 )
 from schedkit.components.cache.radix_tree import MatchResult, RadixTree, TreeNode, make_pool
 
-from schedkit.core.component import component
+from schedkit.core.component import ArgumentError, component
 
 __all__ = ["SWARadixCache", "SWATreeNode", "bigram_key"]
 
@@ -84,15 +84,37 @@ class SWARadixCache(RadixTree):
     _swa_protected: int = attrs.field(init=False, repr=False, default=0)
     _new_uuid: Callable[[], int] = attrs.field(init=False, repr=False)
 
-    def __attrs_post_init__(self) -> None:
-        window = self.sliding_window_size
+    @classmethod
+    def check_arguments(cls, args: Any) -> None:
+        """Argument checks that need no build (``schedkit validate`` runs them too)."""
+        window = args.sliding_window_size
         if not isinstance(window, int) or window < 1:
-            raise ValueError(f"sliding_window_size must be an integer >= 1, got {window!r}")
-        if self.is_eagle and self.enable_kv_cache_events:
-            raise ValueError(
-                "is_eagle with enable_kv_cache_events is not supported: SGLang publishes bigram "
-                "pages as token pairs, which the event structs (token_ids: list[int]) cannot carry"
+            raise ArgumentError(
+                "sliding_window_size",
+                f"sliding_window_size must be an integer >= 1, got {window!r}",
             )
+        if args.is_eagle and args.enable_kv_cache_events:
+            raise ArgumentError(
+                "is_eagle",
+                "is_eagle with enable_kv_cache_events is not supported: SGLang publishes bigram "
+                "pages as token pairs, which the event structs (token_ids: list[int]) cannot carry",
+            )
+        capacity = args.swa_capacity
+        if capacity is not None and args.swa_allocator is not None:
+            raise ArgumentError(
+                "swa_capacity", "pass either swa_allocator or swa_capacity, not both"
+            )
+        if capacity is not None:
+            page_size = args.page_size
+            if not isinstance(capacity, int) or capacity < 0 or capacity % page_size:
+                raise ArgumentError(
+                    "swa_capacity",
+                    f"swa_capacity must be a non-negative multiple of page_size={page_size}, "
+                    f"got {capacity!r} (e.g. {max(page_size, capacity - capacity % page_size)})",
+                )
+
+    def __attrs_post_init__(self) -> None:
+        self.check_arguments(self)
         self._setup()
         if self.swa_allocator is None and self.swa_capacity is None:
             self.swa_capacity = self.allocator.size

@@ -19,12 +19,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 from schedkit.components.metrics.collector import MetricsCollector, SchedulerStats
 
-from schedkit.core.component import at_least, component
+from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.core.protocols import LoadInquirer
 from schedkit.core.schedule_batch import Req, ScheduleBatch
 
@@ -69,18 +69,34 @@ class MetricsReporter:
     last_decode_stats_tic: float = attrs.field(init=False, default=0.0)
     collector: MetricsCollector = attrs.field(init=False, default=None)
 
-    def __attrs_post_init__(self) -> None:
-        if self.log_format not in ("console", "json"):
-            raise ValueError(f"log_format must be 'console' or 'json', got {self.log_format!r}")
-        if self.prometheus_port is not None:
-            if not self.enable_metrics:
-                raise ValueError("prometheus_port is set but enable_metrics is false; enable both")
-            if not isinstance(self.prometheus_port, int) or not 0 <= self.prometheus_port < 65536:
-                raise ValueError(
-                    f"prometheus_port must be a port number 0-65535, got {self.prometheus_port!r}"
+    @classmethod
+    def check_arguments(cls, args: Any) -> None:
+        """Argument checks that need no build (``schedkit validate`` runs them too)."""
+        if args.log_format not in ("console", "json"):
+            raise ArgumentError(
+                "log_format", f"log_format must be 'console' or 'json', got {args.log_format!r}"
+            )
+        port = args.prometheus_port
+        if port is not None:
+            if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port < 65536:
+                raise ArgumentError(
+                    "prometheus_port",
+                    f"prometheus_port must be a port number 0-65535, got {port!r}",
                 )
-        if self.enable_metrics and self.load_inquirer is None:
-            raise ValueError("enable_metrics needs a load_inquirer to read pool and queue stats")
+            if not args.enable_metrics:
+                raise ArgumentError(
+                    "prometheus_port",
+                    "prometheus_port is set but enable_metrics is false; set enable_metrics: "
+                    "true to serve metrics (or remove prometheus_port)",
+                )
+        if args.enable_metrics and args.load_inquirer is None:
+            raise ArgumentError(
+                "enable_metrics",
+                "enable_metrics needs a load_inquirer to read pool and queue stats",
+            )
+
+    def __attrs_post_init__(self) -> None:
+        self.check_arguments(self)
         labels = (self.model_name,)
         if self.metrics_profile == "vllm":
             labels += (str(self.dp_rank or 0),)

@@ -40,7 +40,7 @@ from schedkit.components.scheduler.batching import (
 )
 from schedkit.components.scheduler.waiting_queue import WaitingQueue
 
-from schedkit.core.component import at_least, component
+from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.core.protocols import (
     BatchResultProcessor,
     KVAllocator,
@@ -73,7 +73,9 @@ class Scheduler:
     are bound late to the KV-events publisher, metrics reporter and load inquirer.
     ``on_finish(req)`` is called once for every request that finishes (done, refused or
     aborted), after its final output went out. The waiting queue is a ``WaitingQueue``: it
-    keeps the waiting-token totals that ``get_loads`` reports.
+    keeps the waiting-token totals that ``get_loads`` reports. ``prefill_tokens_computed``
+    and ``prefill_tokens_cached`` count the prompt tokens of every prefill batch (a chunk's
+    own earlier chunks are computed, not cached): the prefix-cache hit rate of a run.
     """
 
     request_receiver: RequestReceiver
@@ -109,6 +111,9 @@ class Scheduler:
     num_retracted: int = attrs.field(init=False, default=0)
     # Prefill tokens scheduled so far (SGLang's processed-tokens counter for HRRN).
     processed_prefill_tokens: int = attrs.field(init=False, default=0)
+    # Prompt tokens of every prefill batch: computed, and served from the prefix cache.
+    prefill_tokens_computed: int = attrs.field(init=False, default=0)
+    prefill_tokens_cached: int = attrs.field(init=False, default=0)
     finished_count: int = attrs.field(init=False, default=0)
     _page_size: int = attrs.field(init=False, default=1)
     _kv: KVSlots = attrs.field(init=False, repr=False)
@@ -116,19 +121,27 @@ class Scheduler:
     # Set when admission failed for lack of KV room; cleared when a request leaves or arrives.
     _prefill_blocked: bool = attrs.field(init=False, default=False)
 
-    def __attrs_post_init__(self) -> None:
-        self._page_size = self.allocator.page_size
-        if self.tree_cache.page_size != self._page_size:
-            raise ValueError(
-                f"tree_cache.page_size ({self.tree_cache.page_size}) must equal "
-                f"allocator.page_size ({self._page_size})"
+    @classmethod
+    def check_arguments(cls, args: Any) -> None:
+        """Argument checks that need no build (``schedkit validate`` runs them too)."""
+        page_size = args.allocator.page_size
+        if args.tree_cache.page_size != page_size:
+            raise ArgumentError(
+                "tree_cache",
+                f"tree_cache.page_size ({args.tree_cache.page_size}) must equal "
+                f"allocator.page_size ({page_size})",
             )
-        size = self.chunked_prefill_size
-        if size is not None and (not isinstance(size, int) or size < self._page_size):
-            raise ValueError(
+        size = args.chunked_prefill_size
+        if size is not None and (not isinstance(size, int) or size < page_size):
+            raise ArgumentError(
+                "chunked_prefill_size",
                 "chunked_prefill_size must be None (no chunking) or an integer >= page_size "
-                f"({self._page_size}), got {size!r}"
+                f"({page_size}), got {size!r}",
             )
+
+    def __attrs_post_init__(self) -> None:
+        self.check_arguments(self)
+        self._page_size = self.allocator.page_size
         self._ratio = NewTokenRatio.conservative(
             self.init_new_token_ratio,
             self.min_new_token_ratio,
@@ -383,8 +396,11 @@ class Scheduler:
             # Nothing fits until a running request leaves (decoding goes on meanwhile).
             self._prefill_blocked = bool(running)
             return None
-        self.processed_prefill_tokens += sum(adder.batch.extend_lens)
-        return adder.batch
+        batch = adder.batch
+        self.processed_prefill_tokens += sum(batch.extend_lens)
+        self.prefill_tokens_computed += sum(batch.extend_lens)
+        self.prefill_tokens_cached += sum(batch.cache_hit_lens)
+        return batch
 
     def update_running_batch(self) -> ScheduleBatch | None:
         """Give every running request one KV slot for its next token, retracting requests

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections.abc
 import difflib
 import importlib
+import traceback
 import types
 import typing
 from collections.abc import Collection
@@ -21,7 +22,8 @@ import attrs
 import msgspec
 from dependency_injector import containers
 
-from schedkit.assembly.wiring import INVALID, ComponentSpec, EnvStr, Ref, Wiring
+from schedkit.assembly.argument_checks import run_argument_checks
+from schedkit.assembly.wiring import INVALID, ComponentSpec, EnvStr, Ref, Wiring, iter_refs
 from schedkit.core.component import (
     entry_point_modules,
     is_component,
@@ -29,6 +31,7 @@ from schedkit.core.component import (
     lookup,
     registered_names,
 )
+from schedkit.core.protocols import COMPONENT_PROTOCOLS
 
 __all__ = [
     "eager_edges",
@@ -45,18 +48,6 @@ _RESERVED = frozenset(
     for n in {*dir(containers.DynamicContainer), *dir(containers.DynamicContainer())}
     if not n.startswith("_")
 )
-
-
-def iter_refs(value: Any) -> typing.Iterator[Ref]:
-    """Every ``Ref`` inside an argument value (which may nest lists and mappings)."""
-    if isinstance(value, Ref):
-        yield value
-    elif isinstance(value, list):
-        for item in value:
-            yield from iter_refs(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from iter_refs(item)
 
 
 def eager_edges(wiring: Wiring) -> dict[str, list[str]]:
@@ -160,6 +151,27 @@ def resolve_type(type_name: str, plugins: Collection[str] = ()) -> tuple[type | 
     return obj, None
 
 
+def import_plugin(module: str) -> str | None:
+    """Import a wiring's plugin module; None, or the problem with a hint at its cause."""
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module.split(".")[0] == exc.name.split(".")[0]:
+            return (
+                f"cannot import {module!r}: no module named {exc.name!r} on the Python path; "
+                f"run from the directory that holds it, add that directory to PYTHONPATH "
+                f"(PYTHONPATH=. schedkit ...), or install your package (pip install -e .)"
+            )
+        return f"cannot import {module!r}: it imports {exc.name!r}, which is not installed"
+    except Exception as exc:
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        return (
+            f"cannot import {module!r}: {type(exc).__name__}: {exc} "
+            f"(at {frame.filename}:{frame.lineno})"
+        )
+    return None
+
+
 def _is_callable_type(tp: Any) -> bool:
     if tp is Any or tp in (typing.Callable, collections.abc.Callable):
         return True
@@ -218,9 +230,27 @@ class _Checker:
     def __init__(self, wiring: Wiring) -> None:
         self.wiring = wiring
         self.errors: list[str] = []
+        self.failed: set[str] = set()  # components with a problem reported
 
     def add(self, spec: ComponentSpec, key: str | None, path: str, message: str) -> None:
+        self.failed.add(spec.name)
         self.errors.append(f"{spec.where(key)}: components.{spec.name}{path}: {message}")
+
+    def check_protocol(self, spec: ComponentSpec) -> None:
+        """The class under a known wiring key has every member of that key's protocol."""
+        protocol = COMPONENT_PROTOCOLS.get(spec.name)
+        if protocol is None or spec.cls is None:
+            return
+        missing = [m for m in protocol_members(protocol) if not _has_attribute(spec.cls, m)]
+        if missing:
+            self.add(
+                spec,
+                "type",
+                ".type",
+                f"{spec.cls.__name__} does not implement {protocol.__name__}, the interface "
+                f"the rest of the assembly uses under the key {spec.name!r}: it lacks "
+                f"{', '.join(missing)} (see docs/components.md)",
+            )
 
     def check_ref(self, spec: ComponentSpec, key: str, r: Ref) -> type | None:
         target = self.wiring.components.get(r.target)
@@ -354,8 +384,10 @@ class _Checker:
                     f"{hint}valid arguments: {', '.join(by_alias)}",
                 )
                 continue
+            reported = len(self.errors)
             self.check_arg(spec, key, value, hints.get(field.name, Any))
-            self.check_values(spec, field, key)
+            if len(self.errors) == reported:  # one report per bad value
+                self.check_values(spec, field, key)
         for alias, field in by_alias.items():
             if field.default is attrs.NOTHING and alias not in spec.args:
                 self.add(
@@ -374,12 +406,13 @@ def validate(wiring: Wiring) -> list[str]:
     field types, and the wiring is marked validated.
     """
     errors = list(load_entry_points())
+    failed_plugins = []
     for module, file, line in wiring.plugins:
-        try:
-            importlib.import_module(module)
-        except Exception as exc:
+        problem = import_plugin(module)
+        if problem:
             where = file if line is None else f"{file}:{line}"
-            errors.append(f"{where}: plugins: cannot import {module!r}: {exc}")
+            errors.append(f"{where}: plugins: {problem}")
+            failed_plugins.append(module)
     checker = _Checker(wiring)
     for spec in wiring.components.values():
         if spec.name in _RESERVED:
@@ -388,11 +421,19 @@ def validate(wiring: Wiring) -> list[str]:
             )
         if spec.type is not None:
             spec.cls, problem = resolve_type(spec.type, [p for p, _, _ in wiring.plugins])
+            if problem and failed_plugins and ":" not in spec.type:
+                # The type may be one the plugin would have registered: no guess at others.
+                problem = (
+                    f"unknown component type {spec.type!r}, perhaps registered by the plugin "
+                    f"{', '.join(failed_plugins)} that failed to import (see its problem)"
+                )
             if problem:
                 checker.add(spec, "type", ".type", problem)
+            checker.check_protocol(spec)
     for spec in wiring.components.values():
         if spec.cls is not None:
             checker.check_component(spec)
+    run_argument_checks(wiring, set(checker.failed), checker.add)
     for cycle in find_cycles(eager_edges(wiring)):
         first = wiring.components[cycle[0]]
         checker.add(

@@ -22,6 +22,7 @@ carrying every problem found.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import attrs
@@ -34,6 +35,7 @@ __all__ = [
     "Wiring",
     "WiringError",
     "call",
+    "iter_refs",
     "late",
     "ref",
 ]
@@ -144,3 +146,15 @@ class Wiring:
     plugins: list[tuple[str, str, int | None]]
     sources: list[str]
     validated: bool = False
+
+
+def iter_refs(value: Any) -> Iterator[Ref]:
+    """Every ``Ref`` inside an argument value (which may nest lists and mappings)."""
+    if isinstance(value, Ref):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from iter_refs(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from iter_refs(item)

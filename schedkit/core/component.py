@@ -17,7 +17,9 @@ import attrs
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "ArgumentError",
     "ComponentRegistrationError",
+    "UnknownArgument",
     "at_least",
     "component",
     "component_name",
@@ -40,6 +42,25 @@ _DECLARED: dict[str, str] = {}
 _MARK = "__schedkit_component__"
 _entry_points_loaded = False
 _entry_point_modules: set[str] = set()
+
+
+class ArgumentError(ValueError):
+    """A component's arguments are inconsistent; ``argument`` names the one to change.
+
+    Raised by a component's ``check_arguments(args)`` classmethod, which looks only at argument
+    values (``args.name``), never builds anything: ``__attrs_post_init__`` runs it on the
+    instance, and ``schedkit validate`` runs it on the wiring's values before anything is
+    built (a value it cannot know before build, such as another component's computed state,
+    raises ``UnknownArgument``, and the check is left to build time).
+    """
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
+class UnknownArgument(Exception):
+    """Raised when a cross-argument check reads a value only a build would know."""
 
 
 class ComponentRegistrationError(Exception):

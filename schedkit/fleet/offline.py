@@ -199,15 +199,8 @@ class OfflineFleet:
     def _summary(self, wall: float, interrupted: bool) -> FleetSummary:
         tokens = []
         for assembly in self.assemblies:
-            reporter = None
-            if "metrics_reporter" in assembly:
-                reporter = assembly["metrics_reporter"]
-            tokens.append(
-                (
-                    getattr(reporter, "total_cached_tokens", 0),
-                    getattr(reporter, "total_prefill_tokens", 0),
-                )
-            )
+            scheduler = assembly["scheduler"]
+            tokens.append((scheduler.prefill_tokens_cached, scheduler.prefill_tokens_computed))
         n = len(self.steppers)
         return fleet_summary(
             policy=self.policy,

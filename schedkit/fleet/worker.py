@@ -110,11 +110,10 @@ def worker_main(spec: WorkerSpec) -> None:
         )
         with build(wiring) as assembly:
             started = time.monotonic()
-            publisher = reporter = None
+            publisher = None
+            scheduler = assembly["scheduler"]
             if "kv_events_publisher" in assembly:
                 publisher = assembly["kv_events_publisher"]
-            if "metrics_reporter" in assembly:
-                reporter = assembly["metrics_reporter"]
             enabled = publisher is not None and publisher.enabled
             ready = {
                 "pid": os.getpid(),
@@ -135,8 +134,8 @@ def worker_main(spec: WorkerSpec) -> None:
             stats = {
                 "peak_rss_mb": peak_rss_mb(),
                 "uptime_seconds": time.monotonic() - started,
-                "cached_tokens": getattr(reporter, "total_cached_tokens", 0),
-                "computed_tokens": getattr(reporter, "total_prefill_tokens", 0),
+                "cached_tokens": scheduler.prefill_tokens_cached,
+                "computed_tokens": scheduler.prefill_tokens_computed,
             }
         watcher.join(timeout=1.0)
         report.send(send({"rank": spec.rank, "stats": stats}))

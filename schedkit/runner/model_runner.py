@@ -41,7 +41,9 @@ request ``rid`` reads it from an offset derived from ``(seed, rid)``, so the tok
 position ``p`` depends on ``(seed, rid, p)`` only and does not change when a request is retracted
 and recomputed. A fraction ``eos_probability`` of the table's entries (chosen by the seed) is
 ``eos_token_id``; no other entry is, so with the default 0 every request runs to
-``max_new_tokens``.
+``max_new_tokens``. Token ids are drawn from ``[0, vocab_size)``; the default 32,000 is a
+Llama-2-sized vocabulary, not Llama-3's 128,256 (the cost defaults above take Llama-3-8B's
+layer shape, which the vocabulary does not affect); ``--model`` presets set the model's own.
 """
 
 from __future__ import annotations
@@ -49,11 +51,11 @@ from __future__ import annotations
 import hashlib
 import random
 import time
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 
-from schedkit.core.component import component
+from schedkit.core.component import ArgumentError, component
 from schedkit.core.schedule_batch import (
     ForwardMode,
     GenerationBatchResult,
@@ -99,20 +101,27 @@ class SimulatedModelRunner:
     _offsets: dict[str, int] = attrs.field(init=False, factory=dict)
     _table: list[int] = attrs.field(init=False, factory=list)
 
-    def __attrs_post_init__(self) -> None:
-        if self.clock not in ("virtual", "wall"):
-            raise ValueError(f"clock must be 'virtual' or 'wall', got {self.clock!r}")
-        if not isinstance(self.vocab_size, int) or self.vocab_size < 2:
-            raise ValueError(f"vocab_size must be an integer >= 2, got {self.vocab_size!r}")
-        if self.eos_token_id is not None and not 0 <= self.eos_token_id < self.vocab_size:
-            raise ValueError(
-                f"eos_token_id must be in [0, vocab_size={self.vocab_size}), "
-                f"got {self.eos_token_id}"
+    @classmethod
+    def check_arguments(cls, args: Any) -> None:
+        """Argument checks that need no build (``schedkit validate`` runs them too)."""
+        if args.clock not in ("virtual", "wall"):
+            raise ArgumentError("clock", f"clock must be 'virtual' or 'wall', got {args.clock!r}")
+        vocab_size = args.vocab_size
+        if not isinstance(vocab_size, int) or vocab_size < 2:
+            raise ArgumentError(
+                "vocab_size", f"vocab_size must be an integer >= 2, got {vocab_size!r}"
             )
-        if not 0.0 <= self.eos_probability <= 1.0:
-            raise ValueError(f"eos_probability must be in [0, 1], got {self.eos_probability}")
-        if self.eos_probability > 0 and self.eos_token_id is None:
-            raise ValueError("eos_probability > 0 needs an eos_token_id")
+        eos = args.eos_token_id
+        if eos is not None and not 0 <= eos < vocab_size:
+            raise ArgumentError(
+                "eos_token_id", f"eos_token_id must be in [0, vocab_size={vocab_size}), got {eos}"
+            )
+        if not 0.0 <= args.eos_probability <= 1.0:
+            raise ArgumentError(
+                "eos_probability", f"eos_probability must be in [0, 1], got {args.eos_probability}"
+            )
+        if args.eos_probability > 0 and eos is None:
+            raise ArgumentError("eos_probability", "eos_probability > 0 needs an eos_token_id")
         for name in (
             "prefill_fixed",
             "prefill_per_token",
@@ -123,8 +132,11 @@ class SimulatedModelRunner:
             "step_overhead",
             "request_overhead",
         ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0 seconds, got {getattr(self, name)}")
+            if getattr(args, name) < 0:
+                raise ArgumentError(name, f"{name} must be >= 0 seconds, got {getattr(args, name)}")
+
+    def __attrs_post_init__(self) -> None:
+        self.check_arguments(self)
         self._table = self._build_table()
         self._start = time.monotonic()
 
