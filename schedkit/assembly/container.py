@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -185,8 +186,10 @@ def _lifecycle(
         try:
             instance = cls(**kwargs)
         except Exception as exc:
+            argument = getattr(exc, "argument", None) or _argument_named(spec, str(exc))
+            path = f"components.{name}" + (f".args.{argument}" if argument else "")
             raise ComponentBuildError(
-                f"{spec.where()}: components.{name}: {cls.__name__}(...) raised "
+                f"{spec.where(argument)}: {path}: {cls.__name__}(...) raised "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         cell[0] = instance
@@ -201,6 +204,12 @@ def _lifecycle(
 
     lifecycle.__qualname__ = lifecycle.__name__ = f"build {name}"
     return lifecycle
+
+
+def _argument_named(spec: ComponentSpec, message: str) -> str | None:
+    """The wiring argument a constructor's error message starts with or names first."""
+    found = [(message.find(arg), arg) for arg in spec.args if re.search(rf"\b{arg}\b", message)]
+    return min(found)[1] if found else None
 
 
 def _injection(value: Any, assembly: Assembly) -> Any:

@@ -231,10 +231,19 @@ class _Checker:
         self.wiring = wiring
         self.errors: list[str] = []
         self.failed: set[str] = set()  # components with a problem reported
+        self.not_conforming: set[str] = set()  # components lacking their key's protocol
 
     def add(self, spec: ComponentSpec, key: str | None, path: str, message: str) -> None:
         self.failed.add(spec.name)
         self.errors.append(f"{spec.where(key)}: components.{spec.name}{path}: {message}")
+
+    def kept_by_merge(self, spec: ComponentSpec, key: str) -> bool:
+        """Whether ``key`` came from an earlier file than the one that set the type."""
+        sources = self.wiring.sources
+        arg_file, type_file = spec.arg_locs.get(key, (spec.file, None))[0], spec.type_loc[0]
+        if arg_file == type_file or arg_file not in sources or type_file not in sources:
+            return False
+        return sources.index(arg_file) < sources.index(type_file)
 
     def check_protocol(self, spec: ComponentSpec) -> None:
         """The class under a known wiring key has every member of that key's protocol."""
@@ -243,6 +252,7 @@ class _Checker:
             return
         missing = [m for m in protocol_members(protocol) if not _has_attribute(spec.cls, m)]
         if missing:
+            self.not_conforming.add(spec.name)
             self.add(
                 spec,
                 "type",
@@ -262,6 +272,8 @@ class _Checker:
                 else (f"components: {', '.join(self.wiring.components)}")
             )
             self.add(spec, key, f".args.{key}", f"{r} names no component; {hint}")
+            return None
+        if target.name in self.not_conforming:  # its protocol problem names what it lacks
             return None
         if target.cls is not None and r.attrs and not _has_attribute(target.cls, r.attrs[0]):
             members = sorted(
@@ -371,23 +383,39 @@ class _Checker:
         except Exception:
             hints = {}
         by_alias = {f.alias: f for f in fields}
+        kept: list[str] = []  # arguments of an earlier type that an overlay changed
         for key, value in spec.args.items():
             field = by_alias.get(key)
             if field is None:
                 close = difflib.get_close_matches(key, by_alias, n=1)
                 hint = f"did you mean {close[0]}? " if close else ""
+                if self.kept_by_merge(spec, key):
+                    kept.append(key)
+                    continue
                 self.add(
                     spec,
                     key,
                     f".args.{key}",
                     f"unknown argument of {cls.__name__}; "
-                    f"{hint}valid arguments: {', '.join(by_alias)}",
+                    f"{hint}valid arguments: {', '.join(by_alias) or '(none)'}",
                 )
                 continue
             reported = len(self.errors)
             self.check_arg(spec, key, value, hints.get(field.name, Any))
             if len(self.errors) == reported:  # one report per bad value
                 self.check_values(spec, field, key)
+        if kept:
+            files = sorted({spec.arg_locs[k][0] for k in kept})
+            self.add(
+                spec,
+                "type",
+                ".args",
+                f"{', '.join(kept)} (given in {', '.join(files)} for the earlier type) are not "
+                f"arguments of {cls.__name__}: {spec.type_loc[0]} changes the type, and an "
+                f"overlay merges over the earlier args; write `{spec.name}: !replace {{type: "
+                f"{spec.type}, args: {{...}}}}` to start the entry afresh (valid arguments: "
+                f"{', '.join(by_alias) or '(none)'})",
+            )
         for alias, field in by_alias.items():
             if field.default is attrs.NOTHING and alias not in spec.args:
                 self.add(

@@ -126,9 +126,12 @@ class ComponentSpec:
     type_loc: tuple[str, int | None]
     arg_locs: dict[str, tuple[str, int | None]]
     cls: type | None = None
+    # Created by an overlay that named no component of earlier files (a typo, usually).
+    created_by_overlay: bool = False
 
     def where(self, key: str | None = None) -> str:
-        """``FILE:LINE`` of the entry, of its ``type`` (key ``"type"``) or of an argument."""
+        """``FILE:LINE`` of the entry, of its ``type`` (key ``"type"``) or of an argument
+        (``"name"``, or ``"name.key"`` for a key of a mapping argument)."""
         if key == "type":
             file, line = self.type_loc
         elif key is not None and key in self.arg_locs:

@@ -6,12 +6,14 @@ merge rules need the same reader.)
 
 Reading is bounded and strict: a document that expands past ``MAX_VALUES`` values or nests
 deeper than ``MAX_DEPTH`` is refused, and so are non-UTF-8 bytes, duplicate keys, keys that are
-not plain names and tags other than ``!ref``, ``!late`` and ``!call``; every problem is kept as
+not plain names and tags other than ``!ref``, ``!late``, ``!call`` and ``!replace``; every
+problem is kept as
 ``FILE:LINE: path: problem`` for ``load_wiring`` to report together.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Mapping
@@ -31,7 +33,7 @@ from schedkit.assembly.wiring import (
     _make_ref,
 )
 
-__all__ = ["MAX_DEPTH", "MAX_VALUES", "WiringDumper", "read_wiring"]
+__all__ = ["MAX_DEPTH", "MAX_VALUES", "Replace", "WiringDumper", "read_wiring"]
 
 _ENV = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _TOP_KEYS = ("plugins", "components")
@@ -129,9 +131,18 @@ class _FileReader:
             except ValueError as exc:
                 self.errors.add(self.file, line, path, str(exc))
                 return INVALID
+        if node.tag == "!replace":
+            if not isinstance(node, yaml.MappingNode):
+                self.errors.add(self.file, line, path, "!replace takes a mapping")
+                return INVALID
+            node = yaml.MappingNode("tag:yaml.org,2002:map", node.value, node.start_mark)
+            return Replace(self.value(node, path, depth))
         if node.tag not in _PLAIN_TAGS:
             self.errors.add(
-                self.file, line, path, f"unknown tag {node.tag}; valid tags: !ref, !late, !call"
+                self.file,
+                line,
+                path,
+                f"unknown tag {node.tag}; valid tags: !ref, !late, !call, !replace",
             )
             return INVALID
         if isinstance(node, yaml.SequenceNode):
@@ -264,14 +275,19 @@ def _merge_entry(
     if isinstance(entry_node, yaml.ScalarNode) and entry_node.tag == "tag:yaml.org,2002:null":
         wiring.components.pop(name, None)  # an overlay removes the component
         return
+    replace = entry_node.tag == "!replace"
     if not isinstance(entry_node, yaml.MappingNode):
         errors.add(file, line, path, "expected a mapping with the keys 'type' and 'args'")
         return
     spec = wiring.components.get(name)
+    if replace:
+        spec = None  # the entry starts afresh: nothing of earlier files' entry is kept
     removes_nulls = reader.overlay and spec is not None
     if spec is None:
         spec = ComponentSpec(name, None, {}, file, line, (file, line), {})
         wiring.components[name] = spec
+        if reader.overlay and not replace:
+            spec.created_by_overlay = True
     for key, key_line, value_node in reader.items(entry_node, path):
         if key == "type":
             value = reader.value(value_node, f"{path}.type")
@@ -296,9 +312,15 @@ def _merge_entry(
                 value = reader.value(arg_value_node, f"{path}.args.{arg}")
                 if removes_nulls and arg_value_node.tag == "tag:yaml.org,2002:null":
                     spec.args.pop(arg, None)  # an overlay's null removes the argument
-                    spec.arg_locs.pop(arg, None)
+                    _forget_locations(spec.arg_locs, arg)
                     continue
-                spec.args[arg] = value
+                old = spec.args.get(arg)
+                if isinstance(old, dict) and type(value) is dict:
+                    spec.args[arg] = _deep_merge(old, value, arg, arg_value_node, spec, file)
+                else:
+                    _forget_locations(spec.arg_locs, arg)
+                    spec.args[arg] = _plain_mappings(value)
+                    _record_locations(spec.arg_locs, arg, arg_value_node, file)
                 spec.arg_locs[arg] = (file, arg_line)
         else:
             errors.add(
@@ -309,6 +331,65 @@ def _merge_entry(
             )
 
 
+class Replace(dict):
+    """A mapping tagged ``!replace`` in an overlay: it replaces what earlier files gave instead
+    of merging into it."""
+
+
+def _plain_mappings(value: Any) -> Any:
+    """``value`` with every ``Replace`` marker turned into a plain dict."""
+    if isinstance(value, dict):
+        return {k: _plain_mappings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain_mappings(v) for v in value]
+    return value
+
+
+def _deep_merge(
+    old: dict, new: dict, path: str, node: yaml.Node, spec: ComponentSpec, file: str
+) -> dict:
+    """``new`` merged into ``old`` key by key, nested mappings too (a ``Replace`` mapping, a
+    list or a scalar replaces); the file and line of each key set go to ``spec.arg_locs``."""
+    merged = dict(old)
+    lines = _key_nodes(node)
+    for key, value in new.items():
+        key_path = f"{path}.{key}"
+        key_line, value_node = lines.get(key, (None, None))
+        if isinstance(merged.get(key), dict) and type(value) is dict and value_node is not None:
+            merged[key] = _deep_merge(merged[key], value, key_path, value_node, spec, file)
+        else:
+            _forget_locations(spec.arg_locs, key_path)
+            merged[key] = _plain_mappings(value)
+            if value_node is not None:
+                _record_locations(spec.arg_locs, key_path, value_node, file)
+        spec.arg_locs[key_path] = (file, key_line)
+    return merged
+
+
+def _key_nodes(node: yaml.Node) -> dict[str, tuple[int, yaml.Node]]:
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {
+        str(k.value): (k.start_mark.line + 1, v)
+        for k, v in node.value
+        if isinstance(k, yaml.ScalarNode)
+    }
+
+
+def _record_locations(
+    locs: dict[str, tuple[str, int | None]], path: str, node: yaml.Node, file: str
+) -> None:
+    """The file and line of every key nested in ``node`` (a new value under ``path``)."""
+    for key, (line, value_node) in _key_nodes(node).items():
+        locs[f"{path}.{key}"] = (file, line)
+        _record_locations(locs, f"{path}.{key}", value_node, file)
+
+
+def _forget_locations(locs: dict[str, tuple[str, int | None]], path: str) -> None:
+    for key in [k for k in locs if k == path or k.startswith(f"{path}.")]:
+        del locs[key]
+
+
 class WiringDumper(yaml.SafeDumper):
     """A YAML dumper that writes ``Ref``s back as ``!ref``/``!late``/``!call`` tags."""
 
@@ -316,6 +397,8 @@ class WiringDumper(yaml.SafeDumper):
 WiringDumper.add_representer(
     Ref, lambda d, r: d.represent_scalar(f"!{r.kind}", ".".join((r.target, *r.attrs)))
 )
+WiringDumper.add_representer(EnvStr, lambda d, text: d.represent_str(str(text)))
+WiringDumper.add_representer(Replace, lambda d, m: d.represent_mapping("!replace", dict(m)))
 
 
 def _compose_mapping(mapping: Mapping, errors: _Errors) -> yaml.Node | None:
@@ -348,12 +431,21 @@ def read_wiring(
             _merge_file(wiring, root, reader)
     for spec in wiring.components.values():
         if spec.type is None:
-            found.add(
-                spec.file,
-                spec.line,
-                f"components.{spec.name}",
-                "no 'type' given; name a registered component or 'package.module:Class'",
-            )
+            others = [n for n, o in wiring.components.items() if o.type is not None]
+            close = difflib.get_close_matches(spec.name, others, n=1, cutoff=0.6)
+            if spec.created_by_overlay and close:
+                problem = (
+                    f"no component {spec.name!r} in the wiring to adjust, and no 'type' to "
+                    f"create one; did you mean {close[0]}?"
+                )
+            elif spec.created_by_overlay:
+                problem = (
+                    f"no component {spec.name!r} in the wiring to adjust, and no 'type' to "
+                    f"create one; components: {', '.join(others)}"
+                )
+            else:
+                problem = "no 'type' given; name a registered component or 'package.module:Class'"
+            found.add(spec.file, spec.line, f"components.{spec.name}", problem)
     if errors is not None:
         errors.extend(found)
     return wiring

@@ -89,12 +89,20 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, str):  # an EnvStr (from ${...}) is written as the text it holds
+        return str(value)
     if callable(value):
         return _UNWRITABLE
     try:
-        return msgspec.to_builtins(value)
+        return msgspec.to_builtins(value, enc_hook=_builtin)
     except TypeError:
         return _UNWRITABLE
+
+
+def _builtin(value: Any) -> Any:
+    if isinstance(value, str):
+        return str(value)
+    raise TypeError(f"cannot write {type(value).__name__} as YAML")
 
 
 def resolved_config(wiring: Wiring) -> dict[str, Any]:
@@ -121,8 +129,50 @@ def resolved_config(wiring: Wiring) -> dict[str, Any]:
     return {"components": components}
 
 
+def explain(wiring: Wiring) -> str:
+    """The merged wiring as YAML with, after every value, the file and line that set it."""
+    lines = ["components:"]
+
+    def where(spec: Any, key: str) -> str:
+        if key not in spec.arg_locs:
+            return "default"
+        file, line = spec.arg_locs[key]
+        return file if line is None else f"{file}:{line}"
+
+    def emit(spec: Any, path: str, key: str, value: Any, indent: int) -> None:
+        pad = " " * indent
+        plain = _plain(value)
+        if isinstance(plain, dict) and plain:
+            lines.append(f"{pad}{key}:  # {where(spec, path)}")
+            for k, v in plain.items():
+                emit(spec, f"{path}.{k}", k, v, indent + 2)
+            return
+        if isinstance(plain, Ref):
+            text = str(plain)
+        else:
+            text = "<not writable>" if plain is _UNWRITABLE else _flow(plain)
+        lines.append(f"{pad}{key}: {text}  # {where(spec, path)}")
+
+    for name, spec in wiring.components.items():
+        lines.append(f"  {name}:  # {spec.where()}")
+        lines.append(f"    type: {spec.type}  # {spec.where('type')}")
+        if spec.args:
+            lines.append("    args:")
+            for key, value in spec.args.items():
+                emit(spec, key, key, value, 6)
+    return "\n".join(lines)
+
+
+def _flow(value: Any) -> str:
+    text = yaml.dump(value, Dumper=WiringDumper, default_flow_style=True, width=1 << 16)
+    return text.strip().removesuffix("...").strip()
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     wiring = wiring_from_args(args)
+    if args.explain:
+        print(explain(wiring))
+        return 0
     if args.resolved:
         data = resolved_config(wiring)
     else:
@@ -151,6 +201,11 @@ def _parser() -> argparse.ArgumentParser:
     add_wiring_args(p)
     p.add_argument(
         "--resolved", action="store_true", help="every field of every component, defaults included"
+    )
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="the merged wiring with the file and line that set each value (base or overlay)",
     )
     p.set_defaults(run=cmd_config)
     run.add_parsers(sub)

@@ -103,3 +103,49 @@ class ReadsAtBuild:
 
     def __attrs_post_init__(self) -> None:
         self.seen = self.get_value()
+
+
+@attrs.define
+class _CountingStats:
+    gen_throughput: float = 0.0
+    cache_hit_rate: float = 0.0
+
+
+@component("sample_counting_reporter")
+class CountingReporter:
+    """A metrics reporter that only counts its calls (keeps no figure of its own)."""
+
+    stats: _CountingStats = attrs.field(init=False, factory=_CountingStats)
+    counts: dict = attrs.field(init=False, factory=dict)
+
+    def _count(self, name: str) -> None:
+        self.counts[name] = self.counts.get(name, 0) + 1
+
+    def report_prefill_stats(self, batch: object) -> None:
+        self._count("report_prefill_stats")
+
+    def report_decode_stats(self, batch: object) -> None:
+        self._count("report_decode_stats")
+
+    def increment_generated_tokens(self, n: int) -> None:
+        self._count("increment_generated_tokens")
+
+    def advance_forward_ct_decode(self) -> None:
+        self._count("advance_forward_ct_decode")
+
+    def maybe_log_idle_metrics(self) -> None:
+        self._count("maybe_log_idle_metrics")
+
+    def on_pause(self) -> None:
+        self._count("on_pause")
+
+    def observe_finished_request(self, req: object) -> None:
+        self._count("observe_finished_request")
+
+
+@component("sample_half_reporter")
+class HalfReporter:
+    """A metrics reporter missing most of the interface."""
+
+    def report_prefill_stats(self, batch: object) -> None:
+        return None
