@@ -1,9 +1,11 @@
 """Testing schedkit components and assemblies.
 
 - ``fake(ComponentClass, **attributes)``: a recording double with exactly a component's fields
-  and methods, signatures checked (``schedkit.testing.fakes``).
-- ``isolate(name, source="wiring.yaml", **overrides)``: one component of a wiring, built with
-  fakes for every neighbour (``schedkit.testing.isolation``).
+  and methods, signatures checked (``schedkit.testing.fakes``); ``fake(Protocol)`` the same of
+  a protocol, which raises ``UnconfiguredCall`` for a return value it was not given.
+- ``isolate(name, source=None, **overrides)``: one component of a wiring (``wiring.yaml`` in
+  the working directory, else the shipped one), built with fakes for every neighbour
+  (``schedkit.testing.isolation``).
 - Ready doubles: ``FakeClock``, ``RecordingOutputSender``, ``CapturingEventPublisher`` (the
   ``capture`` KV-event publisher) and ``capture_logs()`` (``schedkit.testing.doubles``).
 - ``FaultyPublisher``: a KV-event publisher that drops, duplicates, holds, reorders, bursts
@@ -14,8 +16,9 @@
   child process on free loopback ports (``schedkit.testing.serving``).
 - ``LeakCheck``: finds assemblies not shut down, threads and ZeroMQ sockets left behind
   (``schedkit.testing.leaks``).
-- The pytest plugin (``schedkit.testing.plugin``): the ``make_assembly``,
-  ``faulty_kv_publisher`` and ``assembly_leak_check`` fixtures.
+- The pytest plugin (``schedkit.testing.plugin``): the ``make_assembly``, ``fake_component``
+  (a protocol fake by wiring key), ``faulty_kv_publisher`` and ``assembly_leak_check``
+  fixtures.
 
 Names load on first use, so that the pytest plugin in this package imports nothing heavy.
 Guide: docs/testing.md.
@@ -28,6 +31,7 @@ from schedkit._lazy import lazy_attributes
 _LAZY = {
     "Call": "schedkit.testing.fakes",
     "fake": "schedkit.testing.fakes",
+    "UnconfiguredCall": "schedkit.testing.fakes",
     "Isolated": "schedkit.testing.isolation",
     "isolate": "schedkit.testing.isolation",
     "CapturingEventPublisher": "schedkit.testing.doubles",

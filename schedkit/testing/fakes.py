@@ -7,18 +7,25 @@ component is a recording stub whose arguments are checked against the real metho
 signature. Anything else is refused: an unknown attribute, a method the component does not
 have, a call with the wrong arguments, and setting an attribute that is not a field (or any
 attribute of a frozen component once the double exists).
+
+``fake(Protocol)`` (one of ``schedkit.core.protocols``, or your own) makes the same double of a
+protocol: its annotated attributes are the fields (no defaults: an attribute not given raises
+when read), its methods the stubs. A stub declared to return something raises
+``UnconfiguredCall`` when called without ``returns=`` or ``side_effects=`` for it, instead of
+answering None; one declared ``-> None`` records the call.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
-__all__ = ["Call", "fake"]
+__all__ = ["Call", "UnconfiguredCall", "fake"]
 
 # The double's own API and state: a component declaring a member of one of these names cannot
 # be faked.
@@ -58,20 +65,30 @@ class _Interface:
     """What a component class offers: fields, properties and methods with their signatures."""
 
     def __init__(self, cls: type) -> None:
-        if not attrs.has(cls):
+        self.protocol = bool(getattr(cls, "_is_protocol", False))
+        if not attrs.has(cls) and not self.protocol:
             raise TypeError(
-                f"fake() takes an attrs class such as a @schedkit.core.component, got {cls!r}"
+                "fake() takes an attrs class such as a @schedkit.core.component, or a "
+                f"typing.Protocol such as those of schedkit.core.protocols, got {cls!r}"
             )
         self.cls = cls
         self.name = cls.__name__
-        self.fields = {f.name: f for f in attrs.fields(cls)}
-        self.aliases = {f.alias: f.name for f in attrs.fields(cls) if f.alias != f.name}
-        # attrs makes a frozen class's __setattr__ this function.
-        self.frozen = getattr(cls.__setattr__, "__name__", "") == "_frozen_setattrs"
+        if self.protocol:
+            self.fields = {name: _ProtocolField() for name in _protocol_attributes(cls)}
+            self.aliases: dict[str, str] = {}
+            self.frozen = False
+        else:
+            self.fields = {f.name: f for f in attrs.fields(cls)}
+            self.aliases = {f.alias: f.name for f in attrs.fields(cls) if f.alias != f.name}
+            # attrs makes a frozen class's __setattr__ this function.
+            self.frozen = getattr(cls.__setattr__, "__name__", "") == "_frozen_setattrs"
         self.properties: set[str] = set()
         self.methods: dict[str, inspect.Signature] = {}
-        for klass in reversed(cls.__mro__[:-1]):  # object's members are not the interface
+        mro = [k for k in cls.__mro__[:-1] if k not in (typing.Protocol, typing.Generic)]
+        for klass in reversed(mro):  # object's members are not the interface
             for name, member in vars(klass).items():
+                if name.startswith("_") and self.protocol:
+                    continue
                 if name.startswith("__") or name in self.fields:
                     continue
                 if isinstance(member, property):
@@ -101,6 +118,31 @@ class _Interface:
         return ", ".join(names) or "(none)"
 
 
+class _ProtocolField:
+    """An attribute a protocol declares: it has no default, so a fake has no value until one
+    is given."""
+
+    default = attrs.NOTHING
+
+
+def _protocol_attributes(protocol: type) -> list[str]:
+    names: dict[str, None] = {}
+    for klass in reversed(protocol.__mro__):
+        if klass in (object, typing.Protocol, typing.Generic):
+            continue
+        names.update(dict.fromkeys(n for n in vars(klass).get("__annotations__", {})))
+    return [n for n in names if not n.startswith("_")]
+
+
+class UnconfiguredCall(AssertionError):
+    """A fake made from a protocol was called for a value nobody configured."""
+
+
+def _returns_nothing(signature: inspect.Signature) -> bool:
+    annotation = signature.return_annotation
+    return annotation in (None, "None", type(None))
+
+
 class _Fake:
     """Base of the generated double classes; see ``fake``."""
 
@@ -109,7 +151,8 @@ class _Fake:
 
     @property
     def __class__(self) -> type:  # isinstance(double, Component) holds
-        return self._interface.cls
+        interface = self._interface
+        return type(self) if interface.protocol else interface.cls
 
     def calls_to(self, method: str) -> list[Call]:
         """The recorded calls of ``method``, oldest first."""
@@ -165,6 +208,9 @@ class _Fake:
 
 def _stub(interface: _Interface, name: str, signature: inspect.Signature) -> Callable:
     where = f"{interface.name}.{name}{signature}"
+    # A protocol's fake returns nothing it was not told to, except from a method declared to
+    # return None; a component's fake returns None (its real methods are there to read).
+    strict = interface.protocol and not _returns_nothing(signature)
 
     def method(self: _Fake, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -176,7 +222,13 @@ def _stub(interface: _Interface, name: str, signature: inspect.Signature) -> Cal
         effect = self.side_effects.get(name)
         if effect is not None:
             return effect(*args, **kwargs)
-        return self.returns.get(name)
+        if name in self.returns or not strict:
+            return self.returns.get(name)
+        raise UnconfiguredCall(
+            f"fake {where} was called, but nothing says what it returns: pass "
+            f"fake({interface.name}, returns={{{name!r}: ...}}) or side_effects=, or set "
+            f"double.returns[{name!r}]"
+        )
 
     method.__name__ = name
     method.__qualname__ = f"fake {interface.name}.{name}"
@@ -210,7 +262,9 @@ def fake(
     side_effects: Mapping[str, Callable[..., Any]] | None = None,
     **attributes: Any,
 ) -> Any:
-    """A recording double of the attrs (component) class ``cls``, without instantiating it.
+    """A recording double of the attrs (component) class or protocol ``cls``, without
+    instantiating it (a protocol's double raises ``UnconfiguredCall`` for a value it was not
+    given; see the module docstring).
 
     ``attributes`` set fields (by name or constructor alias) and properties; fields not given
     take their default (a factory is called), and a field without a default has no value until

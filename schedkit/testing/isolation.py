@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from schedkit import wirings
 from schedkit.assembly.late_binding import late_binding
 from schedkit.assembly.loading import load_wiring
 from schedkit.assembly.validate import iter_refs
@@ -105,13 +106,16 @@ def _bind(value: Any, fakes: dict[str, Any]) -> Any:
 def isolate(
     name: str,
     /,
-    source: str | os.PathLike | Mapping | Wiring = "wiring.yaml",
+    source: str | os.PathLike | Mapping | Wiring | None = None,
     *,
     overlays: Sequence[str | os.PathLike | Mapping] = (),
     neighbours: Mapping[str, Any] | None = None,
     **overrides: Any,
 ) -> Isolated:
     """Build component ``name`` of ``source`` (+ ``overlays``) with fakes for its neighbours.
+
+    ``source`` None is ``wiring.yaml`` in the working directory if there is one, else the
+    wiring shipped with schedkit (as the ``schedkit`` command does).
 
     ``overrides`` replace constructor arguments of the component (its wiring's value, and any
     reference in it, is dropped). ``neighbours`` maps a neighbour's component name to the object
@@ -123,7 +127,7 @@ def isolate(
             raise TypeError("isolate(): overlays apply to a file or mapping, not a loaded Wiring")
         wiring = source
     else:
-        wiring = load_wiring(source, *overlays)
+        wiring = load_wiring(wirings.default_source() if source is None else source, *overlays)
     spec = wiring.components.get(name)
     if spec is None:
         raise WiringError(

@@ -2,8 +2,11 @@
 
 Fixtures:
 
-- ``make_assembly(source="wiring.yaml", overlays=(), overrides=None) -> Assembly`` builds an
-  assembly and shuts it down at teardown; the test is also under ``assembly_leak_check``.
+- ``make_assembly(source=None, overlays=(), overrides=None) -> Assembly`` builds an assembly
+  (``source`` None: ``wiring.yaml`` here or at the pytest root, else the shipped wiring) and
+  shuts it down at teardown; the test is also under ``assembly_leak_check``.
+- ``fake_component(key, **attributes)``: a recording double of the protocol under a wiring
+  key, which raises ``UnconfiguredCall`` for a return value it was not given.
 - ``assembly_leak_check``: the test fails at teardown if it leaves an assembly not shut down
   (naming its components), a thread, or a ZeroMQ socket or context behind. See
   ``schedkit.testing.leaks``.
@@ -102,8 +105,11 @@ def _resolve(source: Any, rootpath: Path) -> Any:
 def make_assembly(
     request: pytest.FixtureRequest, assembly_leak_check: Any
 ) -> Iterator[Callable[..., Any]]:
-    """A factory ``make_assembly(source="wiring.yaml", overlays=(), overrides=None)`` that
-    loads, validates and builds a wiring; every assembly it made is shut down at teardown."""
+    """A factory ``make_assembly(source=None, overlays=(), overrides=None)`` that loads,
+    validates and builds a wiring (``source`` None: ``wiring.yaml`` in the working directory or
+    the pytest root directory, else the wiring shipped with schedkit); every assembly it made
+    is shut down at teardown."""
+    from schedkit import wirings
     from schedkit.assembly.container import build
     from schedkit.assembly.loading import load_wiring
     from schedkit.assembly.wiring import Wiring
@@ -113,10 +119,12 @@ def make_assembly(
     rootpath = request.config.rootpath
 
     def make(
-        source: str | os.PathLike | Mapping | Wiring = "wiring.yaml",
+        source: str | os.PathLike | Mapping | Wiring | None = None,
         overlays: Sequence[str | os.PathLike | Mapping] = (),
         overrides: Mapping[str, object] | None = None,
     ) -> Any:
+        if source is None:
+            source = wirings.default_source(rootpath)
         if isinstance(source, Wiring):
             if overlays:
                 raise TypeError(
@@ -140,6 +148,28 @@ def make_assembly(
             errors.append(f"{type(exc).__name__}: {exc}")
     if errors:
         pytest.fail("shutting down assemblies failed:\n" + "\n".join(errors), pytrace=False)
+
+
+@pytest.fixture
+def fake_component() -> Callable[..., Any]:
+    """A factory ``fake_component(key, returns=None, side_effects=None, **attributes)``: a
+    recording double of the protocol of the component under wiring key ``key``
+    (``schedkit.core.protocols.COMPONENT_PROTOCOLS``), e.g. ``fake_component("load_inquirer",
+    returns={"get_loads": {...}})``. A method that returns something raises
+    ``UnconfiguredCall`` unless its return value (or side effect) was given."""
+    from schedkit.core.protocols import COMPONENT_PROTOCOLS
+    from schedkit.testing.fakes import fake
+
+    def make(key: str, /, **options: Any) -> Any:
+        protocol = COMPONENT_PROTOCOLS.get(key)
+        if protocol is None:
+            raise KeyError(
+                f"no component protocol under the wiring key {key!r}; keys: "
+                f"{', '.join(sorted(COMPONENT_PROTOCOLS))}"
+            )
+        return fake(protocol, **options)
+
+    return make
 
 
 @pytest.fixture

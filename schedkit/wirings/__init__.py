@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["DEFAULT", "names", "path"]
+__all__ = ["DEFAULT", "default_source", "names", "path"]
 
 DEFAULT = "wiring"
 _HERE = Path(__file__).parent
@@ -26,3 +26,13 @@ def path(name: str = DEFAULT) -> Path:
     if name not in names():
         raise ValueError(f"no shipped wiring {name!r}; valid names: {', '.join(names())}")
     return _HERE / f"{name}.yaml"
+
+
+def default_source(*roots: str | Path) -> Path:
+    """The wiring to use when none is named: ``wiring.yaml`` in the working directory (or in
+    one of ``roots``, such as a pytest root directory), else the shipped default wiring."""
+    for root in (Path(), *map(Path, roots)):
+        candidate = root / "wiring.yaml"
+        if candidate.is_file():
+            return candidate
+    return path(DEFAULT)

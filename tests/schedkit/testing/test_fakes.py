@@ -175,3 +175,22 @@ def test_reserved_names_and_non_attrs_classes_are_refused():
 
     with pytest.raises(TypeError, match="declares calls, which the double uses"):
         fake(Recorder)
+
+
+def test_a_fake_of_a_protocol_refuses_to_invent_return_values():
+    from schedkit.core.protocols import KVAllocator, LoadInquirerComponent
+    from schedkit.testing import UnconfiguredCall
+
+    allocator = fake(KVAllocator, size=64, page_size=16)
+    assert allocator.size == 64
+    with pytest.raises(UnconfiguredCall, match=r"KVAllocator\.alloc\(n: 'int'\)"):
+        allocator.alloc(16)
+    allocator.returns["alloc"] = [0, 1]
+    assert allocator.alloc(16) == [0, 1]
+    allocator.free([0, 1])  # declared to return None
+    assert [c.name for c in allocator.calls] == ["alloc", "alloc", "free"]
+    inquirer = fake(LoadInquirerComponent)
+    with pytest.raises(AttributeError, match="field 'allocator' has no value"):
+        inquirer.allocator
+    with pytest.raises(TypeError, match="unexpected keyword argument"):
+        inquirer.get_loads(sections=("core",))

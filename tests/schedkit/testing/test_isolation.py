@@ -123,3 +123,10 @@ def test_bad_requests_are_named():
         isolate("scheduler", WIRING, max_running=3)
     with pytest.raises(WiringError, match="neighbours output_sender are not referenced"):
         isolate("scheduler", WIRING, neighbours={"output_sender": object()})
+
+
+def test_isolate_outside_a_checkout_uses_the_shipped_wiring(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with isolate("load_inquirer") as isolated:
+        assert isolated.component.allocator.size == 65536
+        assert set(isolated.fakes) >= {"allocator", "tree_cache", "scheduler"}

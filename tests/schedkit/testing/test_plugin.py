@@ -133,3 +133,38 @@ def test_the_entry_point_plugin_lists_its_fixtures_in_an_empty_directory(tmp_pat
     )
     assert "make_assembly -- " in result.stdout
     assert "assembly_leak_check -- " in result.stdout
+
+
+def test_make_assembly_outside_a_checkout_builds_the_shipped_wiring(pytester):
+    pytester.makepyfile(
+        LOOPBACK
+        + """
+def test_default(make_assembly):
+    assembly = make_assembly()
+    assert assembly.wiring.sources[0].endswith("schedkit/wirings/wiring.yaml")
+    assert assembly["scheduler"].max_running_requests == 256
+"""
+    )
+    assert not (pytester.path / "wiring.yaml").exists()
+    pytester.runpytest(*QUIET).assert_outcomes(passed=1)
+
+
+def test_fake_component_fails_loudly_on_an_unconfigured_call(pytester):
+    pytester.makepyfile(
+        """
+import pytest
+from schedkit.testing import UnconfiguredCall
+
+def test_loads(fake_component):
+    inquirer = fake_component("load_inquirer", returns={"get_loads": {"num_running_reqs": 2}})
+    assert inquirer.get_loads()["num_running_reqs"] == 2
+    reporter = fake_component("metrics_reporter")
+    reporter.on_pause()  # declared to return None: recorded
+    assert reporter.calls_to("on_pause")
+    with pytest.raises(UnconfiguredCall, match="returns=.'num_used_tokens'"):
+        fake_component("load_inquirer").num_used_tokens()
+    with pytest.raises(KeyError, match="keys: allocator"):
+        fake_component("reporter")
+"""
+    )
+    pytester.runpytest(*QUIET).assert_outcomes(passed=1)
