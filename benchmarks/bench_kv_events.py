@@ -228,7 +228,7 @@ def caller_ns_per_event(n_steps: int) -> tuple[float, float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--quick", action="store_true", help="a fast smoke run (a few seconds)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds of (b), >= 5 (7; quick 5)")
     args = parser.parse_args(argv)

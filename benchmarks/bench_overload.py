@@ -70,7 +70,7 @@ def run(num_requests: int, rate: float, seed: int = 0) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--quick", action="store_true", help="1,000 requests, one run each")
     parser.add_argument("--num-requests", type=number(int), default=50000)
     parser.add_argument("--runs", type=number(int), default=1)

@@ -264,7 +264,7 @@ def bench_nano_vllm(size: dict, checkout: str | None) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--quick", action="store_true", help="a small workload (smoke test)")
     parser.add_argument(
         "--nano-vllm", metavar="DIR", help="a nano-vllm checkout to measure on the same workload"

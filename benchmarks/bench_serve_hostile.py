@@ -251,7 +251,7 @@ def attack_peak(frame_bytes: int | None, holders: int) -> float:
 
 def main() -> None:
     """Start a serve, run the steps in the module docstring, print a figure a line."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--quick", action="store_true", help="flood 100 requests, not 1,000")
     parser.add_argument(
         "--repeat", type=int, help="repeats of the repeated figures (5; 1 with --quick)"

@@ -102,7 +102,7 @@ class Client:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--endpoint", default="tcp://127.0.0.1:30010")
     parser.add_argument("-n", "--num-requests", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=16)

@@ -6,6 +6,9 @@ the rest load on first use, so component modules stay independent of the framewo
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
 from schedkit._lazy import lazy_attributes
 from schedkit.core.component import component, component_name, is_component, registered
 
@@ -24,7 +27,12 @@ _LAZY = {
     "SamplingParams": "schedkit.core.schedule_batch",
 }
 
-__all__ = ["component", "component_name", "is_component", "registered", *_LAZY]
+try:
+    __version__ = _version("schedkit")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "unknown"
+
+__all__ = ["__version__", "component", "component_name", "is_component", "registered", *_LAZY]
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, __all__)

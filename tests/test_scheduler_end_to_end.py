@@ -287,8 +287,8 @@ def test_schedkit_run_summary_and_lpm_halves_fcfs_median_ttft(tmp_path):
     assert lpm["prefix_cache_hit_rate"] > 0.5 and fifo["prefix_cache_hit_rate"] > 0.5
     # LPM's gain is the median time to first token (2-9x over seeds 0-4 at this rate); its hit
     # rate is ahead on most seeds but not all, so it is not asserted here.
-    assert lpm["ttft_p50"] * 2 < fifo["ttft_p50"]
-    assert lpm["kv_events_published"] > 0 and lpm["kv_events_dropped"] == 0
+    assert lpm["ttft_p50_s"] * 2 < fifo["ttft_p50_s"]
+    assert lpm["kv_event_batches_published"] > 0 and lpm["kv_event_batches_dropped"] == 0
 
 
 def test_schedkit_run_reports_bad_workload_lines(tmp_path):

@@ -348,7 +348,7 @@ def follow(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--endpoint", help="rank 0's live endpoint; omit for a demo")
     parser.add_argument("--replay-endpoint", help="rank 0's replay endpoint")
     parser.add_argument("--metrics-endpoint", help="endpoint to bind for KvMetrics (PULL)")

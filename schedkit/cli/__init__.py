@@ -1,5 +1,5 @@
-"""The ``schedkit`` command line: validate, graph and show wirings (and the commands that run
-what they assemble).
+"""The ``schedkit`` command line: validate, graph and show wirings, and run, serve or spread
+over a fleet the scheduler they assemble.
 
 Wiring problems print as a list and exit with status 2, never with a traceback.
 """
@@ -24,6 +24,11 @@ from schedkit.cli import calibrate, events, fleet, init, run
 from schedkit.cli.args import add_wiring_args, print_problems, wiring_from_args
 
 __all__ = ["main"]
+
+
+def first_paragraph(doc: str) -> str:
+    """A docstring's first paragraph as one line (a ``--help`` description)."""
+    return " ".join(doc.strip().split("\n\n")[0].split()).replace("``", "")
 
 
 def _edges(wiring: Wiring) -> list[tuple[str, Ref]]:
@@ -188,7 +193,10 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="schedkit", description=__doc__.splitlines()[0])
+    from schedkit import __version__
+
+    parser = argparse.ArgumentParser(prog="schedkit", description=first_paragraph(__doc__))
+    parser.add_argument("--version", action="version", version=f"schedkit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("validate", help="check a wiring and list its components and edges")
     add_wiring_args(p)

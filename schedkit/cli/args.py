@@ -16,8 +16,16 @@ from schedkit import wirings
 from schedkit.assembly.loading import load_wiring
 from schedkit.assembly.wiring import Wiring, WiringError
 from schedkit.runner import presets
+from schedkit.workloads.workload import CHAT_RATE
 
-__all__ = ["add_wiring_args", "number", "print_problems", "wiring_from_args", "wiring_sources"]
+__all__ = [
+    "add_wiring_args",
+    "number",
+    "print_problems",
+    "run_provenance",
+    "wiring_from_args",
+    "wiring_sources",
+]
 
 
 def _preset_name(lookup: Callable[[str], Any]) -> Callable[[str], str]:
@@ -29,6 +37,17 @@ def _preset_name(lookup: Callable[[str], Any]) -> Callable[[str], str]:
         return text
 
     return parse
+
+
+def _shipped_overlays() -> list[str]:
+    return [name for name in wirings.names() if name != wirings.DEFAULT]
+
+
+def _overlay(text: str) -> str:
+    """An overlay file, or the file of a shipped overlay named ``text`` (``-o serve``)."""
+    if text in _shipped_overlays() and not Path(text).exists():
+        return str(wirings.path(text))
+    return text
 
 
 def add_wiring_args(parser: argparse.ArgumentParser) -> None:
@@ -44,9 +63,11 @@ def add_wiring_args(parser: argparse.ArgumentParser) -> None:
         "-o",
         "--overlay",
         action="append",
+        type=_overlay,
         default=[],
         metavar="OVERLAY",
-        help="overlay YAML merged over FILE (repeatable, applied in order)",
+        help="overlay YAML merged over FILE (repeatable, applied in order); a name with no "
+        f"such file is a shipped overlay: {', '.join(_shipped_overlays())}",
     )
     group = parser.add_argument_group(
         "presets", "set the simulated model runner's costs and the KV pool from a model and a GPU"
@@ -86,6 +107,35 @@ def wiring_sources(
     if announce:
         print(f"schedkit: preset {line}", file=sys.stderr)
     return file, [preset, *args.overlay]
+
+
+def run_provenance(args: argparse.Namespace) -> dict[str, Any]:
+    """What produced a run's figures, for its ``--json`` object: the schedkit version, the
+    wiring and overlay files, the preset, and the workload options."""
+    from schedkit import __version__
+
+    preset = None
+    if args.model or args.gpu or args.tp:
+        preset = {"model": args.model, "gpu": args.gpu, "tp": args.tp}
+    provenance = {
+        "schedkit_version": __version__,
+        "wiring": str(args.file or wirings.path()),
+        "overlays": [str(o) for o in args.overlay],
+        "preset": preset,
+    }
+    if hasattr(args, "seed"):
+        rate = args.rate
+        if rate is None and not args.workload and args.synthetic == "chat":
+            rate = CHAT_RATE  # the chat workload's own default
+        provenance.update(
+            workload=args.workload or f"synthetic:{args.synthetic}",
+            format=args.format,
+            num_requests=args.num_requests or (None if args.workload else 400),
+            rate="inf" if rate == math.inf else rate,  # null: all at once / the trace's times
+            seed=args.seed,
+            speedup=args.speedup,
+        )
+    return provenance
 
 
 def wiring_from_args(args: argparse.Namespace, *extra: Mapping) -> Wiring:

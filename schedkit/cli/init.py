@@ -14,7 +14,11 @@ __all__ = ["add_parser"]
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add the ``init`` sub-command."""
     p = sub.add_parser("init", help="write the default wiring (or a shipped example) to a file")
-    p.add_argument("path", nargs="?", default="wiring.yaml", help="where (default: wiring.yaml)")
+    p.add_argument(
+        "path",
+        nargs="?",
+        help="where (default: wiring.yaml, or NAME.yaml for --example NAME)",
+    )
     p.add_argument(
         "--example",
         choices=[n for n in wirings.names() if n != wirings.DEFAULT],
@@ -27,11 +31,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_init(args: argparse.Namespace) -> int:
     """``schedkit init``: write the shipped wiring (or ``--example`` overlay) to the path."""
     source = wirings.path(args.example or wirings.DEFAULT)
-    target = Path(args.path)
+    target = Path(args.path or f"{args.example or 'wiring'}.yaml")
     if target.exists() and not args.force:
         print(f"schedkit init: {target} exists; pass --force to overwrite it", file=sys.stderr)
         return 2
     target.write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
-    what = f"the {args.example} overlay" if args.example else "the default wiring"
-    print(f"schedkit init: wrote {what} to {target}", file=sys.stderr)
+    if args.example:
+        print(
+            f"schedkit init: wrote the {args.example} overlay to {target}; use it over a wiring: "
+            f"schedkit run wiring.yaml -o {target}",
+            file=sys.stderr,
+        )
+    else:
+        print(f"schedkit init: wrote the default wiring to {target}", file=sys.stderr)
     return 0

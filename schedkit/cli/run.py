@@ -20,7 +20,7 @@ import structlog
 
 from schedkit.assembly.container import Assembly, build
 from schedkit.assembly.wiring import Wiring
-from schedkit.cli.args import add_wiring_args, number, wiring_from_args
+from schedkit.cli.args import add_wiring_args, number, run_provenance, wiring_from_args
 from schedkit.cli.workload_args import (
     add_summary_args,
     add_workload_args,
@@ -158,13 +158,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         plot_run(samples, args.plot)
         print(f"schedkit run: plot written to {args.plot}", file=sys.stderr)
     if args.json:
-        print(json.dumps(summary.to_dict()))
+        print(json.dumps({"run": run_provenance(args), **summary.to_dict()}))
     else:
         print(summary.table())
     return 130 if summary.interrupted else 0
 
 
-def _busy_kv_events_overlay(wiring: Wiring) -> dict | None:
+def _busy_kv_events_overlay(wiring: Wiring, command: str = "run") -> dict | None:
     """An overlay moving the KV-event endpoints to free ports when the configured tcp ports
     are taken (another scheduler runs), or None when they are free."""
     for name, spec in wiring.components.items():
@@ -177,7 +177,8 @@ def _busy_kv_events_overlay(wiring: Wiring) -> dict | None:
             free = msgspec.structs.asdict(config)
             free.update({k: f"{v.rpartition(':')[0]}:0" for k, v in taken.items()})
             print(
-                f"schedkit run: {', '.join(taken.values())} in use; KV events move to free ports",
+                f"schedkit {command}: {', '.join(taken.values())} in use; KV events move to "
+                "free ports",
                 file=sys.stderr,
             )
             return {"components": {name: {"args": {"kv_events_config": free}}}}
@@ -215,23 +216,31 @@ def _linger(publisher: Any, seconds: float) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     """``schedkit serve``: serve until SIGINT or SIGTERM, then drain for ``--grace`` seconds."""
     wiring = wiring_from_args(args)
+    extra = []
     if args.admin_token:
         receiver = wiring.components.get("request_receiver")
         if receiver is None or receiver.type != "zmq_server":
             print(
                 "schedkit serve: --admin-token needs a zmq_server request_receiver "
-                "(see examples/serve.yaml)",
+                "(the shipped serve overlay: -o serve)",
                 file=sys.stderr,
             )
             return 2
-        admin = {"components": {"request_receiver": {"args": {"admin_token": args.admin_token}}}}
-        wiring = wiring_from_args(args, admin)
+        extra.append(
+            {"components": {"request_receiver": {"args": {"admin_token": args.admin_token}}}}
+        )
+    busy = _busy_kv_events_overlay(wiring, "serve")
+    if busy is not None:
+        extra.append(busy)
+    if extra:
+        wiring = wiring_from_args(args, *extra)
     stop = threading.Event()
     with build(wiring) as assembly:
         if getattr(assembly["request_receiver"], "bound_endpoint", None) is None:
             print(
-                "schedkit serve: the wiring's request_receiver takes no network requests; "
-                "use a zmq_server (see examples/serve.yaml)",
+                "schedkit serve: the wiring's request_receiver takes no network requests; add "
+                "the shipped serve overlay (a zmq_server, the wall clock): schedkit serve "
+                f"{args.file or ''} -o serve".replace("  ", " "),
                 file=sys.stderr,
             )
             return 2

@@ -37,6 +37,7 @@ from pathlib import Path
 import attrs
 
 from schedkit.core.schedule_batch import Req
+from schedkit.workloads.sniff import sniff_format
 from schedkit.workloads.trace_formats import FORMATS
 from schedkit.workloads.trace_io import ProblemLog
 from schedkit.workloads.workload import Arrival, StaticWorkload, WorkloadError, arrival_times
@@ -72,11 +73,19 @@ class TraceWorkload:
         return None
 
 
+def _a(word: str) -> str:
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
+
+
 def guess_format(path: str | Path) -> str:
     """The format of ``path`` by its extension where that is unambiguous: ``.json`` is
-    ShareGPT, ``.csv`` could be Azure or BurstGPT (ValueError), anything else is jsonl."""
+    ShareGPT, ``.csv`` is Azure or BurstGPT by its header (ValueError when the header is
+    neither's), anything else is jsonl."""
     suffix = Path(path).suffix.lower()
     if suffix == ".csv":
+        sniffed = sniff_format(path)
+        if sniffed is not None and sniffed[0] in ("azure", "burstgpt"):
+            return sniffed[0]
         raise ValueError(f"{path}: a .csv trace is azure or burstgpt; say which with --format")
     return "sharegpt" if suffix == ".json" else "jsonl"
 
@@ -146,6 +155,16 @@ def open_trace(
                     )
                 continue
             latest = (number, time)
+    if log:
+        sniffed = sniff_format(path)
+        if sniffed is not None and sniffed[0] != name:
+            raise WorkloadError(
+                [
+                    f"{path}: this does not read as {_a(name)} trace, and looks like "
+                    f"{_a(sniffed[0])} one ({sniffed[1]}): try --format {sniffed[0]}",
+                    *log.errors(),
+                ]
+            )
     log.raise_if_any()
     if count == 0:
         raise WorkloadError([f"{path}: no requests in the file", *log.notes()])

@@ -21,4 +21,4 @@ def test_schedkit_run_with_the_scripted_runner_overlay():
     # both requests allow 32; the simulated runner would have produced 64.
     assert (summary["requests_done"], summary["output_tokens"]) == (2, 6)
     # four steps of 10 ms on the scripted runner's clock: one prefill, three decodes
-    assert round(summary["simulated_seconds"], 6) == 0.04
+    assert round(summary["simulated_s"], 6) == 0.04

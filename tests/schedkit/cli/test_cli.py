@@ -90,3 +90,20 @@ class _RefLoader(yaml.SafeLoader):
 
 for _tag in ("!ref", "!late", "!call"):
     _RefLoader.add_constructor(_tag, lambda loader, node, t=_tag: f"{t} {node.value}")
+
+
+def test_init_example_writes_the_overlay_under_its_own_name(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", "--example", "swa"]) == 0
+    assert not (tmp_path / "wiring.yaml").exists()
+    assert "swa_radix_cache" in (tmp_path / "swa.yaml").read_text()
+    assert "schedkit run wiring.yaml -o swa.yaml" in capsys.readouterr().err
+    assert main(["init"]) == 0
+    assert main(["validate", "wiring.yaml", "-o", "swa.yaml"]) == 0
+
+
+def test_a_shipped_overlay_is_taken_by_name(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no serve.yaml here: the shipped one
+    assert main(["config", "-o", "serve", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "type: zmq_server  # " in out and "schedkit/wirings/serve.yaml" in out

@@ -70,7 +70,7 @@ def test_run_moves_to_free_ports_and_lingers_for_a_router():
             holder.close()
     assert proc.returncode == 0
     summary = json.loads(out)
-    assert summary["kv_events_published"] == accepted
+    assert summary["kv_event_batches_published"] == accepted
 
 
 def test_the_batch_count_is_the_same_every_run():
@@ -99,6 +99,104 @@ def test_the_batch_count_is_the_same_every_run():
             },
         )
         assert result.returncode == 0, result.stderr
-        return json.loads(result.stdout)["kv_events_published"]
+        return json.loads(result.stdout)["kv_event_batches_published"]
 
     assert published() == published() > 0
+
+
+def test_run_json_keys_carry_units_and_echo_what_produced_them(tmp_path):
+    from schedkit import __version__
+    from schedkit.sim.run_summary import JSON_KEYS
+
+    overlay = tmp_path / "o.yaml"
+    overlay.write_text("components:\n  scheduler:\n    args: {max_running_requests: 64}\n")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "schedkit.cli",
+            "run",
+            "wiring.yaml",
+            "-o",
+            str(overlay),
+            "--json",
+            "--num-requests",
+            "20",
+            "--rate",
+            "8",
+            "--seed",
+            "3",
+            "--model",
+            "llama3-8b",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={
+            **os.environ,
+            "SCHEDKIT_KV_EVENTS_ENDPOINT": "tcp://127.0.0.1:0",
+            "SCHEDKIT_KV_REPLAY_ENDPOINT": "tcp://127.0.0.1:0",
+        },
+    )
+    summary = json.loads(result.stdout)
+    assert summary.pop("run") == {
+        "schedkit_version": __version__,
+        "wiring": "wiring.yaml",
+        "overlays": [str(overlay)],
+        "preset": {"model": "llama3-8b", "gpu": None, "tp": None},
+        "workload": "synthetic:chat",
+        "format": None,
+        "num_requests": 20,
+        "rate": 8.0,
+        "seed": 3,
+        "speedup": None,
+    }
+    assert list(summary) == [key for key, _, _ in JSON_KEYS.values()]
+    assert {"ttft_p90_s", "peak_rss_mib", "wall_s", "simulated_s"} <= set(summary)
+
+
+def test_version():
+    from schedkit import __version__
+
+    result = subprocess.run(
+        [sys.executable, "-m", "schedkit.cli", "--version"], capture_output=True, text=True
+    )
+    assert result.returncode == 0 and result.stdout == f"schedkit {__version__}\n"
+
+
+def test_serve_moves_kv_events_off_a_busy_port_and_names_the_shipped_overlay(tmp_path):
+    from schedkit.testing import free_endpoint
+
+    holder = taken_port()
+    busy = f"tcp://127.0.0.1:{holder.getsockname()[1]}"
+    env = {
+        **os.environ,
+        "SCHEDKIT_REQUEST_ENDPOINT": free_endpoint(),
+        "SCHEDKIT_KV_EVENTS_ENDPOINT": busy,
+        "SCHEDKIT_KV_REPLAY_ENDPOINT": free_endpoint(),
+    }
+    command = [sys.executable, "-m", "schedkit.cli", "serve"]
+    refused = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert refused.returncode == 2
+    assert (
+        "add the shipped serve overlay (a zmq_server, the wall clock): schedkit serve -o serve"
+        in refused.stderr
+    )
+    server = subprocess.Popen(
+        [*command, "-o", "serve"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        ready = json.loads(server.stdout.readline())["ready"]
+        assert ready["kv_events"].startswith("tcp://127.0.0.1:") and ready["kv_events"] != busy
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=30)
+        holder.close()
+    assert f"schedkit serve: {busy} in use; KV events move to free ports" in err
+    assert server.returncode == 0

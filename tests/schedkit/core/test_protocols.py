@@ -56,9 +56,9 @@ def _figures(*overlays) -> dict:
         workload = synthetic("chat", 120, 16.0, 0)
         figures = drive(assembly, workload).to_dict()
         reporter = assembly["metrics_reporter"]
-    for wall in ("wall_seconds", "request_throughput_wall", "output_throughput_wall"):
+    for wall in ("wall_s", "request_throughput_per_wall_s", "output_throughput_tokens_per_wall_s"):
         figures.pop(wall)
-    figures.pop("peak_rss_mb")
+    figures.pop("peak_rss_mib")
     return figures, reporter
 
 

@@ -166,7 +166,9 @@ def test_summary_percentiles_and_samples_come_from_the_finished_requests(assembl
         assert got == pytest.approx(expected), name
     assert min(queue) >= 0 and max(tpot) > 0
     as_json = summary.to_dict()
-    assert {"tpot_p50", "e2e_p99", "queue_time_p90", "ttft_p50", "itl_p99"} <= set(as_json)
+    assert {"tpot_p50_s", "e2e_p99_s", "queue_time_p90_s", "ttft_p50_s", "itl_p99_s"} <= set(
+        as_json
+    )
     table = summary.table()
     assert "TPOT p50 / p90 / p99 (ms)" in table and "queue time p50 / p90 / p99 (s)" in table
     # the timeline saw the queue fill and drain, one sample per step (the run is short)

@@ -33,8 +33,8 @@ def test_json_figures_turn_only_nan_into_null():
 
 def test_run_summary_json_is_strict_json_and_the_table_says_it_was_interrupted():
     data = json.loads(json.dumps(summary().to_dict(), allow_nan=False))
-    assert data["ttft_p50"] == 0.25
-    assert data["prefix_cache_hit_rate"] is None and data["tpot_p99"] is None
+    assert data["ttft_p50_s"] == 0.25
+    assert data["prefix_cache_hit_rate"] is None and data["tpot_p99_s"] is None
     table = summary(interrupted=True).table().splitlines()
     assert table[0].startswith("interrupted") and "finished so far" in table[0]
     assert any(line.startswith("TTFT p50 / p90 / p99 (ms)") and "250.0" in line for line in table)

@@ -191,6 +191,6 @@ def test_a_fake_of_a_protocol_refuses_to_invent_return_values():
     assert [c.name for c in allocator.calls] == ["alloc", "alloc", "free"]
     inquirer = fake(LoadInquirerComponent)
     with pytest.raises(AttributeError, match="field 'allocator' has no value"):
-        inquirer.allocator
+        _ = inquirer.allocator
     with pytest.raises(TypeError, match="unexpected keyword argument"):
         inquirer.get_loads(sections=("core",))
