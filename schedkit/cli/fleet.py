@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from schedkit.cli.args import add_wiring_args, number, wiring_sources
+from schedkit.cli.args import add_wiring_args, number, run_provenance, wiring_sources
 from schedkit.cli.workload_args import (
     add_summary_args,
     add_workload_args,
@@ -100,26 +100,35 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         return 2
     workload, total = loaded
     try:
-        summary = _offline(args, workload, total) if args.offline else _live(args, workload)
+        run = _offline if args.offline else _live
+        summary = run(args, workload, total)
     except (StuckError, WorkerStartError) as exc:
         print(f"\nschedkit fleet: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(summary.to_dict()) if args.json else summary.table())
+    if args.json:
+        print(json.dumps({"run": run_provenance(args), **summary.to_dict()}))
+    else:
+        print(summary.table())
     return 130 if summary.interrupted else 0
 
 
-def _live(args: argparse.Namespace, workload: Workload) -> FleetSummary:
+def _live(args: argparse.Namespace, workload: Workload, total: int) -> FleetSummary:
     file, overlays = wiring_sources(args)
-    with LiveFleet(
-        file,
-        args.workers,
-        args.router,
-        overlays=overlays,
-        settings=args.settings,
-        launcher=args.launcher,
-        heartbeat_timeout=args.heartbeat_timeout or 5.0,
-    ) as fleet:
-        summary = fleet.run(workload)
+    if not (args.json or args.no_progress):
+        print(f"schedkit fleet: starting {args.workers} workers ...", file=sys.stderr, flush=True)
+    with (
+        LiveFleet(
+            file,
+            args.workers,
+            args.router,
+            overlays=overlays,
+            settings=args.settings,
+            launcher=args.launcher,
+            heartbeat_timeout=args.heartbeat_timeout or 5.0,
+        ) as fleet,
+        progress_display(args, total) as show,
+    ):
+        summary = fleet.run(workload, progress=show)
     for rank, why in sorted(fleet.deaths.items()):
         print(f"schedkit fleet: worker {rank} was taken out: {why}", file=sys.stderr)
     return summary

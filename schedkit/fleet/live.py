@@ -98,6 +98,7 @@ class LiveFleet:
             o if isinstance(o, Mapping) else str(Path(o).resolve()) for o in overlays
         )
         self.launcher = launcher
+        self.startup_seconds = math.nan  # launching the workers until all were ready
         self.heartbeat_interval, self.heartbeat_timeout = heartbeat_interval, heartbeat_timeout
         self.ready_timeout, self.grace = ready_timeout, grace
         self.max_bad_messages = max_bad_messages
@@ -135,8 +136,10 @@ class LiveFleet:
     def start(self) -> None:
         """Launch the workers, wait until each is ready and connect the router to them;
         on failure whatever started is stopped again."""
+        started = time.monotonic()
         try:
             self._start()
+            self.startup_seconds = time.monotonic() - started
         except BaseException:
             self.close()
             raise
@@ -217,14 +220,18 @@ class LiveFleet:
     # ---- driving a workload -------------------------------------------------------------
 
     def run(
-        self, workload: Workload, on_route: Callable[[LiveFleet, int], None] | None = None
+        self,
+        workload: Workload,
+        on_route: Callable[[LiveFleet, int], None] | None = None,
+        progress: Callable[[int, float], None] | None = None,
     ) -> FleetSummary:
         """Send ``workload`` through the fleet on the wall clock until every request
         finished or failed, stop the workers and summarise. ``on_route(fleet, n)`` is called
-        after the n-th request is sent."""
+        after the n-th request is sent; ``progress(finished, seconds)`` after requests
+        finish."""
         pending = PendingArrivals(workload)
         start = time.monotonic()
-        next_heartbeat, sent, interrupted = start, 0, False
+        next_heartbeat, sent, interrupted, done = start, 0, False, 0
         try:
             while pending or self._inflight:
                 now = time.monotonic()
@@ -245,8 +252,12 @@ class LiveFleet:
                     rank = self._dealers.index(sock)
                     while self.alive[rank] and sock.poll(0):
                         received = time.monotonic() - start
-                        for req in self._receive(rank, sock.recv(), received):
+                        finished = self._receive(rank, sock.recv(), received)
+                        for req in finished:
                             pending.finished(req, received)
+                        if finished and progress is not None:
+                            done += len(finished)
+                            progress(done, received)
                 if isinstance(self.router, KvRouter):
                     self.router.poll(0)
         except KeyboardInterrupt:
@@ -441,6 +452,7 @@ class LiveFleet:
             wall_seconds=wall,
             interrupted=interrupted,
             unrouted=self._unrouted,
+            setup_seconds=self.startup_seconds,
         )
 
 

@@ -110,8 +110,12 @@ def run_offline(
             "kv_events_publisher a kv_events_config"
         )
     with contextlib.ExitStack() as stack:
+        started = time.perf_counter()
         assemblies = [stack.enter_context(build(w)) for w in wirings]
-        return OfflineFleet(assemblies, workload, policy, found, progress, settings).run()
+        setup = time.perf_counter() - started
+        summary = OfflineFleet(assemblies, workload, policy, found, progress, settings).run()
+        summary.setup_seconds = setup
+        return summary
 
 
 class OfflineFleet:

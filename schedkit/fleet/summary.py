@@ -30,17 +30,33 @@ class WorkerFigures:
     requests_failed: int
     output_tokens: int
     ttft_p50: float
+    ttft_p90: float
     ttft_p99: float
     tpot_p50: float
+    tpot_p90: float
     tpot_p99: float
     itl_p50: float
+    itl_p90: float
     itl_p99: float
     e2e_p50: float
+    e2e_p90: float
     e2e_p99: float
     prefix_cache_hit_rate: float
     wall_seconds: float
     peak_rss_mb: float
     alive: bool = True
+
+
+def _worker_json(figures: WorkerFigures) -> dict[str, Any]:
+    """A worker's figures as JSON: latencies ``_s`` (seconds), memory ``_mib``."""
+    values = attrs.asdict(figures)
+    renamed = {"wall_seconds": "wall_s", "peak_rss_mb": "peak_rss_mib"}
+    return json_figures(
+        {
+            renamed.get(k) or (f"{k}_s" if k.rpartition("_")[2] in ("p50", "p90", "p99") else k): v
+            for k, v in values.items()
+        }
+    )
 
 
 def worker_figures(
@@ -66,7 +82,7 @@ def worker_figures(
             f"{figure}_p{q}": value
             for figure in ("ttft", "tpot", "itl", "e2e")
             for q, value in zip(
-                (50, 99), percentiles(getattr(tally, figure), (50, 99)), strict=True
+                (50, 90, 99), percentiles(getattr(tally, figure), (50, 90, 99)), strict=True
             )
         },
         prefix_cache_hit_rate=cached_tokens / seen if seen else math.nan,
@@ -103,6 +119,8 @@ class FleetSummary:
     simulated_seconds: float
     wall_seconds: float
     interrupted: bool = False
+    # Wall seconds before the run: building the workers (offline) or starting them (live).
+    setup_seconds: float = math.nan
 
     @property
     def load_imbalance(self) -> float:
@@ -118,27 +136,28 @@ class FleetSummary:
             {
                 "policy": self.policy,
                 "mode": self.mode,
-                "workers": [json_figures(attrs.asdict(w)) for w in self.workers],
-                "fleet": json_figures(attrs.asdict(self.fleet)),
+                "workers": [_worker_json(w) for w in self.workers],
+                "fleet": _worker_json(self.fleet),
                 "load_imbalance": self.load_imbalance,
-                "simulated_seconds": self.simulated_seconds,
-                "wall_seconds": self.wall_seconds,
+                "simulated_s": self.simulated_seconds,
+                "wall_s": self.wall_seconds,
+                "setup_wall_s": self.setup_seconds,
                 "interrupted": self.interrupted,
             }
         )
 
     def table(self) -> str:
-        """One row per worker and one for the fleet; latencies in ms, "-" for what was not
-        measured (no request finished, or no figure from a worker)."""
+        """One row per worker and one for the fleet; TTFT, TPOT and ITL in ms, E2E in s, "-"
+        for what was not measured (no request finished, or no figure from a worker)."""
         head = (
             "worker",
             "routed",
             "done",
             "failed",
-            "TTFT p50/p99",
-            "TPOT p50/p99",
-            "ITL p50/p99",
-            "E2E p50/p99",
+            "TTFT ms p50/p90/p99",
+            "TPOT ms p50/p90/p99",
+            "ITL ms p50/p90/p99",
+            "E2E s p50/p90/p99",
             "hit rate",
             "wall s",
             "RSS MiB",
@@ -147,8 +166,11 @@ class FleetSummary:
         def shown(value: float, spec: str) -> str:  # "-": nothing measured (NaN)
             return "-" if math.isnan(value) else format(value, spec)
 
-        def ms(a: float, b: float) -> str:
-            return f"{shown(a * 1e3, '.1f')} / {shown(b * 1e3, '.1f')}"
+        def ms(*values: float) -> str:
+            return "/".join(shown(v * 1e3, ".1f") for v in values)
+
+        def s(*values: float) -> str:
+            return "/".join(shown(v, ".2f") for v in values)
 
         def row(w: WorkerFigures) -> tuple[str, ...]:
             return (
@@ -156,10 +178,10 @@ class FleetSummary:
                 str(w.requests_routed),
                 str(w.requests_done),
                 str(w.requests_failed),
-                ms(w.ttft_p50, w.ttft_p99),
-                ms(w.tpot_p50, w.tpot_p99),
-                ms(w.itl_p50, w.itl_p99),
-                ms(w.e2e_p50, w.e2e_p99),
+                ms(w.ttft_p50, w.ttft_p90, w.ttft_p99),
+                ms(w.tpot_p50, w.tpot_p90, w.tpot_p99),
+                ms(w.itl_p50, w.itl_p90, w.itl_p99),
+                s(w.e2e_p50, w.e2e_p90, w.e2e_p99),
                 shown(w.prefix_cache_hit_rate, ".1%"),
                 shown(w.wall_seconds, ".2f"),
                 shown(w.peak_rss_mb, ".0f"),
@@ -170,6 +192,9 @@ class FleetSummary:
         lines = ["  ".join(c.rjust(widths[i]) for i, c in enumerate(r)) for r in rows]
         lines.insert(len(lines) - 1, "-" * len(lines[0]))
         seconds = f"wall seconds {self.wall_seconds:.2f}"
+        if not math.isnan(self.setup_seconds):
+            what = "building" if self.mode == "offline" else "starting"
+            seconds += f" (and {self.setup_seconds:.2f} {what} the workers before)"
         if not math.isnan(self.simulated_seconds):
             seconds = f"simulated seconds {self.simulated_seconds:.2f}; {seconds}"
         lines += [
@@ -196,6 +221,7 @@ def fleet_summary(
     wall_seconds: float,
     interrupted: bool = False,
     unrouted: Tally | None = None,
+    setup_seconds: float = math.nan,
 ) -> FleetSummary:
     """A ``FleetSummary`` from each worker's tally, requests routed to it, (cached, computed)
     prompt tokens, wall seconds, peak RSS and liveness; ``unrouted`` holds the requests no
@@ -231,4 +257,5 @@ def fleet_summary(
         simulated_seconds=simulated_seconds,
         wall_seconds=wall_seconds,
         interrupted=interrupted,
+        setup_seconds=setup_seconds,
     )

@@ -25,7 +25,7 @@ def test_offline_json_summary(capsys):
     assert sum(w["requests_routed"] for w in data["workers"]) == 40
     assert 0 < data["fleet"]["prefix_cache_hit_rate"] < 1
     assert data["load_imbalance"] >= 1.0
-    assert data["simulated_seconds"] > 0
+    assert data["simulated_s"] > 0
 
 
 def test_offline_table(capsys):
@@ -67,9 +67,9 @@ def test_live_json_summary(capsys):
     assert main(["fleet", WIRING, "--workers", "2", "--router", "kv", "--json", *small]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["mode"] == "live"
-    assert data["simulated_seconds"] is None
+    assert data["simulated_s"] is None
     assert data["fleet"]["requests_done"] == 20
-    assert all(w["alive"] and w["peak_rss_mb"] > 0 for w in data["workers"])
+    assert all(w["alive"] and w["peak_rss_mib"] > 0 for w in data["workers"])
 
 
 def test_launcher_and_heartbeats_are_for_live_workers(capsys):

@@ -225,10 +225,13 @@ def test_a_worker_that_keeps_sending_garbage_is_taken_out(monkeypatch):
 
 
 def test_every_request_completes_and_the_router_follows_the_kv_events():
+    seen = []
     with LiveFleet(WIRING, 2, "kv") as fleet:
-        summary = fleet.run(workload(24))
+        summary = fleet.run(workload(24), progress=lambda done, t: seen.append((done, t)))
         index_ranks = fleet.router.index.ranks()
     assert summary.fleet.requests_done == 24
+    assert seen[-1][0] == 24 and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert summary.setup_seconds > 0  # starting the workers, said apart from the run
     assert summary.fleet.requests_failed == 0
     assert sum(w.requests_routed for w in summary.workers) == 24
     assert [w.requests_done for w in summary.workers] == [

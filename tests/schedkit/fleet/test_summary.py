@@ -66,5 +66,29 @@ def test_fleet_figures_table_and_json():
     data = json.loads(json.dumps(summary.to_dict()))
     assert data["load_imbalance"] == 1.5
     assert data["workers"][1]["alive"] is False
-    assert data["workers"][0]["peak_rss_mb"] is None  # NaN: not measured
+    assert data["workers"][0]["peak_rss_mib"] is None  # NaN: not measured
     assert data["fleet"]["prefix_cache_hit_rate"] == 0.6
+    assert {"ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "e2e_p90_s", "wall_s"} <= set(data["fleet"])
+    assert "TTFT ms p50/p90/p99" in lines[0] and "E2E s p50/p90/p99" in lines[0]
+    assert lines[4].split()[4:8] == [
+        "300.0/460.0/496.0",
+        "200.0/200.0/200.0",
+        "-/-/-",
+        "2.30/2.46/2.50",
+    ]
+
+
+def test_the_table_says_the_time_spent_before_the_run():
+    summary = FleetSummary(
+        policy="kv",
+        mode="offline",
+        workers=[],
+        fleet=worker_figures("fleet", Tally(), routed=0, cached_tokens=0, computed_tokens=0),
+        simulated_seconds=1.5,
+        wall_seconds=0.07,
+        setup_seconds=12.9,
+    )
+    assert summary.table().splitlines()[-1] == (
+        "simulated seconds 1.50; wall seconds 0.07 (and 12.90 building the workers before)"
+    )
+    assert summary.to_dict()["setup_wall_s"] == 12.9
