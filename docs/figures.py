@@ -1,0 +1,163 @@
+"""Print the figures the documentation quotes, each under its name, from real runs.
+
+    python docs/figures.py              # every figure
+    python docs/figures.py run swa      # some of them
+
+Names: run (the default `schedkit run wiring.yaml` table), mooncake (the sample trace),
+lpm-fcfs (the two policies over five seeds), swa (the sliding-window overlay's pool sizes),
+custom-policy (examples/custom_policy against lpm), presets (the model and GPU presets).
+Each figure is a block of text printed as the docs show it; the docs test compares every
+block marked `<!-- figures: NAME -->` in the docs with what this prints (wall-clock and
+memory figures masked). Runs take a few seconds each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WIRING = ROOT / "wiring.yaml"
+FCFS = {"components": {"policy": {"type": "fcfs", "args": {"tree_cache": None}}}}
+
+
+def _summary(*overlays, workload=None, seed: int = 0, rate: float | None = None):
+    from schedkit import build, load_wiring
+    from schedkit.sim.driver import drive
+    from schedkit.workloads.workload import synthetic
+
+    with build(load_wiring(WIRING, *overlays)) as assembly:
+        return drive(assembly, workload or synthetic("chat", 400, rate, seed))
+
+
+def run() -> str:
+    return _summary().table()
+
+
+def mooncake() -> str:
+    from schedkit.workloads.traces import open_trace
+
+    trace = ROOT / "examples/traces/mooncake_sample.jsonl"
+    table = _summary(workload=open_trace(trace, "mooncake")).table().splitlines()
+    keep = ("requests done", "TTFT", "prefix-cache", "simulated | wall")
+    return "\n".join(line for line in table if line.startswith(keep))
+
+
+def lpm_fcfs() -> str:
+    rows = [
+        "| policy | seed | prefix-cache hit rate | output tok/s (simulated) | TTFT p50 (ms) "
+        "| TTFT p99 (ms) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for seed in range(5):
+        for name, overlays in (("lpm", ()), ("fcfs", (FCFS,))):
+            s = _summary(*overlays, seed=seed)
+            rows.append(
+                f"| {name} | {seed} | {s.prefix_cache_hit_rate:.1%} | "
+                f"{s.output_throughput:.0f} | {s.ttft_p50 * 1e3:.1f} | {s.ttft_p99 * 1e3:.0f} |"
+            )
+    return "\n".join(rows)
+
+
+def swa() -> str:
+    rows = [
+        "| tree cache | swa_capacity (tokens) | prefix-cache hit rate | TTFT p50 (ms) |",
+        "|---|---|---|---|",
+    ]
+    full = _summary()
+    rows.append(
+        f"| radix_cache | - | {full.prefix_cache_hit_rate:.1%} | {full.ttft_p50 * 1e3:.1f} |"
+    )
+    for capacity in (8192, 32768, 65536):
+        overlay = {
+            "components": {
+                "tree_cache": {
+                    "type": "swa_radix_cache",
+                    "args": {"sliding_window_size": 256, "swa_capacity": capacity},
+                }
+            }
+        }
+        s = _summary(overlay)
+        rows.append(
+            f"| swa_radix_cache | {capacity:,} | {s.prefix_cache_hit_rate:.1%} | "
+            f"{s.ttft_p50 * 1e3:.1f} |"
+        )
+    return "\n".join(rows)
+
+
+def custom_policy() -> str:
+    sys.path.insert(0, str(ROOT / "examples/custom_policy"))
+    example = ROOT / "examples/custom_policy"
+    rows = [
+        "| setting | policy | output tok/s | TTFT p50 / p90 / p99 (ms) | ITL p50 (ms) "
+        "| prefix-cache hit rate | simulated s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    settings = (
+        ("default", [], None),
+        ("busy (32 running)", [example / "busy.yaml"], None),
+        ("all at once", [], float("inf")),
+    )
+    for setting, overlays, rate in settings:
+        for policy, extra in (("lpm", []), ("shortest_uncached_first", [example / "policy.yaml"])):
+            s = _summary(*overlays, *extra, rate=rate)
+            rows.append(
+                f"| {setting} | {policy} | {s.output_throughput:.1f} | {s.ttft_p50 * 1e3:.0f} / "
+                f"{s.ttft_p90 * 1e3:.0f} / {s.ttft_p99 * 1e3:.0f} | {s.itl_p50 * 1e3:.2f} | "
+                f"{s.prefix_cache_hit_rate:.1%} | {s.simulated_seconds:.2f} |"
+            )
+    return "\n".join(rows)
+
+
+def presets() -> str:
+    from schedkit.runner import presets as p
+
+    rows = [
+        "| model | GPU | TP | KV pool (tokens) | decode_fixed | decode_per_seq "
+        "| decode_per_kv_token | attention_coeff |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for model_name, model in p.MODELS.items():
+        tps = (model.default_tp, 8) if model.default_tp > 1 else (1,)
+        for gpu_name, gpu in p.GPUS.items():
+            for tp in tps:
+                args = p.runner_args(model, gpu, tp)
+                rows.append(
+                    f"| {model_name} | {gpu_name} | {tp} | {p.kv_pool_tokens(model, gpu, tp, 16):,}"
+                    f" | {args['decode_fixed'] * 1e3:.2f} ms | {args['decode_per_seq'] * 1e6:.1f} us"
+                    f" | {args['decode_per_kv_token'] * 1e9:.1f} ns"
+                    f" | {args['attention_coeff'] * 1e9:.2f} ns |"
+                )
+    return "\n".join(rows)
+
+
+FIGURES: dict[str, Callable[[], str]] = {
+    "run": run,
+    "mooncake": mooncake,
+    "lpm-fcfs": lpm_fcfs,
+    "swa": swa,
+    "custom-policy": custom_policy,
+    "presets": presets,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("names", nargs="*", choices=[[], *FIGURES], help="figures (default all)")
+    args = parser.parse_args()
+    # Free loopback ports for the KV events of every run (another scheduler may hold 5557).
+    os.environ.setdefault("SCHEDKIT_KV_EVENTS_ENDPOINT", "tcp://127.0.0.1:0")
+    os.environ.setdefault("SCHEDKIT_KV_REPLAY_ENDPOINT", "tcp://127.0.0.1:0")
+    import structlog
+
+    structlog.configure(logger_factory=lambda *_: structlog.PrintLogger(sys.stderr))
+    for name in args.names or FIGURES:
+        print(f"== {name}")
+        print(FIGURES[name]())
+
+
+if __name__ == "__main__":
+    main()
