@@ -5,7 +5,9 @@
 
 Names: run (the default `schedkit run wiring.yaml` table), mooncake (the sample trace),
 lpm-fcfs (the two policies over five seeds), swa (the sliding-window overlay's pool sizes),
-custom-policy (examples/custom_policy against lpm), presets (the model and GPU presets).
+custom-policy (examples/custom_policy against lpm), presets (the model and GPU presets),
+json-keys (the `--json` keys of `schedkit run`), wire-format (the serve messages), protocols
+(the protocol of each wiring key).
 Each figure is a block of text printed as the docs show it; the docs test compares every
 block marked `<!-- figures: NAME -->` in the docs with what this prints (wall-clock and
 memory figures masked). Runs take a few seconds each.
@@ -125,12 +127,94 @@ def presets() -> str:
         for gpu_name, gpu in p.GPUS.items():
             for tp in tps:
                 args = p.runner_args(model, gpu, tp)
+                pool = p.kv_pool_tokens(model, gpu, tp, 16)
                 rows.append(
-                    f"| {model_name} | {gpu_name} | {tp} | {p.kv_pool_tokens(model, gpu, tp, 16):,}"
-                    f" | {args['decode_fixed'] * 1e3:.2f} ms | {args['decode_per_seq'] * 1e6:.1f} us"
+                    f"| {model_name} | {gpu_name} | {tp} | {pool:,}"
+                    f" | {args['decode_fixed'] * 1e3:.2f} ms"
+                    f" | {args['decode_per_seq'] * 1e6:.1f} us"
                     f" | {args['decode_per_kv_token'] * 1e9:.1f} ns"
                     f" | {args['attention_coeff'] * 1e9:.2f} ns |"
                 )
+    return "\n".join(rows)
+
+
+def json_keys() -> str:
+    from schedkit.sim.run_summary import JSON_KEYS
+
+    rows = ["| key | unit | what it is |", "|---|---|---|"]
+    rows += [f"| `{key}` | {unit} | {meaning} |" for key, unit, meaning in JSON_KEYS.values()]
+    return "\n".join(rows)
+
+
+def wire_format() -> str:
+    import msgspec
+    from schedkit.components.io import io_struct
+
+    rows = ["| `kind` | direction | fields (type, default) |", "|---|---|---|"]
+    messages = (
+        (io_struct.GenerateReqInput, "client -> server"),
+        (io_struct.ControlReq, "client -> server"),
+        (io_struct.BatchTokenIDOutput, "server -> client"),
+        (io_struct.BatchEmbeddingOutput, "server -> client"),
+        (io_struct.ControlReply, "server -> client"),
+        (io_struct.ErrorReply, "server -> client"),
+        (io_struct.SamplingParamsInput, "inside generate"),
+    )
+    for struct, direction in messages:
+        info = msgspec.inspect.type_info(struct)
+        fields = []
+        for field in info.fields:
+            text = f"`{field.name}`: {_type_text(field.type)}"
+            if field.default is not msgspec.NODEFAULT:
+                text += f" = {field.default!r}"
+            elif field.default_factory is not msgspec.NODEFAULT:
+                text += f" = {field.default_factory()!r}"
+            fields.append(text)
+        tag = f"`{info.tag}`" if info.tag else f"({struct.__name__})"
+        rows.append(f"| {tag} | {direction} | {'; '.join(fields)} |")
+    return "\n".join(rows)
+
+
+def _type_text(t) -> str:
+    import msgspec
+
+    name = type(t).__name__.removesuffix("Type").lower().replace("none", "null")
+    if isinstance(t, msgspec.inspect.UnionType):
+        return " or ".join(_type_text(x) for x in t.types)
+    if isinstance(t, msgspec.inspect.ListType):
+        bound = f" (at most {t.max_length:,})" if t.max_length is not None else ""
+        return f"list[{_type_text(t.item_type)}]{bound}"
+    if isinstance(t, msgspec.inspect.LiteralType):
+        return " / ".join(repr(v) for v in t.values)
+    if isinstance(t, msgspec.inspect.IntType):
+        bounds = [
+            f">= {t.ge}" if t.ge is not None else "",
+            f"<= {t.le}" if t.le is not None else "",
+            f"< {t.lt}" if t.lt is not None else "",
+        ]
+        extra = ", ".join(b for b in bounds if b)
+        return f"int ({extra})" if extra else "int"
+    if isinstance(t, msgspec.inspect.StrType) and t.max_length is not None:
+        return f"str (at most {t.max_length} chars)"
+    if isinstance(t, (msgspec.inspect.StructType, msgspec.inspect.DataclassType)):
+        return t.cls.__name__
+    if isinstance(t, msgspec.inspect.DictType):
+        return "map"
+    return name
+
+
+def protocols() -> str:
+    from schedkit.assembly.validate import protocol_members
+    from schedkit.core.protocols import COMPONENT_PROTOCOLS
+
+    rows = [
+        "| wiring key | protocol | what it is for | members the assembly uses |",
+        "|---|---|---|---|",
+    ]
+    for key, protocol in COMPONENT_PROTOCOLS.items():
+        purpose = " ".join(protocol.__doc__.split("\n\n")[0].split())
+        members = ", ".join(f"`{m}`" for m in protocol_members(protocol))
+        rows.append(f"| `{key}` | `{protocol.__name__}` | {purpose} | {members} |")
     return "\n".join(rows)
 
 
@@ -141,6 +225,9 @@ FIGURES: dict[str, Callable[[], str]] = {
     "swa": swa,
     "custom-policy": custom_policy,
     "presets": presets,
+    "json-keys": json_keys,
+    "wire-format": wire_format,
+    "protocols": protocols,
 }
 
 

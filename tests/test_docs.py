@@ -37,7 +37,7 @@ DOCS = [
 FENCE = re.compile(r"^```(\w*)\s*$")
 MARKER = re.compile(r"^<!-- (docs-test|figures): (.+?) -->$")
 RUNNABLE = {"python", "sh", "yaml"}
-KNOWN = {"", "python", "sh", "yaml", "ini", "text", "json", "mermaid"}
+KNOWN = {"", "python", "sh", "yaml", "ini", "toml", "text", "json", "mermaid", "table"}
 
 
 @attrs.frozen
@@ -58,6 +58,16 @@ def blocks(path: Path) -> list[Block]:
     i = 0
     while i < len(lines):
         match = FENCE.match(lines[i])
+        marker = MARKER.match(lines[i - 1]) if i else None
+        if match is None and marker is not None and lines[i].startswith("|"):
+            end = next(
+                (j for j in range(i, len(lines)) if not lines[j].startswith("|")), len(lines)
+            )
+            found.append(
+                Block(path, i + 1, "table", "\n".join(lines[i:end]) + "\n", marker.groups())
+            )
+            i = end
+            continue
         if match is None:
             i += 1
             continue
@@ -110,7 +120,7 @@ def test_every_block_has_a_known_language_and_skips_say_why():
             kind = block.marker[1]
             assert re.fullmatch(r"skip \(.+\)|yaml-syntax", kind), f"{block.where}: {kind!r}"
         if block.marker and block.marker[0] == "figures":
-            assert block.lang == "", f"{block.where}: figures are output blocks"
+            assert block.lang in ("", "table"), f"{block.where}: figures are output or tables"
 
 
 def test_python_blocks_run(scratch, tmp_path):

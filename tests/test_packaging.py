@@ -3,10 +3,7 @@ bytes as the documented files), and an installed wheel runs with no wiring file 
 
 import json
 import os
-import shutil
-import site
 import subprocess
-import sys
 import time
 import zipfile
 from pathlib import Path
@@ -15,34 +12,13 @@ import pytest
 
 from schedkit import wirings
 from schedkit.testing.serving import free_endpoint
+from tests.wheel import install_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 # each shipped wiring, as the wheel names it, and the documented file it links to
 SHIPPED = {
     f"schedkit/wirings/{name}.yaml": wirings.path(name).resolve() for name in wirings.names()
 }
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    """A wheel built from a clean copy of the source tree (no stale build/ directory)."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    source = tmp / "src"
-    shutil.copytree(
-        ROOT,
-        source,
-        symlinks=True,
-        ignore=shutil.ignore_patterns(
-            ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"
-        ),
-    )
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-q", "-w", str(tmp)],
-        check=True,
-        capture_output=True,
-    )
-    (built,) = tmp.glob("schedkit-*.whl")
-    return built
 
 
 def test_the_shipped_wirings_are_links_to_the_documented_files():
@@ -67,24 +43,8 @@ def test_the_wheel_holds_the_wirings(wheel):
 
 
 def test_an_installed_wheel_runs_without_a_wiring_file(wheel, tmp_path):
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    venv = install_wheel(wheel, tmp_path / "venv")
     python = venv / "bin" / "python"
-    install = ["install", "-q", "--no-deps", "--no-index", str(wheel)]
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), *install],
-        check=True,
-        capture_output=True,
-    )
-    # The dependencies come from this environment's site-packages, added as a plain path: its
-    # .pth files (this checkout's editable install among them) are not run.
-    purelib = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    Path(purelib, "dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     env = {
         **os.environ,
         "SCHEDKIT_KV_EVENTS_ENDPOINT": free_endpoint(),

@@ -214,8 +214,11 @@ class MetricsReporterComponent(Protocol):
     ``advance_forward_ct_decode``, ``report_decode_stats``), by the scheduler when idle
     (``maybe_log_idle_metrics``), at the end of a pause (``on_pause``) and once per finished
     request (``observe_finished_request``). ``stats`` is read late by the load inquirer and
-    the KV-events publisher (``get_stats``). The run summary reads nothing of it: its figures
-    come from the scheduler and the requests, so any reporter leaves them true.
+    the KV-events publisher (``get_stats``). The shipped reporter also flushes the KV events
+    (its ``publish_kv_events``) after each prefill report and every ``decode_log_interval``-th
+    decode report, as SGLang's does; a reporter that does not leaves them to the scheduler's
+    idle flush (the same events in fewer, larger batches). The run summary reads nothing of
+    it: its figures come from the scheduler and the requests, so any reporter leaves them true.
     """
 
     stats: SchedulerStats
