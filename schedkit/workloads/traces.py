@@ -184,6 +184,8 @@ def open_trace(
                 yield Arrival(at / speedup, req)
 
     notes = log.notes()
+    if fmt is None and path.suffix.lower() == ".csv":
+        notes.append(f"{path}: read as {name}, by its header; give --format to say otherwise")
     make = arrivals
     if not ordered or (timed and untimed):
         notes.append(f"{path}: arrivals are not in file order: the file is read whole and sorted")

@@ -56,9 +56,13 @@ def test_a_bad_trace_is_listed_without_a_traceback(tmp_path):
 def test_options_that_do_not_apply_are_refused(tmp_path):
     result = run("--speedup", "2")
     assert result.returncode == 2 and "--speedup apply to --workload only" in result.stderr
-    (tmp_path / "t.csv").write_text("Timestamp,Request tokens,Response tokens\n1,2,3\n")
-    result = run("--workload", str(tmp_path / "t.csv"))
+    (tmp_path / "u.csv").write_text("time,tokens\n1,2\n")
+    result = run("--workload", str(tmp_path / "u.csv"))
     assert result.returncode == 2 and "say which with --format" in result.stderr
+    (tmp_path / "t.csv").write_text("Timestamp,Request tokens,Response tokens\n1,2,3\n")
+    result = run("--workload", str(tmp_path / "t.csv"))  # a BurstGPT header: taken as one
+    assert result.returncode == 0
+    assert "read as burstgpt, by its header; give --format to say otherwise" in result.stderr
     result = run("--workload", str(tmp_path / "t.csv"), "--format", "burstgpt", "--rate", "3")
     assert result.returncode == 2 and "own timestamps" in result.stderr
     assert "Traceback" not in result.stderr
