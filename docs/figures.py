@@ -4,8 +4,10 @@
     python docs/figures.py run swa      # some of them
 
 Names: run (the default `schedkit run wiring.yaml` table), mooncake (the sample trace),
-lpm-fcfs (the two policies over five seeds), swa (the sliding-window overlay's pool sizes),
+lpm-fcfs (the two policies over five seeds, 32 conversations/s), swa (the sliding-window
+overlay's pool sizes),
 custom-policy (examples/custom_policy against lpm), presets (the model and GPU presets),
+preset-run (the default workload with the llama3-8b / h100 preset),
 json-keys (the `--json` keys of `schedkit run`), wire-format (the serve messages), protocols
 (the protocol of each wiring key).
 Each figure is a block of text printed as the docs show it; the docs test compares every
@@ -17,13 +19,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 WIRING = ROOT / "wiring.yaml"
 FCFS = {"components": {"policy": {"type": "fcfs", "args": {"tree_cache": None}}}}
+LPM_FCFS_RATE = 32.0  # conversations/s: a queue forms (at the default 16 it mostly does not)
 
 
 def _summary(*overlays, workload=None, seed: int = 0, rate: float | None = None):
@@ -35,15 +41,19 @@ def _summary(*overlays, workload=None, seed: int = 0, rate: float | None = None)
         return drive(assembly, workload or synthetic("chat", 400, rate, seed))
 
 
+def _cli_run(*args: str) -> str:
+    """``schedkit run`` in a process of its own, so that its wall time and memory are its own."""
+    command = [sys.executable, "-m", "schedkit.cli", "run", str(WIRING), *args]
+    return subprocess.run(command, capture_output=True, text=True, check=True).stdout
+
+
 def run() -> str:
-    return _summary().table()
+    return _cli_run().rstrip("\n")
 
 
 def mooncake() -> str:
-    from schedkit.workloads.traces import open_trace
-
     trace = ROOT / "examples/traces/mooncake_sample.jsonl"
-    table = _summary(workload=open_trace(trace, "mooncake")).table().splitlines()
+    table = _cli_run("--workload", str(trace), "--format", "mooncake").splitlines()
     keep = ("requests done", "TTFT", "prefix-cache", "simulated | wall")
     return "\n".join(line for line in table if line.startswith(keep))
 
@@ -56,7 +66,7 @@ def lpm_fcfs() -> str:
     ]
     for seed in range(5):
         for name, overlays in (("lpm", ()), ("fcfs", (FCFS,))):
-            s = _summary(*overlays, seed=seed)
+            s = _summary(*overlays, seed=seed, rate=LPM_FCFS_RATE)
             rows.append(
                 f"| {name} | {seed} | {s.prefix_cache_hit_rate:.1%} | "
                 f"{s.output_throughput:.0f} | {s.ttft_p50 * 1e3:.1f} | {s.ttft_p99 * 1e3:.0f} |"
@@ -98,9 +108,11 @@ def custom_policy() -> str:
         "| prefix-cache hit rate | simulated s |",
         "|---|---|---|---|---|---|---|",
     ]
+    busy = example / "busy.yaml"
+    limit = yaml.safe_load(busy.read_text())["components"]["scheduler"]["args"]
     settings = (
         ("default", [], None),
-        ("busy (32 running)", [example / "busy.yaml"], None),
+        (f"busy ({limit['max_running_requests']} running)", [busy], None),
         ("all at once", [], float("inf")),
     )
     for setting, overlays, rate in settings:
@@ -111,6 +123,28 @@ def custom_policy() -> str:
                 f"{s.ttft_p90 * 1e3:.0f} / {s.ttft_p99 * 1e3:.0f} | {s.itl_p50 * 1e3:.2f} | "
                 f"{s.prefix_cache_hit_rate:.1%} | {s.simulated_seconds:.2f} |"
             )
+    return "\n".join(rows)
+
+
+def preset_run() -> str:
+    from schedkit import load_wiring
+    from schedkit.runner import presets as p
+
+    preset, _ = p.preset_overlay(load_wiring(WIRING), "llama3-8b", "h100")
+    pool = preset["components"]["allocator"]["args"]["size"]
+    rows = [
+        "| wiring | KV pool (tokens) | prefix-cache hit rate | TTFT p50 / p99 (ms) |",
+        "|---|---|---|---|",
+    ]
+    for name, overlays, size in (
+        ("default", (), 65536),
+        ("--model llama3-8b --gpu h100", (preset,), pool),
+    ):
+        s = _summary(*overlays)
+        rows.append(
+            f"| {name} | {size:,} | {s.prefix_cache_hit_rate:.1%} | "
+            f"{s.ttft_p50 * 1e3:.0f} / {s.ttft_p99 * 1e3:.0f} |"
+        )
     return "\n".join(rows)
 
 
@@ -218,6 +252,8 @@ def protocols() -> str:
     return "\n".join(rows)
 
 
+_OWN = ("run", "mooncake")  # figures of a `schedkit run` process of their own
+
 FIGURES: dict[str, Callable[[], str]] = {
     "run": run,
     "mooncake": mooncake,
@@ -225,6 +261,7 @@ FIGURES: dict[str, Callable[[], str]] = {
     "swa": swa,
     "custom-policy": custom_policy,
     "presets": presets,
+    "preset-run": preset_run,
     "json-keys": json_keys,
     "wire-format": wire_format,
     "protocols": protocols,
@@ -241,9 +278,13 @@ def main() -> None:
     import structlog
 
     structlog.configure(logger_factory=lambda *_: structlog.PrintLogger(sys.stderr))
-    for name in args.names or FIGURES:
+    names = args.names or list(FIGURES)
+    # The `schedkit run` figures first: a child's peak memory starts from this process's peak
+    # at the fork, so they must come before this process has run anything itself.
+    texts = {name: FIGURES[name]() for name in sorted(names, key=lambda n: n not in _OWN)}
+    for name in names:
         print(f"== {name}")
-        print(FIGURES[name]())
+        print(texts[name])
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.test_docs import blocks
+from tests.docs.test_blocks import blocks
 from tests.wheel import install_wheel
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,7 +28,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # docs/first-hour.md is a sequence of steps: tests/test_first_hour.py runs them in order.
 DOCS = [
     ROOT / "README.md",
