@@ -7,7 +7,8 @@ Names: run (the default `schedkit run wiring.yaml` table), mooncake (the sample 
 lpm-fcfs (the two policies over five seeds, 32 conversations/s), swa (the sliding-window
 overlay's pool sizes),
 custom-policy (examples/custom_policy against lpm), presets (the model and GPU presets),
-preset-run (the default workload with the llama3-8b / h100 preset),
+preset-run (the default workload with the llama3-8b / h100 preset), calibrate (a fit of
+steps the preset made),
 json-keys (the `--json` keys of `schedkit run`), wire-format (the serve messages), protocols
 (the protocol of each wiring key).
 Each figure is a block of text printed as the docs show it; the docs test compares every
@@ -148,6 +149,72 @@ def preset_run() -> str:
     return "\n".join(rows)
 
 
+def calibrate() -> str:
+    """``schedkit calibrate`` on 300 steps of each mode that the llama3-8b / h100 preset's
+    cost model gives random batches, with 1% noise; then the coefficients that made them."""
+    import math
+    import random
+    import tempfile
+
+    from schedkit.core.schedule_batch import ForwardMode, Req, SamplingParams, ScheduleBatch
+    from schedkit.runner.model_runner import SimulatedModelRunner
+    from schedkit.runner.presets import GPUS, MODELS, runner_args
+
+    truth = runner_args(MODELS["llama3-8b"], GPUS["h100"])
+    runner, rng = SimulatedModelRunner(**truth), random.Random(0)
+
+    def req(rid: str, prompt: int, outputs: int = 0) -> Req:
+        params = SamplingParams(max_new_tokens=10)
+        return Req(
+            rid=rid, origin_input_ids=[1] * prompt, output_ids=[2] * outputs, sampling_params=params
+        )
+
+    lines = ["mode,batch_size,new_tokens,attention_pairs,context_tokens,step_time_ms"]
+    for i in range(300):
+        size = rng.randint(1, 4)
+        prefix = [rng.choice([0, rng.randint(1, 8000)]) for _ in range(size)]
+        new = [int(math.exp(rng.uniform(math.log(8), math.log(4096)))) for _ in range(size)]
+        reqs = [req(f"p{i}-{j}", p + n) for j, (p, n) in enumerate(zip(prefix, new, strict=True))]
+        batch = ScheduleBatch(
+            reqs=reqs, forward_mode=ForwardMode.EXTEND, prefix_lens=prefix, extend_lens=new
+        )
+        ms = runner.prefill_cost(batch) * 1e3 * (1 + rng.gauss(0, 0.01))
+        pairs = sum(n * p + n * (n + 1) // 2 for p, n in zip(prefix, new, strict=True))
+        lines.append(f"prefill,{size},{sum(new)},{pairs},,{ms:.6f}")
+        size = rng.randint(1, 256)
+        length = int(math.exp(rng.uniform(math.log(50), math.log(8000))))
+        reqs = [req(f"d{i}-{j}", length, 5) for j in range(size)]
+        ms = runner.decode_cost(reqs) * 1e3 * (1 + rng.gauss(0, 0.01))
+        context = sum(len(r.origin_input_ids) + len(r.output_ids) for r in reqs)
+        lines.append(f"decode,{size},,,{context},{ms:.6f}")
+    with tempfile.TemporaryDirectory() as where:
+        steps = Path(where) / "steps.csv"
+        steps.write_text("\n".join(lines) + "\n")
+        command = [
+            sys.executable,
+            "-m",
+            "schedkit.cli",
+            "calibrate",
+            str(steps),
+            "--step-overhead-us",
+            "126",
+            "--request-overhead-us",
+            "4.4",
+        ]
+        out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    fitted = "\n\n".join(out.split("\n\n")[:2]).strip()
+    names = (
+        "prefill_fixed",
+        "prefill_per_token",
+        "attention_coeff",
+        "decode_fixed",
+        "decode_per_seq",
+        "decode_per_kv_token",
+    )
+    made = ", ".join(f"{name} {truth[name]:.4g} s" for name in names)
+    return f"{fitted}\n\nmade by: {made}"
+
+
 def presets() -> str:
     from schedkit.runner import presets as p
 
@@ -261,6 +328,7 @@ FIGURES: dict[str, Callable[[], str]] = {
     "swa": swa,
     "custom-policy": custom_policy,
     "presets": presets,
+    "calibrate": calibrate,
     "preset-run": preset_run,
     "json-keys": json_keys,
     "wire-format": wire_format,
