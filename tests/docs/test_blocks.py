@@ -23,6 +23,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import attrs
@@ -193,6 +194,8 @@ def test_yaml_blocks_read_and_validate(block, tmp_path):
     errors: list[str] = []
     syntax_only = block.marker == ("docs-test", "yaml-syntax")
     if syntax_only:  # a fragment: read alone, its entries may lack a type
+        if not block.text.startswith(("components:", "plugins:")):  # entries alone
+            path.write_text("components:\n" + textwrap.indent(block.text, "  "))
         wiring = read_wiring(path, errors=errors)
         errors = [e for e in errors if "no 'type' given" not in e]
     else:
