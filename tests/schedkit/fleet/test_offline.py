@@ -44,7 +44,7 @@ def test_kv_routing_beats_round_robin_on_prefix_cache_hits():
 def figures(summary) -> dict:
     data = summary.to_dict()
     for part in [*data["workers"], data["fleet"]]:
-        del part["wall_seconds"], part["peak_rss_mb"]
+        del part["wall_seconds"], part["peak_rss_mib"]
     del data["wall_seconds"]
     return data
 
