@@ -5,10 +5,12 @@ A worker holds a request from the moment it is routed there until it ends (queue
 running); ``AdmissionLimits.worker`` caps what one worker holds, in requests and in prompt
 tokens. With ``AdmissionLimits.router`` set, the router keeps a queue of its own: a request
 no worker has room for waits there (first in, first out), and a request a worker refuses
-goes back to the head of that queue instead of failing; the queue itself is capped in
-requests and prompt tokens. Without it, a request the chosen worker cannot take is refused
-by that worker. ``timeout`` is counted from a request's arrival: a request with no first
-token by then (waiting at the router or at a worker) is taken back and counted as timed out.
+goes back to the head of that queue instead of failing (up to ``MAX_REQUEUES`` times, and
+only while that worker holds other requests, whose ends give it room again); the queue
+itself is capped in requests and prompt tokens. Without it, a request the chosen worker
+cannot take is refused by that worker. ``timeout`` is counted from a request's arrival: a
+request with no first token by then (waiting at the router or at a worker) is taken back
+and counted as timed out.
 
 Refusals and timeouts are outcomes of their own, counted where they happened and never
 sampled as latency. Waiting prompts are held packed, 4 bytes a token (``pack_prompt``).
@@ -40,6 +42,7 @@ Outcome = Literal["done", "refused", "timed_out", "failed"]
 
 TIMED_OUT = "timed out: no first token within the admission timeout"
 NO_WORKER = "no live worker to route to"
+MAX_REQUEUES = 8  # times one request may go back to the router queue after a refusal
 
 
 def pack_prompt(req: Req) -> Req:
@@ -157,6 +160,7 @@ class Dispatcher:
         self.queued_tokens = 0
         self._full: set[int] = set()  # refused a request; no room until one of its own ends
         self._where: dict[str, tuple[int, Req]] = {}  # rid -> (rank, request) held there
+        self._requeues: dict[str, int] = {}  # rid -> times a worker refused it
         self._aborted: set[str] = set()  # timed out on a worker, its end not seen yet
         self._deadlines: list[tuple[float, str]] = []
         self._pump_due = False
@@ -272,6 +276,7 @@ class Dispatcher:
         """A worker ended ``req`` (finished, failed, or aborted after its timeout): its room
         is free again. Returns the outcome, counting a timeout against its worker."""
         rank = self._release(req)
+        self._requeues.pop(req.rid, None)
         if req.rid in self._aborted:
             self._aborted.discard(req.rid)
             if rank is not None:
@@ -284,14 +289,16 @@ class Dispatcher:
         """Worker ``rank`` refused ``req`` (``why``): back to the head of the router queue
         (the worker takes nothing more until one of its requests ends), or refused by that
         worker."""
-        if self._where.get(req.rid, (None,))[0] != rank:
-            return
         self._release(req)
-        if self.has_router_queue:
+        tries = self._requeues[req.rid] = self._requeues.get(req.rid, 0) + 1
+        # Requeued only while the worker holds others (room comes back when one ends), and
+        # only so often: a request a worker refuses for another reason must not circle.
+        if self.has_router_queue and self.held_requests[rank] > 0 and tries <= MAX_REQUEUES:
             self._full.add(rank)
             self.requeued[rank] += 1
             self._enqueue(req, len(req.origin_input_ids), front=True)
         else:
+            self._requeues.pop(req.rid, None)
             self.refused[rank] += 1
             self._close(req, rank, "refused", why)
 

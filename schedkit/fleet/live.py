@@ -41,6 +41,7 @@ import zmq
 
 from schedkit.components.io.io_struct import (
     BatchTokenIDOutput,
+    ControlReply,
     ControlReq,
     ErrorReply,
     GenerateReqInput,
@@ -49,8 +50,11 @@ from schedkit.components.io.io_struct import (
     encode,
 )
 from schedkit.core.schedule_batch import FinishAbort, Req
+from schedkit.fleet.admission import AdmissionLimits, Dispatcher, Outcome, describe_admission
+from schedkit.fleet.capacity import check_live_workers
 from schedkit.fleet.launch import LAUNCHERS, WorkerStartError, exit_reason
-from schedkit.fleet.summary import FleetSummary, fleet_summary
+from schedkit.fleet.records import RecordRequest
+from schedkit.fleet.summary import FleetSummary, RouterFigures, WorkerTotals, fleet_summary
 from schedkit.fleet.worker import LOOPBACK_ANY_PORT, WorkerSpec
 from schedkit.router import KvRouter, Router, make_policy
 from schedkit.sim.driver import Tally
@@ -80,14 +84,21 @@ class LiveFleet:
         overlays: Sequence[str | os.PathLike | Mapping] = (),
         settings: Mapping[str, float] | None = None,
         launcher: str = "process",
-        heartbeat_interval: float = 0.5,
-        heartbeat_timeout: float = 5.0,
+        heartbeat_interval: float = 0.2,
+        heartbeat_timeout: float = 1.0,
+        load_interval: float = 0.5,
         ready_timeout: float = 120.0,
         grace: float = 2.0,
         max_bad_messages: int = 10,
+        admission: AdmissionLimits | None = None,
+        replay: str = "open loop",
+        record: RecordRequest | None = None,
+        cap_workers: bool = True,
     ) -> None:
         if num_workers < 1:
             raise ValueError(f"a fleet needs at least one worker, got {num_workers}")
+        if cap_workers:
+            check_live_workers(num_workers)
         if launcher not in LAUNCHERS:
             raise ValueError(f"unknown launcher {launcher!r}; valid: {', '.join(LAUNCHERS)}")
         self.settings = dict(settings or {})
@@ -99,6 +110,9 @@ class LiveFleet:
         )
         self.launcher = launcher
         self.heartbeat_interval, self.heartbeat_timeout = heartbeat_interval, heartbeat_timeout
+        self.load_interval = load_interval
+        self.admission = admission or AdmissionLimits()
+        self.replay, self.record = replay, record
         self.ready_timeout, self.grace = ready_timeout, grace
         self.max_bad_messages = max_bad_messages
         self.bad_messages = [0] * num_workers  # messages that did not decode, per worker
@@ -116,9 +130,25 @@ class LiveFleet:
         self._dealers: list[zmq.Socket] = []
         self._decode_report = msgspec.msgpack.Decoder(dict).decode
         self._inflight: dict[str, tuple[int, Req]] = {}
+        self._aborting: set[str] = set()  # timed out here; the worker's answer is not awaited
         self._load = [0] * num_workers
         self._tallies = [Tally() for _ in range(num_workers)]
-        self._unrouted = Tally()
+        self._failed = [0] * num_workers
+        self._input_tokens = [0] * num_workers
+        self._doomed: dict[int, str] = {}  # workers to take out once the dispatcher returns
+        self.dispatcher = Dispatcher(
+            self.admission,
+            num_workers,
+            live_ranks=lambda: self.router.ranks,
+            route=lambda req, ranks: self.router.route(req.origin_input_ids, ranks).rank,
+            deliver=self._deliver,
+            abort=self._abort,
+            closed=self._closed,
+            check_worker_limits=False,  # each worker refuses what it cannot hold itself
+        )
+        self._on_route: Callable[[LiveFleet, int], None] | None = None
+        self._pending: PendingArrivals | None = None
+        self._start_time = 0.0
         self._poller = zmq.Poller()
         self._sentinels: dict[int, int] = {}
         self.routed = [0] * num_workers
@@ -153,6 +183,9 @@ class LiveFleet:
                 self._stop_endpoint,
                 parent_pid=os.getpid(),
                 grace=self.grace,
+                heartbeat_interval=self.heartbeat_interval,
+                max_requests=self.admission.worker.max_requests,
+                max_tokens=self.admission.worker.max_tokens,
             )
             self.handles.append(self._launcher.launch(spec))
         ready = self.endpoints = self._wait_ready()
@@ -208,7 +241,8 @@ class LiveFleet:
         msg = self._decode_report(self._report.recv())
         if "error" in msg:
             raise WorkerStartError(f"worker {msg['rank']}: {msg['error']}")
-        ready[msg["rank"]] = msg["ready"]
+        if "ready" in msg:  # else a beat of a worker that is ready already
+            ready[msg["rank"]] = msg["ready"]
 
     def kill(self, rank: int) -> None:
         """Kill worker ``rank`` outright, its process or its Ray actor (as a crash would)."""
@@ -219,34 +253,43 @@ class LiveFleet:
     def run(
         self, workload: Workload, on_route: Callable[[LiveFleet, int], None] | None = None
     ) -> FleetSummary:
-        """Send ``workload`` through the fleet on the wall clock until every request
-        finished or failed, stop the workers and summarise. ``on_route(fleet, n)`` is called
-        after the n-th request is sent."""
-        pending = PendingArrivals(workload)
-        start = time.monotonic()
-        next_heartbeat, sent, interrupted = start, 0, False
+        """Send ``workload`` through the fleet on the wall clock until every request ended,
+        stop the workers and summarise. ``on_route(fleet, n)`` is called after the n-th
+        request is sent to a worker."""
+        pending = self._pending = PendingArrivals(workload)
+        dispatcher = self.dispatcher
+        self._on_route = on_route
+        start = self._start_time = time.monotonic()
+        self._poller.register(self._report, zmq.POLLIN)
+        self._last_seen = [start] * self.num_workers
+        next_check, next_load, interrupted = start, start, False
         try:
-            while pending or self._inflight:
+            while pending or self._inflight or dispatcher.queue:
                 now = time.monotonic()
                 elapsed = now - start
+                dispatcher.expire(elapsed)
                 for arrival in pending.due(elapsed):
-                    self._send(arrival.time, arrival.req)
-                    sent += 1
-                    if on_route is not None:
-                        on_route(self, sent)
-                if now >= next_heartbeat:
-                    self._check_workers(now)
-                    next_heartbeat = now + self.heartbeat_interval
-                wait = min(pending.next_time() - elapsed, next_heartbeat - now, 0.05)
+                    arrival.req.arrival_time = arrival.time
+                    dispatcher.arrive(arrival.req)
+                if dispatcher.queue:
+                    dispatcher.pump()
+                self._take_out_doomed()
+                if now >= next_check:
+                    self._check_workers(now, sample_loads=now >= next_load)
+                    if now >= next_load:
+                        next_load = now + self.load_interval
+                    next_check = now + min(self.heartbeat_interval, self.heartbeat_timeout / 4)
+                soonest = min(pending.next_time(), dispatcher.next_deadline()) - elapsed
+                wait = min(soonest, next_check - now, 0.05)
                 for sock, _ in self._poller.poll(max(0, int(wait * 1000))):
-                    if sock in self._sentinels:
+                    if sock is self._report:
+                        self._take_reports()
+                    elif sock in self._sentinels:
                         self._mark_dead(self._sentinels[sock], "its process exited")
-                        continue
-                    rank = self._dealers.index(sock)
-                    while self.alive[rank] and sock.poll(0):
-                        received = time.monotonic() - start
-                        for req in self._receive(rank, sock.recv(), received):
-                            pending.finished(req, received)
+                    else:
+                        rank = self._dealers.index(sock)
+                        while self.alive[rank] and sock.poll(0):
+                            self._receive(rank, sock.recv(), time.monotonic() - start)
                 if isinstance(self.router, KvRouter):
                     self.router.poll(0)
         except KeyboardInterrupt:
@@ -255,17 +298,16 @@ class LiveFleet:
         self.close()
         return self._summary(wall, interrupted)
 
-    def _send(self, at: float, req: Req) -> None:
-        req.arrival_time = at
-        try:
-            rank = self.router.route(req.origin_input_ids).rank
-        except LookupError:
-            self._fail(req, "no live worker to route to")
-            return
+    def _elapsed(self) -> float:
+        return time.monotonic() - self._start_time
+
+    def _deliver(self, rank: int, req: Req) -> bool:
+        """Send ``req`` to worker ``rank``; False (the worker is taken out after the
+        dispatcher returns) when its socket takes nothing more."""
         params = req.sampling_params
         message = GenerateReqInput(
             rid=req.rid,
-            input_ids=req.origin_input_ids,
+            input_ids=req.origin_input_ids.tolist(),  # packed while it waits here
             sampling_params=SamplingParamsInput(
                 max_new_tokens=params.max_new_tokens,
                 stop_token_ids=list(params.stop_token_ids),
@@ -277,55 +319,102 @@ class LiveFleet:
         try:
             self._dealers[rank].send(encode(message), zmq.NOBLOCK)
         except zmq.ZMQError as exc:
-            self._mark_dead(rank, f"request socket error: {exc.strerror}")
-            self._fail(req, f"worker {rank} could not take it")
-            return
+            self._doomed.setdefault(rank, f"request socket error: {exc.strerror}")
+            return False
         self._inflight[req.rid] = (rank, req)
         self._load[rank] += 1
         self.routed[rank] += 1
+        if self._on_route is not None:
+            self._on_route(self, sum(self.routed))
+        return True
 
-    def _receive(self, rank: int, payload: bytes, now: float) -> list[Req]:
-        """Take in one message from worker ``rank``, ``now`` seconds from the start; returns
-        the requests it finished. Outputs for a request routed to another worker are logged
-        and ignored."""
+    def _abort(self, rank: int, req: Req) -> None:
+        """``req`` timed out on worker ``rank`` before its first token: abort it there and
+        end it here."""
+        with contextlib.suppress(zmq.ZMQError):
+            self._dealers[rank].send(encode(ControlReq(type="abort", rid=req.rid)), zmq.NOBLOCK)
+        self._aborting.add(req.rid)
+        self._inflight.pop(req.rid)
+        self._load[rank] -= 1
+        self._end(req, rank, self.dispatcher.ended(req))
+
+    def _closed(self, req: Req, rank: int | None, outcome: Outcome) -> None:
+        """A request the dispatcher ended: refused or timed out at the router, refused by a
+        worker, or failed for want of a worker."""
+        self._end(req, rank, outcome)
+
+    def _end(self, req: Req, rank: int | None, outcome: Outcome) -> None:
+        req.finished_output = True
+        if rank is not None and outcome in ("done", "failed"):
+            self._tallies[rank].add(req)
+            if outcome == "done":
+                self._input_tokens[rank] += len(req.origin_input_ids)
+            else:
+                self._failed[rank] += 1
+        if self.record is not None:
+            self.record(req, rank, outcome, 0.0)
+        if self._pending is not None:
+            self._pending.finished(req, self._elapsed())
+
+    def _receive(self, rank: int, payload: bytes, now: float) -> None:
+        """Take in one message from worker ``rank``, ``now`` seconds from the start. Outputs
+        for a request routed to another worker are logged and ignored."""
         try:
             msg = decode_server_message(payload)
             if isinstance(msg, BatchTokenIDOutput):
                 _check_columns(msg)
         except (msgspec.DecodeError, RecursionError, ValueError) as exc:
             self._bad_message(rank, exc)
-            return []
+            return
         self._last_seen[rank] = time.monotonic()
         self._bad_in_a_row[rank] = 0
-        finished = []
         if isinstance(msg, BatchTokenIDOutput):
-            for rid, tokens, reason in zip(
-                msg.rids, msg.output_ids, msg.finished_reasons, strict=True
-            ):
-                req = self._routed_to(rank, rid)
-                if req is None:
-                    continue
-                if tokens:
-                    last = req.last_token_time
-                    if last is None:
-                        req.first_token_time = now
-                        req.itl.extend([0.0] * (len(tokens) - 1))
-                    else:
-                        req.itl.extend([(now - last) / len(tokens)] * len(tokens))
-                    req.last_token_time = now
-                    req.output_ids.extend(tokens)
-                if reason is not None:
-                    req.finished_reason, req.finish_time = reason, now
-                    self._finish(rid)
-                    if not isinstance(reason, FinishAbort):
-                        finished.append(req)
+            self._outputs(rank, msg, now)
+        elif isinstance(msg, ControlReply):
+            if msg.type == "get_loads" and msg.loads:
+                self._tallies[rank].timeline.add(
+                    now,
+                    int(msg.loads.get("num_running_reqs", 0)),
+                    int(msg.loads.get("num_waiting_reqs", 0)),
+                )
         elif isinstance(msg, ErrorReply):
-            if msg.rid not in self._inflight:  # e.g. a heartbeat it refused
+            if msg.rid in self._aborting:  # its abort came too late: it had ended there
+                self._aborting.discard(msg.rid)
+            elif msg.rid not in self._inflight:  # e.g. a heartbeat it refused
                 log.warning("fleet.worker_refused", worker=rank, rid=msg.rid, error=msg.message)
             elif (req := self._routed_to(rank, msg.rid)) is not None:
-                req.finished_reason = FinishAbort(message=msg.message)
-                self._finish(msg.rid)
-        return finished
+                del self._inflight[msg.rid]
+                self._load[rank] -= 1
+                self.dispatcher.worker_refused(rank, req, f"worker {rank}: {msg.message}")
+
+    def _outputs(self, rank: int, msg: BatchTokenIDOutput, now: float) -> None:
+        cached = msg.cached_tokens if len(msg.cached_tokens) == len(msg.rids) else None
+        for i, (rid, tokens, reason) in enumerate(
+            zip(msg.rids, msg.output_ids, msg.finished_reasons, strict=True)
+        ):
+            if rid in self._aborting:
+                if reason is not None:
+                    self._aborting.discard(rid)
+                continue
+            req = self._routed_to(rank, rid)
+            if req is None:
+                continue
+            if tokens:
+                last = req.last_token_time
+                if last is None:
+                    req.first_token_time = now
+                    req.itl.extend([0.0] * (len(tokens) - 1))
+                else:
+                    req.itl.extend([(now - last) / len(tokens)] * len(tokens))
+                req.last_token_time = now
+                req.output_ids.extend(tokens)
+            if reason is not None:
+                req.finished_reason, req.finish_time = reason, now
+                if cached is not None:
+                    req.cached_tokens = cached[i]
+                del self._inflight[rid]
+                self._load[rank] -= 1
+                self._end(req, rank, self.dispatcher.ended(req))
 
     def _routed_to(self, rank: int, rid: str) -> Req | None:
         """The request ``rid`` in flight on worker ``rank``; None (logged when it is in
@@ -353,19 +442,28 @@ class LiveFleet:
                 rank, f"sent {in_a_row} messages in a row that do not decode (last: {exc})"
             )
 
-    def _finish(self, rid: str) -> None:
-        rank, req = self._inflight.pop(rid)
-        req.finished_output = True
-        self._load[rank] -= 1
-        self._tallies[rank].add(req)
+    def _take_reports(self) -> None:
+        """Beats (and a late error) from the workers' report sockets."""
+        now = time.monotonic()
+        while self._report.poll(0):
+            try:
+                msg = self._decode_report(self._report.recv())
+                rank = msg["rank"]
+                alive = self.alive[rank]
+            except (msgspec.DecodeError, KeyError, IndexError, TypeError) as exc:
+                log.warning("fleet.bad_report", error=str(exc)[:200])
+                continue
+            if not alive:
+                continue
+            if "error" in msg:
+                self._mark_dead(rank, f"it failed: {msg['error']}")
+            else:
+                self._last_seen[rank] = max(self._last_seen[rank], now)
 
-    def _fail(self, req: Req, why: str) -> None:
-        """A request no worker took: failed, in the fleet's figures only."""
-        req.finished_reason = FinishAbort(message=why)
-        self._unrouted.add(req)
-
-    def _check_workers(self, now: float) -> None:
-        """Heartbeats out; a worker that exited or stays silent is taken out."""
+    def _check_workers(self, now: float, sample_loads: bool) -> None:
+        """A worker that exited or sent no beat for ``heartbeat_timeout`` seconds is taken
+        out; the others are asked for their loads when ``sample_loads``."""
+        self._take_reports()  # beats that waited while this process was busy count
         for rank, handle in enumerate(self.handles):
             if not self.alive[rank]:
                 continue
@@ -373,11 +471,19 @@ class LiveFleet:
                 self._mark_dead(rank, "its process exited")
             elif now - self._last_seen[rank] > self.heartbeat_timeout:
                 self._mark_dead(rank, f"no heartbeat for {self.heartbeat_timeout:g} s")
-            else:
+            elif sample_loads:
                 with contextlib.suppress(zmq.Again):
                     self._dealers[rank].send(encode(ControlReq(type="get_loads")), zmq.NOBLOCK)
 
+    def _take_out_doomed(self) -> None:
+        doomed, self._doomed = self._doomed, {}
+        for rank, why in doomed.items():
+            if self.alive[rank]:
+                self._mark_dead(rank, why)
+
     def _mark_dead(self, rank: int, why: str) -> None:
+        """Take worker ``rank`` out: nothing more is routed there; its requests in flight go
+        back to the router queue (those with no first token, when there is one) or fail."""
         self.alive[rank] = False
         self.deaths[rank] = why
         self._poller.unregister(self._dealers[rank])
@@ -385,10 +491,13 @@ class LiveFleet:
             self._poller.unregister(sentinel)
             del self._sentinels[sentinel]
         self.router.remove(rank)
-        for rid, (owner, req) in list(self._inflight.items()):
-            if owner == rank:
-                req.finished_reason = FinishAbort(message=f"worker {rank} died: {why}")
-                self._finish(rid)
+        held = [req for owner, req in self._inflight.values() if owner == rank]
+        for req in held:
+            del self._inflight[req.rid]
+            self._load[rank] -= 1
+        for req in self.dispatcher.worker_lost(rank, held):
+            req.finished_reason = FinishAbort(message=f"worker {rank} died: {why}")
+            self._end(req, rank, "failed")
 
     # ---- stopping and summarising ---------------------------------------------------------
 
@@ -427,20 +536,44 @@ class LiveFleet:
         self._context.term()
 
     def _summary(self, wall: float, interrupted: bool) -> FleetSummary:
+        d = self.dispatcher
         stats = [self.stats.get(rank, {}) for rank in range(self.num_workers)]
+        workers = [
+            WorkerTotals(
+                tally=self._tallies[rank],
+                routed=self.routed[rank],
+                refused=d.refused[rank],
+                timed_out=d.timed_out[rank],
+                failed=self._failed[rank],
+                input_tokens=self._input_tokens[rank],
+                cached_tokens=s.get("cached_tokens", 0),
+                computed_tokens=s.get("computed_tokens", 0),
+                peak_held_requests=d.peak_held_requests[rank],
+                peak_held_tokens=d.peak_held_tokens[rank],
+                wall_seconds=s.get("uptime_seconds", math.nan),
+                peak_rss_mib=s.get("peak_rss_mb", math.nan),
+                alive=self.alive[rank],
+            )
+            for rank, s in enumerate(stats)
+        ]
         return fleet_summary(
             policy=self.policy,
             mode="live",
-            tallies=self._tallies,
-            routed=self.routed,
-            tokens=[(s.get("cached_tokens", 0), s.get("computed_tokens", 0)) for s in stats],
-            walls=[s.get("uptime_seconds", math.nan) for s in stats],
-            rss=[s.get("peak_rss_mb", math.nan) for s in stats],
-            alive=self.alive,
+            replay=self.replay,
+            admission=describe_admission(self.admission),
+            workers=workers,
+            router=RouterFigures(
+                requests_refused=d.router_refused,
+                requests_timed_out=d.router_timed_out,
+                requests_failed=d.router_failed,
+                peak_queued_requests=d.router_peak_requests,
+                peak_queued_prompt_tokens=d.router_peak_tokens,
+                requests_requeued=sum(d.requeued),
+            ),
+            run_seconds=wall,
             simulated_seconds=math.nan,
             wall_seconds=wall,
             interrupted=interrupted,
-            unrouted=self._unrouted,
         )
 
 

@@ -63,9 +63,11 @@ def in_flight(fleet: LiveFleet, rank: int, rid: str) -> Req:
 
 def test_itl_has_one_sample_per_token_after_the_first_when_messages_carry_several(unstarted):
     req = in_flight(unstarted, 0, "a")
-    assert unstarted._receive(0, outputs(("a", [5, 6, 7], None)), 1.0) == []
-    assert unstarted._receive(0, outputs(("a", [8, 9, 10], None)), 1.3) == []
-    assert unstarted._receive(0, outputs(("a", [11], FinishLength(length=7))), 1.4) == [req]
+    unstarted._receive(0, outputs(("a", [5, 6, 7], None)), 1.0)
+    unstarted._receive(0, outputs(("a", [8, 9, 10], None)), 1.3)
+    assert "a" in unstarted._inflight
+    unstarted._receive(0, outputs(("a", [11], FinishLength(length=7))), 1.4)
+    assert "a" not in unstarted._inflight and req.finished_reason == FinishLength(length=7)
     # The first message's other two tokens came with the first; the next three shared 0.3 s.
     assert req.itl == pytest.approx([0.0, 0.0, 0.1, 0.1, 0.1, 0.1])
     tally = unstarted._tallies[0]
@@ -88,7 +90,10 @@ def test_a_refusal_from_another_worker_leaves_the_request_alone(unstarted):
     assert [e["event"] for e in logs] == ["fleet.output_from_wrong_worker"] * 2
     unstarted._receive(0, encode(ErrorReply(message="refused", rid="a")), 1.2)
     assert "a" not in unstarted._inflight
-    assert unstarted._tallies[0].failed == 1
+    # A refusal is counted as the worker's refusal, not as a failure or a latency.
+    assert unstarted.dispatcher.refused == [1, 0]
+    assert unstarted._tallies[0].failed == 0 and unstarted._failed == [0, 0]
+    assert "refused" in req.finished_reason.message
 
 
 @pytest.mark.parametrize(
@@ -103,7 +108,7 @@ def test_a_refusal_from_another_worker_leaves_the_request_alone(unstarted):
 def test_a_message_that_does_not_decode_is_counted_and_logged(unstarted, payload, error):
     req = in_flight(unstarted, 0, "a")
     with capture_logs() as logs:
-        assert unstarted._receive(0, payload, 1.0) == []
+        unstarted._receive(0, payload, 1.0)
     assert unstarted.bad_messages == [1, 0]
     [entry] = logs
     assert entry["event"] == "fleet.bad_worker_message" and entry["worker"] == 0
@@ -240,8 +245,10 @@ def test_every_request_completes_and_the_router_follows_the_kv_events():
     assert index_ranks  # KV events arrived over the sockets
     for worker in summary.workers:
         assert worker.alive
-        assert worker.peak_rss_mb > 0  # reported by the worker process itself
-        assert worker.ttft_p50 > 0 and worker.e2e_p99 >= worker.ttft_p99 > 0
+        assert worker.peak_rss_mib > 0  # reported by the worker process itself
+        assert worker.ttft_p50_s > 0 and worker.e2e_p99_s >= worker.ttft_p99_s > 0
+        assert worker.ttft_p90_s <= worker.ttft_p99_s
+        assert len(worker.timeline.seconds) > 0  # its loads, sampled over the run
     assert fleet.deaths == {}
 
 
