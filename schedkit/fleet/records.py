@@ -39,11 +39,14 @@ def request_record(req: Req, worker: int | None, outcome: Outcome, start: float)
     }
 
 
-def request_writer(out: TextIO) -> RecordRequest:
-    """A ``record(req, worker, outcome, start)`` writing each record as a line to ``out``."""
+def request_writer(out: TextIO, extra: dict | None = None) -> RecordRequest:
+    """A ``record(req, worker, outcome, start)`` writing each record, with ``extra``'s keys
+    (e.g. the run's speedup in a sweep), as a line to ``out``."""
     encode = msgspec.json.Encoder().encode
+    extra = extra or {}
 
     def record(req: Req, worker: int | None, outcome: Outcome, start: float) -> None:
-        out.write(encode(request_record(req, worker, outcome, start)).decode() + "\n")
+        line = {**extra, **request_record(req, worker, outcome, start)}
+        out.write(encode(line).decode() + "\n")
 
     return record

@@ -188,6 +188,7 @@ class FleetSummary:
     simulated_seconds: float
     wall_seconds: float
     interrupted: bool = False
+    samples: Tally | None = None  # every worker's latency samples, for the plot
 
     @property
     def load_imbalance(self) -> float:
@@ -244,8 +245,9 @@ def fleet_summary(
     refusals, timeouts and failures add the router's to the workers'."""
     figures = [worker_figures(str(rank), w, run_seconds) for rank, w in enumerate(workers)]
     measured = [w.peak_rss_mib for w in workers if not math.isnan(w.peak_rss_mib)]
+    merged = merge_tallies([w.tally for w in workers])
     whole = WorkerTotals(
-        tally=merge_tallies([w.tally for w in workers]),
+        tally=merged,
         routed=sum(w.routed for w in workers),
         refused=sum(w.refused for w in workers) + router.requests_refused,
         timed_out=sum(w.timed_out for w in workers) + router.requests_timed_out,
@@ -270,4 +272,5 @@ def fleet_summary(
         simulated_seconds=simulated_seconds,
         wall_seconds=wall_seconds,
         interrupted=interrupted,
+        samples=merged,
     )
