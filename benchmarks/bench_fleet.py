@@ -87,9 +87,9 @@ def print_offline(results: dict[str, dict], walls: dict[str, float]) -> None:
     for policy, r in results.items():
         f = r["fleet"]
         print(
-            f"| {policy} | {pct(f['prefix_cache_hit_rate'])} | {ms(f['ttft_p50'])} | "
-            f"{ms(f['ttft_p99'])} | {r['load_imbalance']:.2f} | {walls[policy]:.1f} | "
-            f"{f['peak_rss_mb']:.0f} |"
+            f"| {policy} | {pct(f['prefix_cache_hit_rate'])} | {ms(f['ttft_p50_s'])} | "
+            f"{ms(f['ttft_p99_s'])} | {r['load_imbalance']:.2f} | {walls[policy]:.1f} | "
+            f"{f['peak_rss_mib']:.0f} |"
         )
     print()
     print("per worker: requests, hit rate, TTFT p50 (ms), wall s in its steps")
@@ -102,7 +102,7 @@ def print_offline(results: dict[str, dict], walls: dict[str, float]) -> None:
             w = r["workers"][rank]
             cells.append(
                 f"{w['requests_routed']}, {pct(w['prefix_cache_hit_rate'])}, "
-                f"{ms(w['ttft_p50'])}, {w['wall_seconds']:.1f}"
+                f"{ms(w['ttft_p50_s'])}, {w['wall_seconds']:.1f}"
             )
         print(f"| {rank} | " + " | ".join(cells) + " |")
 
@@ -120,7 +120,7 @@ def plot(results: dict[str, dict], path: str) -> None:
         hits.bar(
             xs, [(w["prefix_cache_hit_rate"] or 0) * 100 for w in r["workers"]], width, label=policy
         )
-        ttft.bar(xs, [(w["ttft_p50"] or 0) * 1e3 for w in r["workers"]], width, label=policy)
+        ttft.bar(xs, [(w["ttft_p50_s"] or 0) * 1e3 for w in r["workers"]], width, label=policy)
     hits.set(title="prefix-cache hit rate per worker", xlabel="worker", ylabel="%")
     ttft.set(title="TTFT p50 per worker", xlabel="worker", ylabel="ms (simulated)")
     hits.legend()

@@ -185,6 +185,11 @@ class Dispatcher:
         """The next time a request may time out (seconds from the start; inf: none)."""
         return self._deadlines[0][0] if self._deadlines else math.inf
 
+    def _choose(self, req: Req, ranks: list[int]) -> int:
+        """The policy's choice among ``ranks``; the only one without asking (a prefix match
+        hashes the whole prompt)."""
+        return ranks[0] if len(ranks) == 1 else self.route(req, ranks)
+
     def _has_room(self, rank: int, tokens: int) -> bool:
         if rank in self._full:
             return False
@@ -205,7 +210,7 @@ class Dispatcher:
             if not ranks:
                 self._close(req, None, "failed", NO_WORKER)
                 return
-            rank = self.route(req, ranks)
+            rank = self._choose(req, ranks)
             if self.check_worker_limits and not self._has_room(rank, tokens):
                 self.refused[rank] += 1
                 self._close(req, rank, "refused", f"worker {rank} is full")
@@ -236,7 +241,7 @@ class Dispatcher:
         ranks = [r for r in self.live_ranks() if self._has_room(r, tokens)]
         if not ranks:
             return False
-        self._dispatch(self.route(req, ranks), req)
+        self._dispatch(self._choose(req, ranks), req)
         return True
 
     def _dispatch(self, rank: int, req: Req) -> None:
@@ -360,4 +365,4 @@ class Dispatcher:
                 return
             queue.popleft()
             self.queued_tokens -= tokens
-            self._dispatch(self.route(req, ranks), req)
+            self._dispatch(self._choose(req, ranks), req)

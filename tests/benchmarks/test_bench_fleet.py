@@ -37,10 +37,10 @@ def test_small_run_prints_kv_and_round_robin_figures():
 def test_a_worker_that_got_no_request_prints_dashes(capsys):
     from benchmarks.bench_fleet import print_offline
 
-    idle = {"requests_routed": 0, "prefix_cache_hit_rate": None, "ttft_p50": None}
-    busy = {"requests_routed": 3, "prefix_cache_hit_rate": 0.5, "ttft_p50": 0.02}
+    idle = {"requests_routed": 0, "prefix_cache_hit_rate": None, "ttft_p50_s": None}
+    busy = {"requests_routed": 3, "prefix_cache_hit_rate": 0.5, "ttft_p50_s": 0.02}
     workers = [{**busy, "wall_seconds": 0.1}] + [{**idle, "wall_seconds": 0.0}] * 7
-    fleet = {**busy, "ttft_p99": 0.04, "peak_rss_mb": 90.0}
+    fleet = {**busy, "ttft_p99_s": 0.04, "peak_rss_mib": 90.0}
     print_offline({"kv": {"fleet": fleet, "workers": workers, "load_imbalance": 8.0}}, {"kv": 1.0})
     out = capsys.readouterr().out
     assert "| kv | 50.0% | 20.0 | 40.0 | 8.00 | 1.0 | 90 |" in out

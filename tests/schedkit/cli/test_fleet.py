@@ -34,10 +34,16 @@ def test_offline_table(capsys):
         == 0
     )
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[0] == "worker"
-    assert [line.split()[0] for line in lines[1:3]] == ["0", "1"]
-    assert lines[4].split()[:3] == ["fleet", "40", "40"]
-    assert lines[5].startswith("router round_robin (offline); load imbalance")
+    assert lines[0].split()[-2:] == ["round_robin", "(offline)"]
+    assert lines[3].split()[-7:] == ["40", "/", "0", "/", "0", "/", "0"]
+    for label in ("TTFT p50 / p90 / p99 (ms)", "queue time p50 / p90 / p99 (s)", "throughput"):
+        assert any(line.startswith(label) for line in lines), label
+    head = lines.index("") + 1
+    assert lines[head].split()[:3] == ["worker", "routed", "done"]
+    assert [line.split()[:3] for line in lines[head + 1 : head + 3]] == [
+        ["0", "20", "20"],
+        ["1", "20", "20"],
+    ]
 
 
 def test_bad_workload_file_is_reported(tmp_path, capsys):
@@ -69,7 +75,9 @@ def test_live_json_summary(capsys):
     assert data["mode"] == "live"
     assert data["simulated_seconds"] is None
     assert data["fleet"]["requests_done"] == 20
-    assert all(w["alive"] and w["peak_rss_mb"] > 0 for w in data["workers"])
+    assert all(w["alive"] and w["peak_rss_mib"] > 0 for w in data["workers"])
+    assert data["fleet"]["ttft_p90_s"] > 0 and data["fleet"]["queue_time_p90_s"] is None
+    assert all(w["load_over_time"]["seconds"] for w in data["workers"])
 
 
 def test_launcher_and_heartbeats_are_for_live_workers(capsys):
