@@ -29,6 +29,7 @@ from schedkit.fleet import worker as worker_module
 from schedkit.fleet.launch import LAUNCHERS, ProcessLauncher
 from schedkit.fleet.live import LiveFleet, WorkerStartError
 from schedkit.fleet.worker import WorkerSpec, worker_main
+from schedkit.workloads.traces import open_trace, write_mooncake_like
 from schedkit.workloads.workload import shared_prefix_workload
 from tests.components.io.test_output_sender import token_msg
 
@@ -274,16 +275,47 @@ def test_a_killed_worker_is_noticed_and_the_rest_take_the_load():
     assert summary.fleet.requests_failed == dead.requests_failed
 
 
-def test_a_silent_worker_is_taken_out_after_the_heartbeat_timeout():
+def test_a_stopped_worker_stops_receiving_requests_within_about_a_second():
+    seen = {"to_0": 0}
+
     def stop_worker_0(fleet: LiveFleet, sent: int) -> None:
+        now = time.monotonic()
         if sent == 4:
             os.kill(fleet.handles[0].pid, signal.SIGSTOP)  # alive but answering nothing
+            seen["stopped"] = now
+        if fleet.routed[0] > seen["to_0"]:
+            seen["to_0"], seen["last_to_0"] = fleet.routed[0], now
 
-    with LiveFleet(WIRING, 2, "least_loaded", heartbeat_timeout=1.0) as fleet:
-        summary = fleet.run(workload(16, rate=8.0), on_route=stop_worker_0)
+    # Round robin would keep sending to worker 0 for as long as it is in the routing.
+    with LiveFleet(WIRING, 2, "round_robin") as fleet:  # default heartbeat timeout: 1 s
+        summary = fleet.run(workload(60, rate=20.0), on_route=stop_worker_0)
     assert fleet.deaths == {0: "no heartbeat for 1 s"}
-    assert summary.fleet.requests_done + summary.fleet.requests_failed == 16
-    assert summary.workers[1].requests_done > 0
+    late = seen["last_to_0"] - seen["stopped"]
+    print(f"last request to the stopped worker {late:.2f} s after SIGSTOP")
+    assert late < 1.5
+    assert summary.fleet.requests_done + summary.fleet.requests_failed == 60
+    assert summary.workers[0].requests_routed < 30 and summary.workers[1].requests_done > 30
+
+
+def test_the_router_is_a_trusted_client_sized_to_the_worker(tmp_path):
+    """A 1,200-request Mooncake-shaped burst on 2 workers: each holds more than the 2^20
+    prompt tokens a single hostile client may make a server hold, and nothing is refused.
+    The model runs 3x faster than the default wiring's to keep the test short."""
+    trace = write_mooncake_like(tmp_path / "t.jsonl", 1200, rate=32)
+    faster = tmp_path / "faster.yaml"
+    faster.write_text(
+        "components:\n  model_runner:\n    args:\n"
+        "      prefill_fixed: 0.0017\n      prefill_per_token: 1.3e-5\n"
+        "      attention_coeff: 4.3e-10\n      decode_fixed: 0.0023\n"
+        "      decode_per_seq: 1.3e-5\n      decode_per_kv_token: 1.3e-8\n"
+    )
+    workload_ = open_trace(trace, "mooncake", speedup=8.0)
+    with LiveFleet(WIRING, 2, "kv", overlays=[faster]) as fleet:
+        summary = fleet.run(workload_)
+    f = summary.fleet
+    print(f"done {f.requests_done}, refused {f.requests_refused}, failed {f.requests_failed}")
+    assert (f.requests_done, f.requests_refused, f.requests_failed) == (1200, 0, 0)
+    assert max(w.peak_held_prompt_tokens for w in summary.workers) > 2**20
 
 
 def test_a_worker_that_cannot_start_is_reported(tmp_path):

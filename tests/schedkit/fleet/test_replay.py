@@ -34,12 +34,14 @@ def test_a_chats_next_turn_goes_before_new_conversations():
     pending = PendingArrivals(loop)
     [first] = list(pending.due(0.0))
     req = first.req
+    conversation = req.rid.rpartition("-t")[0]
+    turns_left = inner._remaining_turns[conversation]
     req.output_ids = [7, 8]
     req.finished_reason = FinishLength(length=2)
     pending.finished(req, 2.0)
     [nxt] = list(pending.due(2.0))
-    conversation = req.rid.rpartition("-t")[0]
-    if inner._remaining_turns.get(conversation, 0) >= 0 and nxt.req.rid.startswith(conversation):
-        assert nxt.req.rid == f"{conversation}-t1" and nxt.time == 2.0
+    assert nxt.time == 2.0  # no think time: the client sends at once
+    expected = f"{conversation}-t1" if turns_left else "c1-t0"
+    assert nxt.req.rid == expected
     assert replay_mode(4, None) == "closed loop, 4 clients"
     assert replay_mode(None, 8.0) == "open loop, speedup 8"
