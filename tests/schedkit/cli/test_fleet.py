@@ -98,3 +98,48 @@ def test_kv_settings_reach_the_policy_and_others_refuse_them(capsys):
         == 2
     )
     assert "routing policy 'least_loaded' takes no 'cache_threshold'" in capsys.readouterr().err
+
+
+def test_closed_loop_admission_output_and_exit_codes(tmp_path, capsys):
+    out = tmp_path / "requests.jsonl"
+    args = ["fleet", WIRING, "--offline", "--workers", "2", "--json", *SMALL[:4]]
+    assert main([*args, "--concurrency", "4", "--output", str(out)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["replay"] == "closed loop, 4 clients"
+    assert max(w["peak_held_requests"] for w in data["workers"]) <= 4
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 40 and {r["outcome"] for r in records} == {"done"}
+    assert all(r["worker"] in (0, 1) and r["ttft_s"] > 0 for r in records)
+    # Each worker holds one request at a time and no router queue: the rest are refused,
+    # counted per worker, never as latency; refusals asked for exit 0.
+    tight = [*args, "--rate", "inf", "--worker-max-requests", "1", "--output", str(out)]
+    assert main(tight) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["fleet"]["requests_refused"] == 38 and data["fleet"]["requests_done"] == 2
+    assert sum(w["requests_refused"] for w in data["workers"]) == 38
+    outcomes = [json.loads(line)["outcome"] for line in out.read_text().splitlines()]
+    assert outcomes.count("refused") == 38
+    # With a router queue they wait there instead, and all finish.
+    assert main([*tight, "--router-queue-requests", "100"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["fleet"]["requests_done"] == 40 and data["router"]["peak_queued_requests"] > 30
+
+
+def test_failed_requests_exit_3(tmp_path, capsys):
+    trace = tmp_path / "w.jsonl"
+    trace.write_text('{"prompt_len": 8}\n{"prompt_len": 900000}\n')  # never fits in the pool
+    assert main(["fleet", WIRING, "--offline", "--workload", str(trace)]) == 3
+    assert "1 request(s) failed" in capsys.readouterr().err
+
+
+def test_a_speedup_sweep_prints_a_row_per_run(tmp_path, capsys):
+    from schedkit.workloads.traces import write_mooncake_like
+
+    trace = write_mooncake_like(tmp_path / "t.jsonl", 30, rate=8)
+    args = ["fleet", WIRING, "--offline", "--workers", "2", "--workload", str(trace)]
+    assert main([*args, "--format", "mooncake", "--speedup", "1,4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:2] == ["speedup", "done"])
+    assert [line.split()[:2] for line in lines[head + 1 :]] == [["1", "30"], ["4", "30"]]
+    assert main([*args, "--concurrency", "2", "--speedup", "2"]) == 2
+    assert "--concurrency replays in a closed loop" in capsys.readouterr().err
