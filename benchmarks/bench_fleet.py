@@ -34,6 +34,7 @@ import structlog
 from schedkit.cli.args import number
 from schedkit.fleet import FleetSummary, run_offline
 from schedkit.fleet.live import LiveFleet
+from schedkit.fleet.summary_table import fleet_table
 from schedkit.sim.plot import INSTALL_HINT, PlotError, require_matplotlib
 from schedkit.workloads.traces import open_trace, write_mooncake_like
 
@@ -159,7 +160,7 @@ def main() -> int:
             summary = live(trace, args.live_requests)
             print()
             print(f"(b) live, {WORKERS} worker processes, first {args.live_requests} requests, kv")
-            print(summary.table())
+            print(fleet_table(summary))
     return 0
 
 

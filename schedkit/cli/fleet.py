@@ -24,6 +24,7 @@ from schedkit.fleet.plot import plot_fleet
 from schedkit.fleet.records import request_writer
 from schedkit.fleet.replay import ClosedLoop, replay_mode
 from schedkit.fleet.summary import FleetSummary
+from schedkit.fleet.summary_table import fleet_table
 from schedkit.fleet.sweep import sweep_table
 from schedkit.router import POLICIES, make_policy
 from schedkit.sim.driver import StuckError
@@ -239,14 +240,14 @@ def _show(args: argparse.Namespace, summaries: list[FleetSummary], sweep: list) 
             print(f"schedkit fleet: plot written to {path}", file=sys.stderr)
     if len(sweep) == 1:
         [summary] = summaries
-        print(json.dumps(summary.to_dict()) if args.json else summary.table())
+        print(json.dumps(summary.to_dict()) if args.json else fleet_table(summary))
         return
     if args.json:
         runs = [{"speedup": x, **s.to_dict()} for x, s in zip(sweep, summaries, strict=False)]
         print(json.dumps({"sweep": runs}))
         return
     for speedup, summary in zip(sweep, summaries, strict=False):
-        print(f"== speedup {speedup:g}\n{summary.table()}\n")
+        print(f"== speedup {speedup:g}\n{fleet_table(summary)}\n")
     print(sweep_table(sweep, summaries))
 
 

@@ -31,6 +31,7 @@ import contextlib
 import math
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,8 @@ class LiveFleet:
         self._failed = [0] * num_workers
         self._input_tokens = [0] * num_workers
         self._doomed: dict[int, str] = {}  # workers to take out once the dispatcher returns
+        # Requests routed to a worker whose socket queue was full, in order (packed).
+        self._outboxes: list[deque[Req]] = [deque() for _ in range(num_workers)]
         self.dispatcher = Dispatcher(
             self.admission,
             num_workers,
@@ -281,13 +284,15 @@ class LiveFleet:
                     next_check = now + min(self.heartbeat_interval, self.heartbeat_timeout / 4)
                 soonest = min(pending.next_time(), dispatcher.next_deadline()) - elapsed
                 wait = min(soonest, next_check - now, 0.05)
-                for sock, _ in self._poller.poll(max(0, int(wait * 1000))):
+                for sock, events in self._poller.poll(max(0, int(wait * 1000))):
                     if sock is self._report:
                         self._take_reports()
                     elif sock in self._sentinels:
                         self._mark_dead(self._sentinels[sock], "its process exited")
                     else:
                         rank = self._dealers.index(sock)
+                        if events & zmq.POLLOUT and self.alive[rank]:
+                            self._flush(rank)
                         while self.alive[rank] and sock.poll(0):
                             self._receive(rank, sock.recv(), time.monotonic() - start)
                 if isinstance(self.router, KvRouter):
@@ -302,31 +307,40 @@ class LiveFleet:
         return time.monotonic() - self._start_time
 
     def _deliver(self, rank: int, req: Req) -> bool:
-        """Send ``req`` to worker ``rank``; False (the worker is taken out after the
-        dispatcher returns) when its socket takes nothing more."""
-        params = req.sampling_params
-        message = GenerateReqInput(
-            rid=req.rid,
-            input_ids=req.origin_input_ids.tolist(),  # packed while it waits here
-            sampling_params=SamplingParamsInput(
-                max_new_tokens=params.max_new_tokens,
-                stop_token_ids=list(params.stop_token_ids),
-                ignore_eos=params.ignore_eos,
-                stream=True,
-                stream_interval=params.stream_interval,
-            ),
-        )
-        try:
-            self._dealers[rank].send(encode(message), zmq.NOBLOCK)
-        except zmq.ZMQError as exc:
-            self._doomed.setdefault(rank, f"request socket error: {exc.strerror}")
-            return False
+        """Send ``req`` to worker ``rank``. When its socket's queue is full (the worker reads
+        more slowly than requests come), the request waits in that worker's outbox here and
+        goes out as the socket takes it; it is in flight on that worker from now on."""
         self._inflight[req.rid] = (rank, req)
         self._load[rank] += 1
         self.routed[rank] += 1
+        outbox = self._outboxes[rank]
+        outbox.append(req)
+        if len(outbox) == 1:
+            self._flush(rank)
         if self._on_route is not None:
             self._on_route(self, sum(self.routed))
         return True
+
+    def _flush(self, rank: int) -> None:
+        """Send what waits in worker ``rank``'s outbox while its socket takes it; a socket
+        error other than a full queue takes the worker out."""
+        outbox, dealer = self._outboxes[rank], self._dealers[rank]
+        while outbox:
+            req = outbox[0]
+            if self._inflight.get(req.rid, (None,))[0] != rank:  # it ended meanwhile
+                outbox.popleft()
+                continue
+            try:
+                dealer.send(encode(_generate_message(req)), zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            except zmq.ZMQError as exc:
+                self._doomed.setdefault(rank, f"request socket error: {exc.strerror}")
+                break
+            outbox.popleft()
+        events = zmq.POLLIN | (zmq.POLLOUT if outbox else 0)
+        if self.alive[rank]:
+            self._poller.modify(dealer, events)
 
     def _abort(self, rank: int, req: Req) -> None:
         """``req`` timed out on worker ``rank`` before its first token: abort it there and
@@ -491,6 +505,7 @@ class LiveFleet:
             self._poller.unregister(sentinel)
             del self._sentinels[sentinel]
         self.router.remove(rank)
+        self._outboxes[rank].clear()
         held = [req for owner, req in self._inflight.values() if owner == rank]
         for req in held:
             del self._inflight[req.rid]
@@ -553,6 +568,7 @@ class LiveFleet:
                 wall_seconds=s.get("uptime_seconds", math.nan),
                 peak_rss_mib=s.get("peak_rss_mb", math.nan),
                 alive=self.alive[rank],
+                taken_out=self.deaths.get(rank),
             )
             for rank, s in enumerate(stats)
         ]
@@ -575,6 +591,22 @@ class LiveFleet:
             wall_seconds=wall,
             interrupted=interrupted,
         )
+
+
+def _generate_message(req: Req) -> GenerateReqInput:
+    """The ``GenerateReqInput`` a worker gets for ``req`` (its packed prompt as a list)."""
+    params = req.sampling_params
+    return GenerateReqInput(
+        rid=req.rid,
+        input_ids=req.origin_input_ids.tolist(),
+        sampling_params=SamplingParamsInput(
+            max_new_tokens=params.max_new_tokens,
+            stop_token_ids=list(params.stop_token_ids),
+            ignore_eos=params.ignore_eos,
+            stream=True,
+            stream_interval=params.stream_interval,
+        ),
+    )
 
 
 def _check_columns(msg: BatchTokenIDOutput) -> None:

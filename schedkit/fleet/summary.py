@@ -10,7 +10,6 @@ from typing import Any
 
 import attrs
 
-from schedkit.fleet.summary_table import fleet_table
 from schedkit.sim.run_summary import json_figures
 from schedkit.workloads.samples import PERCENTILES, Tally, Timeline, percentiles
 
@@ -45,6 +44,7 @@ class WorkerTotals:
     wall_seconds: float = math.nan
     peak_rss_mib: float = math.nan
     alive: bool = True
+    taken_out: str | None = None  # why the router took it out, if it did
 
 
 @attrs.define(kw_only=True)
@@ -83,6 +83,7 @@ class WorkerFigures:
     peak_held_prompt_tokens: int
     wall_seconds: float
     peak_rss_mib: float
+    taken_out: str | None = None
     timeline: Timeline | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -141,6 +142,7 @@ def worker_figures(name: str, totals: WorkerTotals, run_seconds: float) -> Worke
         peak_held_prompt_tokens=totals.peak_held_tokens,
         wall_seconds=totals.wall_seconds,
         peak_rss_mib=totals.peak_rss_mib,
+        taken_out=totals.taken_out,
         timeline=None if name == "fleet" else tally.timeline,
     )
 
@@ -221,11 +223,6 @@ class FleetSummary:
                 "interrupted": self.interrupted,
             }
         )
-
-    def table(self) -> str:
-        """The fleet's figures (as ``schedkit run`` shows one scheduler's), then one row per
-        worker; "-" for what was not measured."""
-        return fleet_table(self)
 
 
 def fleet_summary(

@@ -1,13 +1,11 @@
-"""``FleetSummary.table()``: the fleet's figures as ``schedkit run`` shows one scheduler's,
+"""``fleet_table(summary)``: the fleet's figures as ``schedkit run`` shows one scheduler's,
 then a row per worker with its counts, latencies and load over the run."""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from schedkit.fleet.summary import FleetSummary, WorkerFigures
+from schedkit.fleet.summary import FleetSummary, WorkerFigures
 
 __all__ = ["fleet_table"]
 
@@ -115,7 +113,8 @@ def _worker_rows(s: FleetSummary) -> list[tuple[str, ...]]:
 
 
 def fleet_table(s: FleetSummary) -> str:
-    """The fleet block, a blank line, then the per-worker table."""
+    """The fleet block (as ``schedkit run`` shows one scheduler's), a blank line, then one
+    row per worker; "-" for what was not measured."""
     fleet = _fleet_rows(s)
     width = max(len(name) for name, _ in fleet)
     lines = [f"{name.ljust(width)}  {value}" for name, value in fleet]

@@ -127,7 +127,7 @@ def test_closed_loop_admission_output_and_exit_codes(tmp_path, capsys):
 
 def test_failed_requests_exit_3(tmp_path, capsys):
     trace = tmp_path / "w.jsonl"
-    trace.write_text('{"prompt_len": 8}\n{"prompt_len": 900000}\n')  # never fits in the pool
+    trace.write_text('{"prompt_len": 8}\n{"prompt_len": 70000}\n')  # never fits in the pool
     assert main(["fleet", WIRING, "--offline", "--workload", str(trace)]) == 3
     assert "1 request(s) failed" in capsys.readouterr().err
 

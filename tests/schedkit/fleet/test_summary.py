@@ -9,6 +9,7 @@ import pytest
 
 from schedkit.core.schedule_batch import FinishAbort, Req, SamplingParams
 from schedkit.fleet.summary import RouterFigures, WorkerTotals, fleet_summary
+from schedkit.fleet.summary_table import fleet_table
 from schedkit.workloads.samples import Tally
 
 
@@ -66,10 +67,10 @@ def test_fleet_figures_table_and_json():
     assert math.isclose(summary.workers[1].tpot_p50_s, 0.2)
     assert math.isnan(fleet.queue_time_p50_s)  # nothing measured it
     assert summary.load_imbalance == 1.2  # 3 routed against a mean of 2.5
-    lines = summary.table().splitlines()
+    lines = fleet_table(summary).splitlines()
     assert lines[3].split()[-7:] == ["3", "/", "3", "/", "1", "/", "1"]
     assert lines[4].split()[-7:] == ["2", "/", "0", "/", "0", "/", "0"]
-    assert "TTFT p50 / p90 / p99 (ms)" in summary.table()
+    assert "TTFT p50 / p90 / p99 (ms)" in fleet_table(summary)
     rows = lines[lines.index("") + 1 :]
     assert rows[0].split()[:3] == ["worker", "routed", "done"]
     assert rows[1].split()[:6] == ["0", "2", "1", "1", "0", "0"]
