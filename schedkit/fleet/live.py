@@ -1,16 +1,19 @@
 """A live fleet: N scheduler processes on the wall clock behind a router in this process.
 
-Each worker (``schedkit.fleet.worker``) is its own process (multiprocessing spawn context,
-or a Ray actor with ``launcher="ray"``) with its own request endpoint and KV-event publisher
-on free loopback ports. The router follows every worker's KV events (``KvRouter``: one
-subscriber per worker, recovering through replay), routes each request by prefix overlap
-and load (its requests in flight on each worker), sends it on a DEALER connected to that
-worker's ``zmq_server`` and reads the outputs back. A worker whose process exits, or that
-answers no ``get_loads`` heartbeat for ``heartbeat_timeout`` seconds, is taken out of the
-routing and its requests in flight are reported failed (a worker's exit is seen at once:
-its launcher's sentinel, for a process or a Ray actor, is polled with the sockets). A
-message from a worker that does not decode is counted (``bad_messages``) and logged; a
-worker that sends ``max_bad_messages`` of them in a row is taken out as broken.
+The workers are started, watched and stopped by ``schedkit.fleet.workers.LiveWorkers``.
+The router follows every worker's KV events (``KvRouter``: one subscriber per worker,
+recovering through replay), routes each request through the admission control
+(``schedkit.fleet.admission``) by prefix overlap and load (its requests in flight on each
+worker), sends it on a DEALER connected to that worker's ``zmq_server`` (through the
+worker's outbox here while that socket's queue is full) and reads the outputs back. A
+worker's refusal comes back as an ``ErrorReply`` for the request: counted as that worker's
+refusal, or, with a router queue, the request waits there again. A worker whose process
+exits, or that sends no heartbeat for ``heartbeat_timeout`` seconds (1 s by default; it
+beats every 0.2 s from a thread of its own), is taken out of the routing and its requests in
+flight fail (or, with a router queue, those with no first token wait there again). A message
+from a worker that does not decode is counted (``bad_messages``) and logged; a worker that
+sends ``max_bad_messages`` of them in a row is taken out as broken. Every 0.5 s each worker
+is asked for its loads, which give its running and queued requests over time.
 
 Latencies are taken as the outputs arrive, on the router's clock. A message carrying ``k``
 tokens that arrives ``gap`` seconds after the request's previous one gives ``k`` inter-token
@@ -21,8 +24,8 @@ to its last token's time minus its first's, as in a single-scheduler run (one sa
 token after the first, ``schedkit.workloads.samples.Tally``), and its TPOT is their mean.
 (``bench_serving`` leaves the first chunk's extra tokens out of its ITL samples.)
 
-(Longer than 300 lines: starting, driving and stopping the workers share the sockets and
-the bookkeeping of requests in flight.)
+(Longer than 300 lines: sending, receiving, timeouts and deaths share the bookkeeping of
+requests in flight.)
 """
 
 from __future__ import annotations
@@ -33,8 +36,6 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any
 
 import msgspec
 import structlog
@@ -52,11 +53,10 @@ from schedkit.components.io.io_struct import (
 )
 from schedkit.core.schedule_batch import FinishAbort, Req
 from schedkit.fleet.admission import AdmissionLimits, Dispatcher, Outcome, describe_admission
-from schedkit.fleet.capacity import check_live_workers
-from schedkit.fleet.launch import LAUNCHERS, WorkerStartError, exit_reason
+from schedkit.fleet.launch import LAUNCHERS, WorkerStartError
 from schedkit.fleet.records import RecordRequest
 from schedkit.fleet.summary import FleetSummary, RouterFigures, WorkerTotals, fleet_summary
-from schedkit.fleet.worker import LOOPBACK_ANY_PORT, WorkerSpec
+from schedkit.fleet.workers import LiveWorkers
 from schedkit.router import KvRouter, Router, make_policy
 from schedkit.sim.driver import Tally
 from schedkit.workloads.arrivals import PendingArrivals
@@ -67,13 +67,7 @@ __all__ = ["LAUNCHERS", "LiveFleet", "WorkerStartError"]
 log = structlog.get_logger(__name__)
 
 
-def _bind(context: zmq.Context, kind: int) -> tuple[zmq.Socket, str]:
-    sock = context.socket(kind)
-    sock.bind(LOOPBACK_ANY_PORT)
-    return sock, sock.getsockopt_string(zmq.LAST_ENDPOINT)
-
-
-class LiveFleet:
+class LiveFleet(LiveWorkers):
     """Start with ``start()`` (or ``with``), drive a workload with ``run()``, ``close()``."""
 
     def __init__(
@@ -96,40 +90,30 @@ class LiveFleet:
         record: RecordRequest | None = None,
         cap_workers: bool = True,
     ) -> None:
-        if num_workers < 1:
-            raise ValueError(f"a fleet needs at least one worker, got {num_workers}")
-        if cap_workers:
-            check_live_workers(num_workers)
-        if launcher not in LAUNCHERS:
-            raise ValueError(f"unknown launcher {launcher!r}; valid: {', '.join(LAUNCHERS)}")
         self.settings = dict(settings or {})
         make_policy(policy, **self.settings)
-        # Absolute paths: a worker may run in another working directory (a Ray actor).
-        self.file, self.num_workers, self.policy = str(Path(file).resolve()), num_workers, policy
-        self.overlays = tuple(
-            o if isinstance(o, Mapping) else str(Path(o).resolve()) for o in overlays
+        self.policy = policy
+        limits = (admission or AdmissionLimits()).worker
+        super().__init__(
+            file,
+            num_workers,
+            overlays=overlays,
+            launcher=launcher,
+            heartbeat_interval=heartbeat_interval,
+            heartbeat_timeout=heartbeat_timeout,
+            ready_timeout=ready_timeout,
+            grace=grace,
+            max_requests=limits.max_requests,
+            max_tokens=limits.max_tokens,
+            cap_workers=cap_workers,
         )
-        self.launcher = launcher
-        self.heartbeat_interval, self.heartbeat_timeout = heartbeat_interval, heartbeat_timeout
         self.load_interval = load_interval
         self.admission = admission or AdmissionLimits()
         self.replay, self.record = replay, record
-        self.ready_timeout, self.grace = ready_timeout, grace
         self.max_bad_messages = max_bad_messages
         self.bad_messages = [0] * num_workers  # messages that did not decode, per worker
         self._bad_in_a_row = [0] * num_workers
-        self.handles: list[Any] = []
-        self.endpoints: dict[int, dict] = {}  # each worker's ready report: pid and endpoints
-        self._launcher: Any = None
-        self.alive = [True] * num_workers
-        self.deaths: dict[int, str] = {}
         self.router: Router | None = None
-        self.stats: dict[int, dict] = {}
-        self._context = zmq.Context()
-        self._report, self._report_endpoint = _bind(self._context, zmq.PULL)
-        self._stop, self._stop_endpoint = _bind(self._context, zmq.PUB)
-        self._dealers: list[zmq.Socket] = []
-        self._decode_report = msgspec.msgpack.Decoder(dict).decode
         self._inflight: dict[str, tuple[int, Req]] = {}
         self._aborting: set[str] = set()  # timed out here; the worker's answer is not awaited
         self._load = [0] * num_workers
@@ -146,60 +130,17 @@ class LiveFleet:
             route=lambda req, ranks: self.router.route(req.origin_input_ids, ranks).rank,
             deliver=self._deliver,
             abort=self._abort,
-            closed=self._closed,
+            closed=self._dispatcher_closed,
             check_worker_limits=False,  # each worker refuses what it cannot hold itself
         )
         self._on_route: Callable[[LiveFleet, int], None] | None = None
         self._pending: PendingArrivals | None = None
         self._start_time = 0.0
-        self._poller = zmq.Poller()
-        self._sentinels: dict[int, int] = {}
         self.routed = [0] * num_workers
-        self._last_seen = [0.0] * num_workers
-        self._closed = False
-
-    def __enter__(self) -> LiveFleet:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def start(self) -> None:
-        """Launch the workers, wait until each is ready and connect the router to them;
-        on failure whatever started is stopped again."""
-        try:
-            self._start()
-        except BaseException:
-            self.close()
-            raise
 
     def _start(self) -> None:
-        self._launcher = LAUNCHERS[self.launcher]()
-        for rank in range(self.num_workers):
-            spec = WorkerSpec(
-                self.file,
-                self.overlays,
-                rank,
-                self.num_workers,
-                self._report_endpoint,
-                self._stop_endpoint,
-                parent_pid=os.getpid(),
-                grace=self.grace,
-                heartbeat_interval=self.heartbeat_interval,
-                max_requests=self.admission.worker.max_requests,
-                max_tokens=self.admission.worker.max_tokens,
-            )
-            self.handles.append(self._launcher.launch(spec))
-        ready = self.endpoints = self._wait_ready()
-        for rank in range(self.num_workers):
-            dealer = self._context.socket(zmq.DEALER)
-            dealer.connect(ready[rank]["requests"])
-            self._dealers.append(dealer)
-            self._poller.register(dealer, zmq.POLLIN)
-            sentinel = self.handles[rank].sentinel  # readable once the worker has exited
-            self._poller.register(sentinel, zmq.POLLIN)
-            self._sentinels[sentinel] = rank
+        """Start the workers, then the router over them."""
+        ready = self._start_workers()
         first = ready[0]
         page_size = first["page_size"] or 1
         policy = make_policy(self.policy, **self.settings)
@@ -220,36 +161,6 @@ class LiveFleet:
             )
         else:
             self.router = Router(range(self.num_workers), page_size, policy, self._load.__getitem__)
-
-    def _wait_ready(self) -> dict[int, dict]:
-        ready: dict[int, dict] = {}
-        deadline = time.monotonic() + self.ready_timeout
-        while len(ready) < self.num_workers:
-            if self._report.poll(100):
-                self._take_ready(ready)
-            gone = [r for r, h in enumerate(self.handles) if r not in ready and not h.is_alive()]
-            if gone:
-                while self._report.poll(500):  # the report it sent before exiting, if any
-                    self._take_ready(ready)
-                why = exit_reason(self.handles[gone[0]])
-                raise WorkerStartError(f"worker {gone[0]} exited before it was ready ({why})")
-            if time.monotonic() > deadline:
-                raise WorkerStartError(f"workers not ready after {self.ready_timeout:g} s")
-        now = time.monotonic()
-        self._last_seen = [now] * self.num_workers
-        return ready
-
-    def _take_ready(self, ready: dict[int, dict]) -> None:
-        """One start-up report: a worker's endpoints into ``ready``, or its error raised."""
-        msg = self._decode_report(self._report.recv())
-        if "error" in msg:
-            raise WorkerStartError(f"worker {msg['rank']}: {msg['error']}")
-        if "ready" in msg:  # else a beat of a worker that is ready already
-            ready[msg["rank"]] = msg["ready"]
-
-    def kill(self, rank: int) -> None:
-        """Kill worker ``rank`` outright, its process or its Ray actor (as a crash would)."""
-        self.handles[rank].kill()
 
     # ---- driving a workload -------------------------------------------------------------
 
@@ -352,7 +263,7 @@ class LiveFleet:
         self._load[rank] -= 1
         self._end(req, rank, self.dispatcher.ended(req))
 
-    def _closed(self, req: Req, rank: int | None, outcome: Outcome) -> None:
+    def _dispatcher_closed(self, req: Req, rank: int | None, outcome: Outcome) -> None:
         """A request the dispatcher ended: refused or timed out at the router, refused by a
         worker, or failed for want of a worker."""
         self._end(req, rank, outcome)
@@ -456,24 +367,6 @@ class LiveFleet:
                 rank, f"sent {in_a_row} messages in a row that do not decode (last: {exc})"
             )
 
-    def _take_reports(self) -> None:
-        """Beats (and a late error) from the workers' report sockets."""
-        now = time.monotonic()
-        while self._report.poll(0):
-            try:
-                msg = self._decode_report(self._report.recv())
-                rank = msg["rank"]
-                alive = self.alive[rank]
-            except (msgspec.DecodeError, KeyError, IndexError, TypeError) as exc:
-                log.warning("fleet.bad_report", error=str(exc)[:200])
-                continue
-            if not alive:
-                continue
-            if "error" in msg:
-                self._mark_dead(rank, f"it failed: {msg['error']}")
-            else:
-                self._last_seen[rank] = max(self._last_seen[rank], now)
-
     def _check_workers(self, now: float, sample_loads: bool) -> None:
         """A worker that exited or sent no beat for ``heartbeat_timeout`` seconds is taken
         out; the others are asked for their loads when ``sample_loads``."""
@@ -498,12 +391,7 @@ class LiveFleet:
     def _mark_dead(self, rank: int, why: str) -> None:
         """Take worker ``rank`` out: nothing more is routed there; its requests in flight go
         back to the router queue (those with no first token, when there is one) or fail."""
-        self.alive[rank] = False
-        self.deaths[rank] = why
-        self._poller.unregister(self._dealers[rank])
-        for sentinel in [fd for fd, owner in self._sentinels.items() if owner == rank]:
-            self._poller.unregister(sentinel)
-            del self._sentinels[sentinel]
+        super()._mark_dead(rank, why)
         self.router.remove(rank)
         self._outboxes[rank].clear()
         held = [req for owner, req in self._inflight.values() if owner == rank]
@@ -517,38 +405,10 @@ class LiveFleet:
     # ---- stopping and summarising ---------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the live workers (they drain for ``grace`` s), collect their final figures,
-        kill what does not stop and close every socket. Safe to call more than once."""
-        if self._closed:
-            return
-        self._closed = True
-        self._stop.send(b"stop")
-        deadline = time.monotonic() + self.grace + 10.0
-        pending = {r for r, h in enumerate(self.handles) if self.alive[r] and h.is_alive()}
-        exited: dict[int, float] = {}
-        while pending and time.monotonic() < deadline:
-            if self._report.poll(100):
-                msg = self._decode_report(self._report.recv())
-                if "stats" in msg:
-                    self.stats[msg["rank"]] = msg["stats"]
-                    pending.discard(msg["rank"])
-            now = time.monotonic()
-            for rank in [r for r in pending if not self.handles[r].is_alive()]:
-                if now - exited.setdefault(rank, now) > 1.0:  # its report would be here by now
-                    pending.discard(rank)
-        for rank, handle in enumerate(self.handles):
-            if self.alive[rank]:
-                handle.join(timeout=5.0)
-            if handle.is_alive():  # dead to the router (e.g. hung) or not stopping
-                handle.kill()
-                handle.join(timeout=5.0)
-        if self._launcher is not None:
-            self._launcher.close()
+        """Stop the workers (see ``LiveWorkers.close``) and close the router's sockets."""
+        super().close()
         if isinstance(self.router, KvRouter):
             self.router.close()
-        for sock in [*self._dealers, self._report, self._stop]:
-            sock.close(linger=0)
-        self._context.term()
 
     def _summary(self, wall: float, interrupted: bool) -> FleetSummary:
         d = self.dispatcher
