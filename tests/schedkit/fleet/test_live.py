@@ -456,3 +456,40 @@ def test_ray_launcher_leaves_a_ray_it_did_not_start_running():
         assert _still_running({actor}) == set()  # the fleet's actor is killed all the same
     finally:
         ray.shutdown()
+
+
+def test_a_worker_that_reads_slowly_gets_its_requests_later_and_stays_in():
+    """A full request socket is back pressure, not a dead worker: the requests wait in that
+    worker's outbox here (still in flight on it) and go out, in order, as it reads."""
+    from schedkit.router import RoundRobin, Router
+
+    context = zmq.Context.instance()
+    worker = context.socket(zmq.ROUTER)
+    worker.setsockopt(zmq.RCVHWM, 1)
+    worker.bind("tcp://127.0.0.1:0")
+    fleet = LiveFleet(WIRING, 1, "round_robin")
+    dealer = fleet._context.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.SNDHWM, 1)
+    dealer.connect(worker.getsockopt_string(zmq.LAST_ENDPOINT))
+    fleet._dealers.append(dealer)
+    fleet._poller.register(dealer, zmq.POLLIN)
+    fleet.router = Router([0], 1, RoundRobin(), fleet._load.__getitem__)
+    try:
+        for i in range(12):  # ~1 MB each: more than the socket buffers hold unread
+            req = Req(rid=f"r{i}", origin_input_ids=list(range(250_000)))
+            req.arrival_time = 0.0
+            fleet.dispatcher.arrive(req)
+        fleet._take_out_doomed()
+        assert fleet.alive == [True] and fleet.deaths == {}
+        assert len(fleet._inflight) == 12 and fleet._outboxes[0]
+        received = []
+        deadline = time.monotonic() + 20
+        while len(received) < 12 and time.monotonic() < deadline:
+            if worker.poll(50):
+                _, payload = worker.recv_multipart()
+                received.append(msgspec.msgpack.decode(payload)["rid"])
+            fleet._flush(0)
+        assert received == [f"r{i}" for i in range(12)] and not fleet._outboxes[0]
+    finally:
+        fleet.close()
+        worker.close(linger=0)
