@@ -216,7 +216,10 @@ class OfflineFleet:
 
     def _closed(self, req: Req, rank: int | None, outcome: Outcome) -> None:
         """A request the dispatcher ended (refused or timed out at the router or a worker's
-        door): it never reached a worker's clock."""
+        door): it never reached a worker's clock. One refused at a worker's door counts as
+        routed there, as a live worker's refusal does."""
+        if rank is not None:
+            self.routed[rank] += 1
         self._end(req, rank, outcome, self.now, start=0.0)
 
     def _end(self, req: Req, rank: int | None, outcome: Outcome, now: float, start: float) -> None:

@@ -117,6 +117,9 @@ def test_closed_loop_admission_output_and_exit_codes(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["fleet"]["requests_refused"] == 38 and data["fleet"]["requests_done"] == 2
     assert sum(w["requests_refused"] for w in data["workers"]) == 38
+    assert all(  # a refusal at a worker's door counts as routed there
+        w["requests_routed"] == w["requests_done"] + w["requests_refused"] for w in data["workers"]
+    )
     outcomes = [json.loads(line)["outcome"] for line in out.read_text().splitlines()]
     assert outcomes.count("refused") == 38
     # With a router queue they wait there instead, and all finish.

@@ -155,6 +155,7 @@ def test_one_worker_holding_thousands_of_long_prompts_stays_small_and_counts_ref
     data = json.loads(done.stdout)
     worker, fleet = data["workers"][0], data["fleet"]
     assert worker["peak_held_requests"] == 2500
+    assert worker["requests_routed"] == 3000
     assert worker["requests_refused"] == 500 and fleet["requests_refused"] == 500
     assert fleet["requests_timed_out"] > 2000
     assert fleet["ttft_p99_s"] < 11  # refusals and timeouts are not latencies
