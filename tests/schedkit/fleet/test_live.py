@@ -466,16 +466,18 @@ def test_a_worker_that_reads_slowly_gets_its_requests_later_and_stays_in():
     context = zmq.Context.instance()
     worker = context.socket(zmq.ROUTER)
     worker.setsockopt(zmq.RCVHWM, 1)
+    worker.setsockopt(zmq.RCVBUF, 1 << 16)  # small kernel buffers: the queue fills for sure
     worker.bind("tcp://127.0.0.1:0")
     fleet = LiveFleet(WIRING, 1, "round_robin")
     dealer = fleet._context.socket(zmq.DEALER)
     dealer.setsockopt(zmq.SNDHWM, 1)
+    dealer.setsockopt(zmq.SNDBUF, 1 << 16)
     dealer.connect(worker.getsockopt_string(zmq.LAST_ENDPOINT))
     fleet._dealers.append(dealer)
     fleet._poller.register(dealer, zmq.POLLIN)
     fleet.router = Router([0], 1, RoundRobin(), fleet._load.__getitem__)
     try:
-        for i in range(12):  # ~1 MB each: more than the socket buffers hold unread
+        for i in range(12):  # ~1 MB each: far more than the sockets hold unread
             req = Req(rid=f"r{i}", origin_input_ids=list(range(250_000)))
             req.arrival_time = 0.0
             fleet.dispatcher.arrive(req)
