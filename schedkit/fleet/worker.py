@@ -83,7 +83,8 @@ def trusted_client_overlay(
 ) -> dict:
     """Waiting limits on the ``request_receiver`` (a ``zmq_server``) for a fleet worker: its
     totals are ``max_requests`` requests and ``max_tokens`` prompt tokens (None: the wiring's
-    own totals), and the per-client limits equal them, since its one client is the router."""
+    own totals), and the per-client limits (and the tokens released to the scheduler per
+    client turn) equal them, since its one client is the router."""
     spec = wiring.components["request_receiver"]
     defaults = {f.name: f.default for f in attrs.fields(spec.cls)} if spec.cls else {}
 
@@ -98,6 +99,10 @@ def trusted_client_overlay(
         "max_waiting_tokens": tokens,
         "max_waiting_tokens_per_client": tokens,
     }
+    if "release_tokens_per_client" in defaults:
+        # Fair turns between clients are moot with one client: the scheduler's waiting queue
+        # sees all the router sent, as a scheduler behind a gateway does.
+        limits["release_tokens_per_client"] = tokens
     return {"components": {"request_receiver": {"args": limits}}}
 
 

@@ -495,3 +495,21 @@ def test_a_worker_that_reads_slowly_gets_its_requests_later_and_stays_in():
     finally:
         fleet.close()
         worker.close(linger=0)
+
+
+def test_the_workers_limits_for_the_router_are_its_whole_capacity():
+    from schedkit.fleet.offline import worker_wiring
+    from schedkit.fleet.worker import serve_overlay, trusted_client_overlay
+
+    wiring = worker_wiring(WIRING, [serve_overlay()], 0, 1)
+    defaults = trusted_client_overlay(wiring, None, None)["components"]["request_receiver"]
+    args = defaults["args"]
+    assert args["max_waiting_tokens_per_client"] == args["max_waiting_tokens"] == 4 << 20
+    assert args["max_waiting_requests_per_client"] == args["max_waiting_requests"] == 4096
+    sized = trusted_client_overlay(wiring, 64, 100_000)["components"]["request_receiver"]
+    sized = sized["args"]
+    assert sized["max_waiting_requests_per_client"] == sized["max_waiting_requests"] == 64
+    assert sized["max_waiting_tokens_per_client"] == sized["max_waiting_tokens"] == 100_000
+    overlay = {"components": {"request_receiver": {"args": sized}}}
+    built = worker_wiring(WIRING, [serve_overlay(), overlay], 0, 1)
+    assert built.components["request_receiver"].args["max_waiting_tokens_per_client"] == 100_000
