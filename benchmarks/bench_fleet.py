@@ -34,6 +34,7 @@ import structlog
 from schedkit.cli.args import number
 from schedkit.fleet import FleetSummary, run_offline
 from schedkit.fleet.live import LiveFleet
+from schedkit.fleet.summary_table import fleet_table
 from schedkit.sim.plot import INSTALL_HINT, PlotError, require_matplotlib
 from schedkit.workloads.traces import open_trace, write_mooncake_like
 
@@ -130,7 +131,7 @@ def plot(results: dict[str, dict], path: str) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2,000 requests instead of 20,000")
     parser.add_argument("--requests", type=number(int), help="this many requests (a smoke run)")
     parser.add_argument("--no-live", action="store_true", help="skip (b)")
@@ -159,7 +160,7 @@ def main() -> int:
             summary = live(trace, args.live_requests)
             print()
             print(f"(b) live, {WORKERS} worker processes, first {args.live_requests} requests, kv")
-            print(summary.table())
+            print(fleet_table(summary))
     return 0
 
 

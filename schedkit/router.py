@@ -221,9 +221,10 @@ class Router:
             self.ranks.remove(rank)
         self.index.clear_rank(rank)
 
-    def route(self, token_ids: Sequence[int]) -> Route:
-        """Choose the live rank for a request; LookupError when no rank is left."""
-        ranks = self.ranks
+    def route(self, token_ids: Sequence[int], among: Sequence[int] | None = None) -> Route:
+        """Choose the live rank for a request (only from ``among``, when given: e.g. the
+        ranks with room under admission control); LookupError when no rank is left."""
+        ranks = self.ranks if among is None else [r for r in self.ranks if r in among]
         if not ranks:
             raise LookupError("no live rank to route to")
         matched = {}
@@ -368,9 +369,9 @@ class KvRouter(Router):
         busy = report.request_active_slots + report.num_requests_waiting
         return busy + self.routed_since_report[rank]
 
-    def route(self, token_ids: Sequence[int]) -> Route:
+    def route(self, token_ids: Sequence[int], among: Sequence[int] | None = None) -> Route:
         """Choose the rank for a request and count it against that rank's load."""
-        route = super().route(token_ids)
+        route = super().route(token_ids, among)
         self.routed_since_report[route.rank] += 1
         return route
 

@@ -4,8 +4,10 @@ or ``--offline`` all in this process on one virtual timeline."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from pathlib import Path
 
 from schedkit.cli.args import add_wiring_args, number, run_provenance, wiring_sources
 from schedkit.cli.workload_args import (
@@ -14,11 +16,19 @@ from schedkit.cli.workload_args import (
     progress_display,
     workload_from_args,
 )
+from schedkit.fleet.admission import AdmissionLimits, QueueLimits
+from schedkit.fleet.capacity import FleetCapacityError
 from schedkit.fleet.live import LAUNCHERS, LiveFleet, WorkerStartError
 from schedkit.fleet.offline import run_offline
+from schedkit.fleet.plot import plot_fleet
+from schedkit.fleet.records import request_writer
+from schedkit.fleet.replay import ClosedLoop, replay_mode
 from schedkit.fleet.summary import FleetSummary
+from schedkit.fleet.summary_table import fleet_table
+from schedkit.fleet.sweep import sweep_table
 from schedkit.router import POLICIES, make_policy
 from schedkit.sim.driver import StuckError
+from schedkit.sim.plot import PlotError, check_plot_target
 from schedkit.workloads.workload import Workload
 
 __all__ = ["add_parser"]
@@ -69,47 +79,194 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=number(float),
         default=None,
         metavar="SECONDS",
-        help="live: a worker silent this long is taken out of the routing (default 5)",
+        help="live: a worker that sends no heartbeat (every 0.2 s) for this long is taken out "
+        "of the routing (default 1)",
     )
-    add_workload_args(p)
+    p.add_argument(
+        "--no-worker-cap",
+        action="store_true",
+        help="start --workers even beyond what this machine holds (cores, memory)",
+    )
+    replay = p.add_argument_group("replay")
+    replay.add_argument(
+        "--concurrency",
+        type=number(int),
+        metavar="N",
+        help="closed loop: N clients, each sending the workload's next request (in its order) "
+        "when its previous one ended; arrival times are ignored (default: open loop)",
+    )
+    admission = p.add_argument_group(
+        "admission control (refusals and timeouts are counted as such, never as latency)"
+    )
+    admission.add_argument(
+        "--worker-max-requests",
+        type=number(int),
+        metavar="N",
+        help="requests one worker holds, queued or running; beyond it the worker refuses",
+    )
+    admission.add_argument(
+        "--worker-max-tokens",
+        type=number(int),
+        metavar="TOKENS",
+        help="prompt tokens one worker holds, queued or running",
+    )
+    admission.add_argument(
+        "--router-queue-requests",
+        type=number(int),
+        metavar="N",
+        help="a queue at the router of at most N requests: what no worker has room for, or a "
+        "worker refused, waits there instead of being refused",
+    )
+    admission.add_argument(
+        "--router-queue-tokens",
+        type=number(int),
+        metavar="TOKENS",
+        help="... and at most this many prompt tokens (needs --router-queue-requests)",
+    )
+    admission.add_argument(
+        "--timeout",
+        type=number(float),
+        metavar="SECONDS",
+        help="a request with no first token this long after its arrival is taken back and "
+        "counted as timed out",
+    )
+    p.add_argument(
+        "--output",
+        metavar="FILE.jsonl",
+        help="write one JSON record per request: its worker, outcome (done, refused, "
+        "timed_out, failed), token counts and latencies in seconds",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw the fleet's latency CDFs and each worker's load over time into FILE (needs "
+        "pip install 'schedkit[plot]'); a --speedup sweep writes FILE-xSPEEDUP.png per run",
+    )
+    add_workload_args(p, speedup_sweep=True)
     add_summary_args(p)
     p.set_defaults(run=cmd_fleet)
 
 
-def cmd_fleet(args: argparse.Namespace) -> int:
-    """``schedkit fleet``: 0 after the summary, 1 when a worker could not start or the
-    scheduler got stuck, 2 on bad input, 130 when interrupted."""
+def _admission(args: argparse.Namespace) -> AdmissionLimits:
+    """The admission limits the options ask for; ValueError when they do not go together."""
+    if args.router_queue_tokens is not None and args.router_queue_requests is None:
+        raise ValueError("--router-queue-tokens needs --router-queue-requests")
+    router = None
+    if args.router_queue_requests is not None:
+        router = QueueLimits(
+            max_requests=args.router_queue_requests, max_tokens=args.router_queue_tokens
+        )
+    return AdmissionLimits(
+        worker=QueueLimits(
+            max_requests=args.worker_max_requests, max_tokens=args.worker_max_tokens
+        ),
+        router=router,
+        timeout=args.timeout,
+    )
+
+
+def _refused_options(args: argparse.Namespace) -> str | None:
+    """What is wrong with the options together, or None."""
     live_only = {"--launcher": args.launcher != "process"}
     live_only["--heartbeat-timeout"] = args.heartbeat_timeout is not None
     given = [flag for flag, set_ in live_only.items() if set_]
     if args.offline and given:
-        print(
-            f"schedkit fleet: {', '.join(given)} apply to live workers; leave out --offline",
-            file=sys.stderr,
-        )
-        return 2
+        return f"{', '.join(given)} apply to live workers; leave out --offline"
+    if args.concurrency is not None and args.speedup is not None:
+        return "--concurrency replays in a closed loop, which ignores arrival times: no --speedup"
+    return None
+
+
+def cmd_fleet(args: argparse.Namespace) -> int:
+    """``schedkit fleet``: 0 when every request finished, 3 when some failed (or were
+    refused with no admission limits asked for), 1 when a worker could not start or a
+    scheduler got stuck, 2 on bad input (or more workers than the machine holds), 130 when
+    interrupted."""
+    problem = _refused_options(args)
     names = ("cache_threshold", "balance_abs_threshold", "balance_rel_threshold")
     args.settings = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     try:
         make_policy(args.router, **args.settings)
+        args.admission = _admission(args)
     except ValueError as exc:
-        print(f"schedkit fleet: {exc}", file=sys.stderr)
+        problem = problem or str(exc)
+    if problem is None and args.plot:
+        try:
+            check_plot_target(args.plot)
+        except PlotError as exc:
+            problem = f"--plot: {exc}"
+    if problem is not None:
+        print(f"schedkit fleet: {problem}", file=sys.stderr)
         return 2
-    loaded = workload_from_args(args, "fleet")
-    if loaded is None:
-        return 2
-    workload, total = loaded
-    try:
-        run = _offline if args.offline else _live
-        summary = run(args, workload, total)
-    except (StuckError, WorkerStartError) as exc:
-        print(f"\nschedkit fleet: {exc}", file=sys.stderr)
-        return 1
+    sweep = args.speedup or [None]
+    summaries: list[FleetSummary] = []
+    with contextlib.ExitStack() as stack:
+        out = None
+        if args.output:
+            out = stack.enter_context(open(args.output, "w", encoding="utf-8"))
+        for speedup in sweep:
+            args.speedup = speedup
+            loaded = workload_from_args(args, "fleet")
+            if loaded is None:
+                return 2
+            workload, total = loaded
+            if args.concurrency is not None:
+                workload = ClosedLoop(workload, args.concurrency)
+            args.replay = replay_mode(args.concurrency, speedup)
+            extra = {} if len(sweep) == 1 else {"speedup": speedup}
+            args.record = None if out is None else request_writer(out, extra)
+            try:
+                run = _offline if args.offline else _live
+                summaries.append(run(args, workload, total))
+            except (StuckError, WorkerStartError) as exc:
+                print(f"\nschedkit fleet: {exc}", file=sys.stderr)
+                return 1
+            except FleetCapacityError as exc:
+                print(f"schedkit fleet: {exc}", file=sys.stderr)
+                return 2
+            if summaries[-1].interrupted:
+                break
+    _show(args, summaries, sweep)
+    return _exit_code(args, summaries)
+
+
+def _show(args: argparse.Namespace, summaries: list[FleetSummary], sweep: list) -> None:
+    if args.plot:
+        for speedup, summary in zip(sweep, summaries, strict=False):
+            path = Path(args.plot)
+            if len(sweep) > 1:
+                path = path.with_name(f"{path.stem}-x{speedup:g}{path.suffix}")
+            plot_fleet(summary, path)
+            print(f"schedkit fleet: plot written to {path}", file=sys.stderr)
+    if len(sweep) == 1:
+        [summary] = summaries
+        if args.json:
+            print(json.dumps({"run": run_provenance(args), **summary.to_dict()}))
+        else:
+            print(fleet_table(summary))
+        return
     if args.json:
-        print(json.dumps({"run": run_provenance(args), **summary.to_dict()}))
-    else:
-        print(summary.table())
-    return 130 if summary.interrupted else 0
+        runs = [{"speedup": x, **s.to_dict()} for x, s in zip(sweep, summaries, strict=False)]
+        print(json.dumps({"run": run_provenance(args), "sweep": runs}))
+        return
+    for speedup, summary in zip(sweep, summaries, strict=False):
+        print(f"== speedup {speedup:g}\n{fleet_table(summary)}\n")
+    print(sweep_table(sweep, summaries))
+
+
+def _exit_code(args: argparse.Namespace, summaries: list[FleetSummary]) -> int:
+    if any(s.interrupted for s in summaries):
+        return 130
+    failed = sum(s.fleet.requests_failed for s in summaries)
+    refused = sum(s.fleet.requests_refused + s.fleet.requests_timed_out for s in summaries)
+    if failed or (refused and not args.admission.configured):
+        print(
+            f"schedkit fleet: {failed} request(s) failed, {refused} refused or timed out"
+            + ("" if args.admission.configured else " (no admission limits were asked for)"),
+            file=sys.stderr,
+        )
+        return 3
+    return 0
 
 
 def _live(args: argparse.Namespace, workload: Workload, total: int) -> FleetSummary:
@@ -124,7 +281,11 @@ def _live(args: argparse.Namespace, workload: Workload, total: int) -> FleetSumm
             overlays=overlays,
             settings=args.settings,
             launcher=args.launcher,
-            heartbeat_timeout=args.heartbeat_timeout or 5.0,
+            heartbeat_timeout=args.heartbeat_timeout or 1.0,
+            admission=args.admission,
+            replay=args.replay,
+            record=args.record,
+            cap_workers=not args.no_worker_cap,
         ) as fleet,
         progress_display(args, total) as show,
     ):
@@ -145,4 +306,8 @@ def _offline(args: argparse.Namespace, workload: Workload, total: int) -> FleetS
             overlays=overlays,
             settings=args.settings,
             progress=show,
+            admission=args.admission,
+            replay=args.replay,
+            record=args.record,
+            cap_workers=not args.no_worker_cap,
         )

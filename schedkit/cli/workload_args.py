@@ -33,9 +33,16 @@ def add_summary_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_workload_args(p: argparse.ArgumentParser) -> None:
+def speedups(text: str) -> list[float]:
+    """An argparse ``type``: one speedup or several, comma-separated (each > 0, finite)."""
+    parse = number(float)
+    return [parse(part.strip()) for part in text.split(",")]
+
+
+def add_workload_args(p: argparse.ArgumentParser, *, speedup_sweep: bool = False) -> None:
     """The workload options: a workload or trace file or a built-in workload, its size, rate
-    and seed."""
+    and seed. With ``speedup_sweep``, ``--speedup`` takes a comma-separated list (one run
+    each)."""
     source = p.add_mutually_exclusive_group()
     source.add_argument(
         "--workload", metavar="FILE", help="a workload or trace file, in the --format given"
@@ -62,9 +69,14 @@ def add_workload_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--speedup",
-        type=number(float),
-        metavar="X",
-        help="divide the --workload file's arrival times by X (default 1)",
+        type=speedups if speedup_sweep else number(float),
+        metavar="X[,Y...]" if speedup_sweep else "X",
+        help="divide the --workload file's arrival times by X (default 1)"
+        + (
+            "; several, comma-separated: one run each, then a table of the sweep"
+            if speedup_sweep
+            else ""
+        ),
     )
     p.add_argument(
         "--num-requests",

@@ -6,8 +6,11 @@ wire, and the router decodes them into its ``KvIndex``. Time moves as a discrete
 simulation over the workers' virtual clocks: the busy worker furthest behind steps next, and
 an arrival is routed once every busy worker's clock has reached it (idle workers' clocks
 jump there), so the router sees every event published up to then (and, from a busy worker
-whose last step ended after the arrival, those of that step too). The same wiring, workload
-and seed give the same numbers. The wiring's model runner should run on the virtual clock
+whose last step ended after the arrival, those of that step too). Admission control
+(``schedkit.fleet.admission``) acts at the same moments: a request waiting at the router is
+sent when a worker's request ends, at that worker's time, once every busy worker has reached
+it; a timeout falls due like an arrival. The same wiring, workload and seed give the same
+numbers. The wiring's model runner should run on the virtual clock
 (the default); on the wall clock every step would also take its time.
 """
 
@@ -26,8 +29,12 @@ import msgspec
 from schedkit.assembly.container import Assembly, build
 from schedkit.assembly.loading import load_wiring
 from schedkit.assembly.wiring import Wiring, WiringError
+from schedkit.core.schedule_batch import Req
+from schedkit.fleet.admission import AdmissionLimits, Dispatcher, Outcome, describe_admission
+from schedkit.fleet.capacity import check_offline_workers, current_rss_mib
 from schedkit.fleet.events import attach
-from schedkit.fleet.summary import FleetSummary, fleet_summary
+from schedkit.fleet.records import RecordRequest
+from schedkit.fleet.summary import FleetSummary, RouterFigures, WorkerTotals, fleet_summary
 from schedkit.kv_events import KvEventsConfig
 from schedkit.kv_events.structs import get_profile
 from schedkit.router import Router, make_policy
@@ -83,27 +90,25 @@ def run_offline(
     overlays: Sequence[str | os.PathLike | dict] = (),
     settings: Mapping[str, float] | None = None,
     progress: Callable[[int, float], None] | None = None,
+    admission: AdmissionLimits | None = None,
+    replay: str = "open loop",
+    record: RecordRequest | None = None,
+    cap_workers: bool = True,
 ) -> FleetSummary:
     """Route ``workload`` over ``num_workers`` schedulers built from ``file`` (+ overlays)
-    with the routing ``policy`` (and its ``settings``, see ``make_policy``) and summarise the
-    run (see the module docstring)."""
+    with the routing ``policy`` (and its ``settings``, see ``make_policy``) under
+    ``admission`` and summarise the run (see the module docstring). ``replay`` names how the
+    workload is replayed (for the summary); ``record(req, worker, outcome, start)`` sees every
+    request that ends. With ``cap_workers``, ``FleetCapacityError`` when the assemblies would
+    not fit in the available memory (measured on the first two built)."""
     if num_workers < 1:
         raise ValueError(f"a fleet needs at least one worker, got {num_workers}")
     settings = dict(settings or {})
     # A bad name or setting fails before anything is built.
     uses_prefix = make_policy(policy, **settings).uses_prefix
     endpoint = f"inproc://schedkit-fleet-{os.getpid()}-{next(_runs)}"
-    wirings = [
-        worker_wiring(
-            file,
-            overlays,
-            rank,
-            num_workers,
-            {"publisher": "queue", "endpoint": endpoint, "replay_endpoint": None},
-        )
-        for rank in range(num_workers)
-    ]
-    found = kv_events_config(wirings[0])
+    first = worker_wiring(file, overlays, 0, num_workers, _queue_events(endpoint))
+    found = kv_events_config(first)
     if found is None and uses_prefix:
         raise WiringError(
             f"{Path(file)}: routing by prefix needs the workers' KV events; give the "
@@ -111,11 +116,36 @@ def run_offline(
         )
     with contextlib.ExitStack() as stack:
         started = time.perf_counter()
-        assemblies = [stack.enter_context(build(w)) for w in wirings]
+        assemblies = []
+        for rank in range(num_workers):
+            before = current_rss_mib()
+            wiring = (
+                first
+                if rank == 0
+                else worker_wiring(file, overlays, rank, num_workers, _queue_events(endpoint))
+            )
+            assemblies.append(stack.enter_context(build(wiring)))
+            if cap_workers and rank == 1:  # the first one also paid for imports
+                check_offline_workers(num_workers, 2, max(current_rss_mib() - before, 0.5))
+        fleet = OfflineFleet(
+            assemblies,
+            workload,
+            policy,
+            found,
+            progress,
+            settings,
+            admission=admission,
+            replay=replay,
+            record=record,
+        )
         setup = time.perf_counter() - started
-        summary = OfflineFleet(assemblies, workload, policy, found, progress, settings).run()
+        summary = fleet.run()
         summary.setup_seconds = setup
         return summary
+
+
+def _queue_events(endpoint: str) -> dict:
+    return {"publisher": "queue", "endpoint": endpoint, "replay_endpoint": None}
 
 
 class OfflineFleet:
@@ -131,14 +161,26 @@ class OfflineFleet:
         events: tuple[str, KvEventsConfig] | None,
         progress: Callable[[int, float], None] | None = None,
         settings: Mapping[str, float] | None = None,
+        *,
+        admission: AdmissionLimits | None = None,
+        replay: str = "open loop",
+        record: RecordRequest | None = None,
     ) -> None:
         self.assemblies = assemblies
         self.workload = workload
         self.policy = policy
         self.progress = progress
+        self.admission = admission or AdmissionLimits()
+        self.replay = replay
+        self.record = record
         self.steppers = [Stepper(a) for a in assemblies]
-        self.routed = [0] * len(assemblies)
-        self.step_wall = [0.0] * len(assemblies)
+        n = len(assemblies)
+        self.routed = [0] * n
+        self.input_tokens = [0] * n
+        self.step_wall = [0.0] * n
+        self.ended = 0
+        self.now = 0.0
+        self._pending: PendingArrivals | None = None
         self.channels = []
         page_size = 1
         if events is not None:
@@ -149,10 +191,19 @@ class OfflineFleet:
             page_size = publishers[0].page_size
         steppers = self.steppers
         self.router = Router(
-            range(len(assemblies)),
+            range(n),
             page_size,
             make_policy(policy, **(settings or {})),
             lambda rank: len(steppers[rank].inflight),
+        )
+        self.dispatcher = Dispatcher(
+            self.admission,
+            n,
+            live_ranks=lambda: self.router.ranks,
+            route=lambda req, ranks: self.router.route(req.origin_input_ids, ranks).rank,
+            deliver=self._deliver,
+            abort=lambda rank, req: steppers[rank].scheduler.abort_request(req.rid),
+            closed=self._closed,
         )
 
     def _take_events(self, rank: int) -> None:
@@ -160,15 +211,48 @@ class OfflineFleet:
         for _, payload in self.channels[rank].take():
             apply(decode(payload), rank)
 
+    def _deliver(self, rank: int, req: Req) -> bool:
+        """Hand ``req`` to worker ``rank`` (its ``arrival_time`` still seconds from the start:
+        the stepper puts it on the worker's clock)."""
+        self.routed[rank] += 1
+        self.steppers[rank].submit(req.arrival_time, req)
+        return True
+
+    def _closed(self, req: Req, rank: int | None, outcome: Outcome) -> None:
+        """A request the dispatcher ended (refused or timed out at the router or a worker's
+        door): it never reached a worker's clock. One refused at a worker's door counts as
+        routed there, as a live worker's refusal does."""
+        if rank is not None:
+            self.routed[rank] += 1
+        self._end(req, rank, outcome, self.now, start=0.0)
+
+    def _end(self, req: Req, rank: int | None, outcome: Outcome, now: float, start: float) -> None:
+        if self.record is not None:
+            self.record(req, rank, outcome, start)
+        self._pending.finished(req, now)
+        self.ended += 1
+        if self.progress is not None:
+            self.progress(self.ended, now)
+
+    def _worker_ended(self, rank: int, req: Req) -> None:
+        stepper = self.steppers[rank]
+        outcome = self.dispatcher.ended(req)
+        if outcome == "done":
+            self.input_tokens[rank] += len(req.origin_input_ids)
+        self._end(req, rank, outcome, stepper.elapsed(), start=stepper.start)
+
     def run(self) -> FleetSummary:
         """Run the workload to the end (or Ctrl-C) and summarise it."""
-        steppers = self.steppers
-        pending = PendingArrivals(self.workload)
+        steppers, dispatcher = self.steppers, self.dispatcher
+        pending = self._pending = PendingArrivals(self.workload)
         wall_start = time.perf_counter()
-        finished_count, interrupted = 0, False
+        interrupted = False
+        pump_at = math.inf
         try:
             while True:
-                due = pending.next_time()
+                due = min(pending.next_time(), dispatcher.next_deadline())
+                if dispatcher.pump_due:
+                    due = min(due, pump_at)
                 busy = [s for s in steppers if s.inflight]
                 behind = min(busy, key=Stepper.elapsed, default=None)
                 if behind is None and due == math.inf:
@@ -181,18 +265,20 @@ class OfflineFleet:
                     if self.channels:
                         self._take_events(rank)
                     for req in finished:
-                        pending.finished(req, behind.elapsed())
-                    if finished and self.progress is not None:
-                        finished_count += len(finished)
-                        self.progress(finished_count, behind.elapsed())
+                        self._worker_ended(rank, req)
+                    if finished and dispatcher.pump_due:
+                        pump_at = min(pump_at, behind.elapsed())
                     continue
-                arrival = pending.pop()
+                self.now = due
                 for stepper in steppers:
                     if not stepper.inflight:
                         stepper.wait_until(due)
-                rank = self.router.route(arrival.req.origin_input_ids).rank
-                self.routed[rank] += 1
-                steppers[rank].submit(due, arrival.req)
+                dispatcher.expire(due)
+                for arrival in pending.due(due):
+                    arrival.req.arrival_time = arrival.time
+                    dispatcher.arrive(arrival.req)
+                dispatcher.pump()
+                pump_at = math.inf
         except KeyboardInterrupt:
             interrupted = True
         finally:
@@ -201,21 +287,45 @@ class OfflineFleet:
         return self._summary(time.perf_counter() - wall_start, interrupted)
 
     def _summary(self, wall: float, interrupted: bool) -> FleetSummary:
-        tokens = []
-        for assembly in self.assemblies:
-            scheduler = assembly["scheduler"]
-            tokens.append((scheduler.prefill_tokens_cached, scheduler.prefill_tokens_computed))
-        n = len(self.steppers)
+        d = self.dispatcher
+        rss = peak_rss_mb()  # one process: every worker's figure is the fleet's
+        workers = []
+        for rank, stepper in enumerate(self.steppers):
+            scheduler = stepper.assembly["scheduler"]
+            workers.append(
+                WorkerTotals(
+                    tally=stepper.tally,
+                    routed=self.routed[rank],
+                    refused=d.refused[rank],
+                    timed_out=d.timed_out[rank],
+                    # A timed-out request was aborted on its worker: its tally counts it failed.
+                    failed=stepper.tally.failed - d.timed_out[rank],
+                    input_tokens=self.input_tokens[rank],
+                    cached_tokens=scheduler.prefill_tokens_cached,
+                    computed_tokens=scheduler.prefill_tokens_computed,
+                    peak_held_requests=d.peak_held_requests[rank],
+                    peak_held_tokens=d.peak_held_tokens[rank],
+                    wall_seconds=self.step_wall[rank],
+                    peak_rss_mib=rss,
+                )
+            )
+        simulated = max(s.elapsed() for s in self.steppers)
         return fleet_summary(
             policy=self.policy,
             mode="offline",
-            tallies=[s.tally for s in self.steppers],
-            routed=self.routed,
-            tokens=tokens,
-            walls=self.step_wall,
-            rss=[peak_rss_mb()] * n,  # one process: every worker's figure is the fleet's
-            alive=[True] * n,
-            simulated_seconds=max(s.elapsed() for s in self.steppers),
+            replay=self.replay,
+            admission=describe_admission(self.admission),
+            workers=workers,
+            router=RouterFigures(
+                requests_refused=d.router_refused,
+                requests_timed_out=d.router_timed_out,
+                requests_failed=d.router_failed,
+                peak_queued_requests=d.router_peak_requests,
+                peak_queued_prompt_tokens=d.router_peak_tokens,
+                requests_requeued=sum(d.requeued),
+            ),
+            run_seconds=simulated,
+            simulated_seconds=simulated,
             wall_seconds=wall,
             interrupted=interrupted,
         )

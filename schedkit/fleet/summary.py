@@ -1,4 +1,6 @@
-"""The figures of a fleet run: per worker and for the whole fleet, as a table or JSON."""
+"""The figures of a fleet run, per worker, at the router and for the whole fleet, as a table
+or JSON; every key and label carries its unit. Latencies are seconds on the run's clock
+(simulated offline, wall-clock live); throughputs are per second of that clock."""
 
 from __future__ import annotations
 
@@ -9,116 +11,187 @@ from typing import Any
 import attrs
 
 from schedkit.sim.run_summary import json_figures
-from schedkit.workloads.samples import Tally, percentiles
+from schedkit.workloads.samples import PERCENTILES, Tally, Timeline, percentiles
 
 __all__ = [
     "FleetSummary",
+    "RouterFigures",
     "WorkerFigures",
+    "WorkerTotals",
     "fleet_summary",
     "merge_tallies",
     "worker_figures",
 ]
 
+LATENCIES = ("ttft", "tpot", "itl", "e2e", "queue_time")
+TIMELINE_POINTS = 64  # per worker in the JSON; the plot draws every sample kept
+
+
+@attrs.define(kw_only=True)
+class WorkerTotals:
+    """What a fleet counted for one worker during a run (the input of ``worker_figures``)."""
+
+    tally: Tally = attrs.Factory(Tally)
+    routed: int = 0
+    refused: int = 0
+    timed_out: int = 0
+    failed: int = 0
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    computed_tokens: int = 0
+    peak_held_requests: int = 0
+    peak_held_tokens: int = 0
+    wall_seconds: float = math.nan
+    peak_rss_mib: float = math.nan
+    alive: bool = True
+    taken_out: str | None = None  # why the router took it out, if it did
+
 
 @attrs.define(kw_only=True)
 class WorkerFigures:
-    """One worker's (or the fleet's) figures; latencies in seconds on the run's clock."""
+    """One worker's (or the whole fleet's) figures; ``*_s`` in seconds on the run's clock."""
 
     name: str
+    alive: bool
     requests_routed: int
     requests_done: int
+    requests_refused: int
+    requests_timed_out: int
     requests_failed: int
+    input_tokens: int
     output_tokens: int
-    ttft_p50: float
-    ttft_p90: float
-    ttft_p99: float
-    tpot_p50: float
-    tpot_p90: float
-    tpot_p99: float
-    itl_p50: float
-    itl_p90: float
-    itl_p99: float
-    e2e_p50: float
-    e2e_p90: float
-    e2e_p99: float
+    request_throughput_per_s: float
+    input_throughput_tok_per_s: float
+    output_throughput_tok_per_s: float
+    ttft_p50_s: float
+    ttft_p90_s: float
+    ttft_p99_s: float
+    tpot_p50_s: float
+    tpot_p90_s: float
+    tpot_p99_s: float
+    itl_p50_s: float
+    itl_p90_s: float
+    itl_p99_s: float
+    e2e_p50_s: float
+    e2e_p90_s: float
+    e2e_p99_s: float
+    queue_time_p50_s: float
+    queue_time_p90_s: float
+    queue_time_p99_s: float
     prefix_cache_hit_rate: float
+    peak_held_requests: int
+    peak_held_prompt_tokens: int
     wall_seconds: float
-    peak_rss_mb: float
-    alive: bool = True
+    peak_rss_mib: float
+    taken_out: str | None = None
+    timeline: Timeline | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object: the figures and, for a worker, its load over time (thinned)."""
+        figures = json_figures(attrs.asdict(self, filter=lambda a, _: a.name != "timeline"))
+        figures["wall_s"] = figures.pop("wall_seconds")
+        if self.timeline is not None:
+            figures["load_over_time"] = load_over_time(self.timeline, TIMELINE_POINTS)
+        return figures
 
 
-def _worker_json(figures: WorkerFigures) -> dict[str, Any]:
-    """A worker's figures as JSON: latencies ``_s`` (seconds), memory ``_mib``."""
-    values = attrs.asdict(figures)
-    renamed = {"wall_seconds": "wall_s", "peak_rss_mb": "peak_rss_mib"}
-    return json_figures(
-        {
-            renamed.get(k) or (f"{k}_s" if k.rpartition("_")[2] in ("p50", "p90", "p99") else k): v
-            for k, v in values.items()
-        }
-    )
+def load_over_time(timeline: Timeline, points: int) -> dict[str, list]:
+    """``timeline``'s samples, at most ``points`` of them evenly spread (the last kept)."""
+    n = len(timeline.seconds)
+    step = max(1, math.ceil(n / points))
+    keep = list(range(0, n, step))
+    if n and keep[-1] != n - 1:
+        keep.append(n - 1)
+    return {
+        "seconds": [round(timeline.seconds[i], 6) for i in keep],
+        "running_requests": [timeline.running[i] for i in keep],
+        "queued_requests": [timeline.queued[i] for i in keep],
+    }
 
 
-def worker_figures(
-    name: str,
-    tally: Tally,
-    *,
-    routed: int,
-    cached_tokens: int,
-    computed_tokens: int,
-    wall_seconds: float = math.nan,
-    peak_rss_mb: float = math.nan,
-    alive: bool = True,
-) -> WorkerFigures:
-    """Figures from a tally; the hit rate is ``cached / (cached + computed)`` prompt tokens."""
-    seen = cached_tokens + computed_tokens
+def _rate(count: float, seconds: float) -> float:
+    return count / seconds if seconds > 0 else math.nan
+
+
+def worker_figures(name: str, totals: WorkerTotals, run_seconds: float) -> WorkerFigures:
+    """Figures from ``totals``; throughputs over ``run_seconds``; the hit rate is
+    ``cached / (cached + computed)`` prompt tokens."""
+    tally = totals.tally
+    seen = totals.cached_tokens + totals.computed_tokens
     return WorkerFigures(
         name=name,
-        requests_routed=routed,
+        alive=totals.alive,
+        requests_routed=totals.routed,
         requests_done=tally.done,
-        requests_failed=tally.failed,
+        requests_refused=totals.refused,
+        requests_timed_out=totals.timed_out,
+        requests_failed=totals.failed,
+        input_tokens=totals.input_tokens,
         output_tokens=tally.output_tokens,
+        request_throughput_per_s=_rate(tally.done, run_seconds),
+        input_throughput_tok_per_s=_rate(totals.input_tokens, run_seconds),
+        output_throughput_tok_per_s=_rate(tally.output_tokens, run_seconds),
         **{
-            f"{figure}_p{q}": value
-            for figure in ("ttft", "tpot", "itl", "e2e")
+            f"{figure}_p{q}_s": value
+            for figure in LATENCIES
             for q, value in zip(
-                (50, 90, 99), percentiles(getattr(tally, figure), (50, 90, 99)), strict=True
+                PERCENTILES, percentiles(getattr(tally, figure), PERCENTILES), strict=True
             )
         },
-        prefix_cache_hit_rate=cached_tokens / seen if seen else math.nan,
-        wall_seconds=wall_seconds,
-        peak_rss_mb=peak_rss_mb,
-        alive=alive,
+        prefix_cache_hit_rate=totals.cached_tokens / seen if seen else math.nan,
+        peak_held_requests=totals.peak_held_requests,
+        peak_held_prompt_tokens=totals.peak_held_tokens,
+        wall_seconds=totals.wall_seconds,
+        peak_rss_mib=totals.peak_rss_mib,
+        taken_out=totals.taken_out,
+        timeline=None if name == "fleet" else tally.timeline,
     )
 
 
 def merge_tallies(tallies: Sequence[Tally]) -> Tally:
-    """One tally holding every sample of ``tallies``."""
+    """One tally holding every sample of ``tallies`` (no timeline)."""
     merged = Tally()
     for tally in tallies:
         merged.done += tally.done
         merged.failed += tally.failed
         merged.output_tokens += tally.output_tokens
-        merged.ttft.extend(tally.ttft)
-        merged.itl.extend(tally.itl)
-        merged.tpot.extend(tally.tpot)
-        merged.e2e.extend(tally.e2e)
+        for name in LATENCIES:
+            getattr(merged, name).extend(getattr(tally, name))
     return merged
 
 
 @attrs.define(kw_only=True)
+class RouterFigures:
+    """What ended at the router: refused (its queue full, or a prompt no worker may take),
+    timed out in its queue, failed (no live worker); its queue's peak; requests a worker
+    refused that went back to its queue."""
+
+    requests_refused: int = 0
+    requests_timed_out: int = 0
+    requests_failed: int = 0
+    peak_queued_requests: int = 0
+    peak_queued_prompt_tokens: int = 0
+    requests_requeued: int = 0
+
+
+@attrs.define(kw_only=True)
 class FleetSummary:
-    """A fleet run: the router policy, each worker's figures, the fleet's, and the load
-    imbalance (the most requests routed to one worker over the mean per worker).
-    ``simulated_seconds`` is NaN for a live run (its latencies are wall-clock seconds)."""
+    """A fleet run: the policy, the mode (offline or live), how the workload was replayed,
+    the admission limits, each worker's figures, the router's and the fleet's.
+    ``simulated_seconds`` is NaN for a live run (its clock is the wall clock)."""
 
     policy: str
     mode: str
+    replay: str
+    admission: str
     workers: list[WorkerFigures]
+    router: RouterFigures
     fleet: WorkerFigures
+    run_seconds: float
     simulated_seconds: float
     wall_seconds: float
     interrupted: bool = False
+    samples: Tally | None = None  # every worker's latency samples, for the plot
     # Wall seconds before the run: building the workers (offline) or starting them (live).
     setup_seconds: float = math.nan
 
@@ -129,16 +202,25 @@ class FleetSummary:
         mean = sum(routed) / len(routed) if routed else 0
         return max(routed) / mean if mean else math.nan
 
+    @property
+    def requests_not_done(self) -> int:
+        """Requests refused, timed out or failed anywhere."""
+        f = self.fleet
+        return f.requests_refused + f.requests_timed_out + f.requests_failed
+
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` object (NaN as null)."""
-
         return json_figures(
             {
                 "policy": self.policy,
                 "mode": self.mode,
-                "workers": [_worker_json(w) for w in self.workers],
-                "fleet": _worker_json(self.fleet),
+                "replay": self.replay,
+                "admission": self.admission,
+                "workers": [w.to_dict() for w in self.workers],
+                "router": attrs.asdict(self.router),
+                "fleet": self.fleet.to_dict(),
                 "load_imbalance": self.load_imbalance,
+                "run_s": self.run_seconds,
                 "simulated_s": self.simulated_seconds,
                 "wall_s": self.wall_seconds,
                 "setup_wall_s": self.setup_seconds,
@@ -146,116 +228,52 @@ class FleetSummary:
             }
         )
 
-    def table(self) -> str:
-        """One row per worker and one for the fleet; TTFT, TPOT and ITL in ms, E2E in s, "-"
-        for what was not measured (no request finished, or no figure from a worker)."""
-        head = (
-            "worker",
-            "routed",
-            "done",
-            "failed",
-            "TTFT ms p50/p90/p99",
-            "TPOT ms p50/p90/p99",
-            "ITL ms p50/p90/p99",
-            "E2E s p50/p90/p99",
-            "hit rate",
-            "wall s",
-            "RSS MiB",
-        )
-
-        def shown(value: float, spec: str) -> str:  # "-": nothing measured (NaN)
-            return "-" if math.isnan(value) else format(value, spec)
-
-        def ms(*values: float) -> str:
-            return "/".join(shown(v * 1e3, ".1f") for v in values)
-
-        def s(*values: float) -> str:
-            return "/".join(shown(v, ".2f") for v in values)
-
-        def row(w: WorkerFigures) -> tuple[str, ...]:
-            return (
-                w.name if w.alive else f"{w.name} (dead)",
-                str(w.requests_routed),
-                str(w.requests_done),
-                str(w.requests_failed),
-                ms(w.ttft_p50, w.ttft_p90, w.ttft_p99),
-                ms(w.tpot_p50, w.tpot_p90, w.tpot_p99),
-                ms(w.itl_p50, w.itl_p90, w.itl_p99),
-                s(w.e2e_p50, w.e2e_p90, w.e2e_p99),
-                shown(w.prefix_cache_hit_rate, ".1%"),
-                shown(w.wall_seconds, ".2f"),
-                shown(w.peak_rss_mb, ".0f"),
-            )
-
-        rows = [head, *(row(w) for w in self.workers), row(self.fleet)]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-        lines = ["  ".join(c.rjust(widths[i]) for i, c in enumerate(r)) for r in rows]
-        lines.insert(len(lines) - 1, "-" * len(lines[0]))
-        seconds = f"wall seconds {self.wall_seconds:.2f}"
-        if not math.isnan(self.setup_seconds):
-            what = "building" if self.mode == "offline" else "starting"
-            seconds += f" (and {self.setup_seconds:.2f} {what} the workers before)"
-        if not math.isnan(self.simulated_seconds):
-            seconds = f"simulated seconds {self.simulated_seconds:.2f}; {seconds}"
-        lines += [
-            f"router {self.policy} ({self.mode}); load imbalance (max / mean requests per "
-            f"worker) {self.load_imbalance:.2f}",
-            seconds,
-        ]
-        if self.interrupted:
-            lines.insert(0, "interrupted: figures cover the requests finished so far")
-        return "\n".join(lines)
-
 
 def fleet_summary(
     *,
     policy: str,
     mode: str,
-    tallies: Sequence[Tally],
-    routed: Sequence[int],
-    tokens: Sequence[tuple[int, int]],
-    walls: Sequence[float],
-    rss: Sequence[float],
-    alive: Sequence[bool],
+    replay: str,
+    admission: str,
+    workers: Sequence[WorkerTotals],
+    router: RouterFigures,
+    run_seconds: float,
     simulated_seconds: float,
     wall_seconds: float,
     interrupted: bool = False,
-    unrouted: Tally | None = None,
     setup_seconds: float = math.nan,
 ) -> FleetSummary:
-    """A ``FleetSummary`` from each worker's tally, requests routed to it, (cached, computed)
-    prompt tokens, wall seconds, peak RSS and liveness; ``unrouted`` holds the requests no
-    worker took (they count for the fleet only)."""
-    workers = [
-        worker_figures(
-            str(rank),
-            tallies[rank],
-            routed=routed[rank],
-            cached_tokens=tokens[rank][0],
-            computed_tokens=tokens[rank][1],
-            wall_seconds=walls[rank],
-            peak_rss_mb=rss[rank],
-            alive=alive[rank],
-        )
-        for rank in range(len(tallies))
-    ]
-    measured = [r for r in rss if not math.isnan(r)]
-    fleet = worker_figures(
-        "fleet",
-        merge_tallies([*tallies, *([unrouted] if unrouted is not None else [])]),
-        routed=sum(routed),
-        cached_tokens=sum(t[0] for t in tokens),
-        computed_tokens=sum(t[1] for t in tokens),
+    """A ``FleetSummary`` from each worker's totals and the router's figures; the fleet's
+    refusals, timeouts and failures add the router's to the workers'."""
+    figures = [worker_figures(str(rank), w, run_seconds) for rank, w in enumerate(workers)]
+    measured = [w.peak_rss_mib for w in workers if not math.isnan(w.peak_rss_mib)]
+    merged = merge_tallies([w.tally for w in workers])
+    whole = WorkerTotals(
+        tally=merged,
+        routed=sum(w.routed for w in workers),
+        refused=sum(w.refused for w in workers) + router.requests_refused,
+        timed_out=sum(w.timed_out for w in workers) + router.requests_timed_out,
+        failed=sum(w.failed for w in workers) + router.requests_failed,
+        input_tokens=sum(w.input_tokens for w in workers),
+        cached_tokens=sum(w.cached_tokens for w in workers),
+        computed_tokens=sum(w.computed_tokens for w in workers),
+        peak_held_requests=max((w.peak_held_requests for w in workers), default=0),
+        peak_held_tokens=max((w.peak_held_tokens for w in workers), default=0),
         wall_seconds=wall_seconds,
-        peak_rss_mb=max(measured, default=math.nan),
+        peak_rss_mib=max(measured, default=math.nan),
     )
     return FleetSummary(
         policy=policy,
         mode=mode,
-        workers=workers,
-        fleet=fleet,
+        replay=replay,
+        admission=admission,
+        workers=figures,
+        router=router,
+        fleet=worker_figures("fleet", whole, run_seconds),
+        run_seconds=run_seconds,
         simulated_seconds=simulated_seconds,
         wall_seconds=wall_seconds,
         interrupted=interrupted,
+        samples=merged,
         setup_seconds=setup_seconds,
     )

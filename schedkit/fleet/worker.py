@@ -4,15 +4,22 @@ KV events (with replay) on its own loopback ports, all on free ports.
 
 It reports to the parent on a PUSH socket: ``{"rank", "ready": {...endpoints}}`` once built,
 ``{"rank", "stats": {...}}`` after it stopped (peak RSS, prefix-cache token counts, uptime),
-or ``{"rank", "error": message}`` when it fails (``describe_error``: any exception). It
-stops on SIGTERM, on any message on the parent's stop PUB socket, or when its parent process
-is gone, then finishes what is in flight for ``grace`` seconds and aborts the rest, as
-``schedkit serve`` does.
+or ``{"rank", "error": message}`` when it fails (``describe_error``: any exception), and
+``{"rank", "beat": n}`` every ``heartbeat_interval`` seconds from a thread of its own, so that
+the parent sees within a beat or two that it stopped answering (a hung or stopped process)
+even while a long step runs. The router is a trusted client sized to the worker: the
+``zmq_server``'s per-client waiting limits are set to the worker's whole capacity (the
+fleet's per-worker admission limits when given, else the server's own totals), so the
+limits meant for hostile clients never refuse the fleet's traffic. It stops on SIGTERM, on
+any message on the parent's stop PUB socket, or when its parent process is gone, then
+finishes what is in flight for ``grace`` seconds and aborts the rest, as ``schedkit serve``
+does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import sys
@@ -26,12 +33,18 @@ import structlog
 import zmq
 
 from schedkit.assembly.container import build
-from schedkit.assembly.wiring import Ref, WiringError
+from schedkit.assembly.wiring import Ref, Wiring, WiringError
 from schedkit.fleet.offline import worker_wiring
 from schedkit.serving import drain
 from schedkit.sim.driver import peak_rss_mb
 
-__all__ = ["WorkerSpec", "describe_error", "serve_overlay", "worker_main"]
+__all__ = [
+    "WorkerSpec",
+    "describe_error",
+    "serve_overlay",
+    "trusted_client_overlay",
+    "worker_main",
+]
 
 LOOPBACK_ANY_PORT = "tcp://127.0.0.1:0"
 
@@ -48,6 +61,9 @@ class WorkerSpec:
     stop_endpoint: str
     parent_pid: int | None = None
     grace: float = 2.0
+    heartbeat_interval: float = 0.2
+    max_requests: int | None = None
+    max_tokens: int | None = None
 
 
 def serve_overlay() -> dict:
@@ -60,6 +76,34 @@ def serve_overlay() -> dict:
             "model_runner": {"args": {"clock": "wall"}},
         }
     }
+
+
+def trusted_client_overlay(
+    wiring: Wiring, max_requests: int | None, max_tokens: int | None
+) -> dict:
+    """Waiting limits on the ``request_receiver`` (a ``zmq_server``) for a fleet worker: its
+    totals are ``max_requests`` requests and ``max_tokens`` prompt tokens (None: the wiring's
+    own totals), and the per-client limits (and the tokens released to the scheduler per
+    client turn) equal them, since its one client is the router."""
+    spec = wiring.components["request_receiver"]
+    defaults = {f.name: f.default for f in attrs.fields(spec.cls)} if spec.cls else {}
+
+    def total(name: str, given: int | None) -> int:
+        return given if given is not None else spec.args.get(name, defaults[name])
+
+    requests = total("max_waiting_requests", max_requests)
+    tokens = total("max_waiting_tokens", max_tokens)
+    limits = {
+        "max_waiting_requests": requests,
+        "max_waiting_requests_per_client": requests,
+        "max_waiting_tokens": tokens,
+        "max_waiting_tokens_per_client": tokens,
+    }
+    if "release_tokens_per_client" in defaults:
+        # Fair turns between clients are moot with one client: the scheduler's waiting queue
+        # sees all the router sent, as a scheduler behind a gateway does.
+        limits["release_tokens_per_client"] = tokens
+    return {"components": {"request_receiver": {"args": limits}}}
 
 
 def describe_error(exc: BaseException) -> str:
@@ -85,6 +129,22 @@ def _watch_stop(context: zmq.Context, spec: WorkerSpec, stop: threading.Event) -
         sub.close(linger=0)
 
 
+def _beat(context: zmq.Context, spec: WorkerSpec, stop: threading.Event) -> None:
+    """Send ``{"rank", "beat": n}`` to the parent every ``heartbeat_interval`` seconds."""
+    push = context.socket(zmq.PUSH)
+    push.setsockopt(zmq.SNDHWM, 16)  # a parent that does not read needs no backlog of beats
+    push.connect(spec.report_endpoint)
+    send = msgspec.msgpack.Encoder().encode
+    try:
+        for n in itertools.count():
+            with contextlib.suppress(zmq.Again):
+                push.send(send({"rank": spec.rank, "beat": n}), zmq.NOBLOCK)
+            if stop.wait(spec.heartbeat_interval):
+                return
+    finally:
+        push.close(linger=0)
+
+
 def worker_main(spec: WorkerSpec) -> None:
     """Build, serve until told to stop, drain, report (see the module docstring)."""
     # A spawned process starts with structlog's defaults: logs go to stderr, as in the parent,
@@ -105,9 +165,11 @@ def worker_main(spec: WorkerSpec) -> None:
         "replay_endpoint": LOOPBACK_ANY_PORT,
     }
     try:
-        wiring = worker_wiring(
-            spec.file, [*spec.overlays, serve_overlay()], spec.rank, spec.num_workers, events
-        )
+        overlays = [*spec.overlays, serve_overlay()]
+        wiring = worker_wiring(spec.file, overlays, spec.rank, spec.num_workers, events)
+        trusted = trusted_client_overlay(wiring, spec.max_requests, spec.max_tokens)
+        overlays.append(trusted)
+        wiring = worker_wiring(spec.file, overlays, spec.rank, spec.num_workers, events)
         with build(wiring) as assembly:
             started = time.monotonic()
             publisher = None
@@ -129,6 +191,10 @@ def worker_main(spec: WorkerSpec) -> None:
                 target=_watch_stop, args=(context, spec, stop), name="fleet-stop", daemon=True
             )
             watcher.start()
+            beats = threading.Thread(
+                target=_beat, args=(context, spec, stop), name="fleet-beat", daemon=True
+            )
+            beats.start()
             assembly["scheduler"].serve(stop)
             drain(assembly, spec.grace)
             stats = {
@@ -138,6 +204,7 @@ def worker_main(spec: WorkerSpec) -> None:
                 "computed_tokens": scheduler.prefill_tokens_computed,
             }
         watcher.join(timeout=1.0)
+        beats.join(timeout=1.0)
         report.send(send({"rank": spec.rank, "stats": stats}))
     except Exception as exc:
         report.send(send({"rank": spec.rank, "error": describe_error(exc)}))

@@ -154,11 +154,11 @@ class ChatWorkload:
         if left <= 0 or req.output_ids == []:
             return None
         self._remaining_turns[conversation] = left - 1
-        prompt = (
-            req.origin_input_ids
-            + req.output_ids
-            + random_tokens(self._rng, self._rng.randint(*self.user_len))
-        )
+        prompt = [  # the prompt may be packed (array('I')) while it waited at a router
+            *req.origin_input_ids,
+            *req.output_ids,
+            *random_tokens(self._rng, self._rng.randint(*self.user_len)),
+        ]
         return self._request(f"{conversation}-t{int(turn) + 1}", prompt, now + self.think_time)
 
 

@@ -110,6 +110,8 @@ def scratch(tmp_path_factory):
         **os.environ,
         "SCHEDKIT_KV_EVENTS_ENDPOINT": "tcp://127.0.0.1:0",
         "SCHEDKIT_KV_REPLAY_ENDPOINT": "tcp://127.0.0.1:0",
+        # the commands of the environment running the tests, activated or not
+        "PATH": os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", ""))),
     }
     env.pop("PYTHONPATH", None)
     return where, env

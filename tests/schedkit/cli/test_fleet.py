@@ -34,10 +34,16 @@ def test_offline_table(capsys):
         == 0
     )
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[0] == "worker"
-    assert [line.split()[0] for line in lines[1:3]] == ["0", "1"]
-    assert lines[4].split()[:3] == ["fleet", "40", "40"]
-    assert lines[5].startswith("router round_robin (offline); load imbalance")
+    assert lines[0].split()[-2:] == ["round_robin", "(offline)"]
+    assert lines[3].split()[-7:] == ["40", "/", "0", "/", "0", "/", "0"]
+    for label in ("TTFT p50 / p90 / p99 (ms)", "queue time p50 / p90 / p99 (s)", "throughput"):
+        assert any(line.startswith(label) for line in lines), label
+    head = lines.index("") + 1
+    assert lines[head].split()[:3] == ["worker", "routed", "done"]
+    assert [line.split()[:3] for line in lines[head + 1 : head + 3]] == [
+        ["0", "20", "20"],
+        ["1", "20", "20"],
+    ]
 
 
 def test_bad_workload_file_is_reported(tmp_path, capsys):
@@ -70,6 +76,8 @@ def test_live_json_summary(capsys):
     assert data["simulated_s"] is None
     assert data["fleet"]["requests_done"] == 20
     assert all(w["alive"] and w["peak_rss_mib"] > 0 for w in data["workers"])
+    assert data["fleet"]["ttft_p90_s"] > 0 and data["fleet"]["queue_time_p90_s"] is None
+    assert all(w["load_over_time"]["seconds"] for w in data["workers"])
 
 
 def test_launcher_and_heartbeats_are_for_live_workers(capsys):
@@ -90,3 +98,51 @@ def test_kv_settings_reach_the_policy_and_others_refuse_them(capsys):
         == 2
     )
     assert "routing policy 'least_loaded' takes no 'cache_threshold'" in capsys.readouterr().err
+
+
+def test_closed_loop_admission_output_and_exit_codes(tmp_path, capsys):
+    out = tmp_path / "requests.jsonl"
+    args = ["fleet", WIRING, "--offline", "--workers", "2", "--json", *SMALL[:4]]
+    assert main([*args, "--concurrency", "4", "--output", str(out)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["replay"] == "closed loop, 4 clients"
+    assert max(w["peak_held_requests"] for w in data["workers"]) <= 4
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 40 and {r["outcome"] for r in records} == {"done"}
+    assert all(r["worker"] in (0, 1) and r["ttft_s"] > 0 for r in records)
+    # Each worker holds one request at a time and no router queue: the rest are refused,
+    # counted per worker, never as latency; refusals asked for exit 0.
+    tight = [*args, "--rate", "inf", "--worker-max-requests", "1", "--output", str(out)]
+    assert main(tight) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["fleet"]["requests_refused"] == 38 and data["fleet"]["requests_done"] == 2
+    assert sum(w["requests_refused"] for w in data["workers"]) == 38
+    assert all(  # a refusal at a worker's door counts as routed there
+        w["requests_routed"] == w["requests_done"] + w["requests_refused"] for w in data["workers"]
+    )
+    outcomes = [json.loads(line)["outcome"] for line in out.read_text().splitlines()]
+    assert outcomes.count("refused") == 38
+    # With a router queue they wait there instead, and all finish.
+    assert main([*tight, "--router-queue-requests", "100"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["fleet"]["requests_done"] == 40 and data["router"]["peak_queued_requests"] > 30
+
+
+def test_failed_requests_exit_3(tmp_path, capsys):
+    trace = tmp_path / "w.jsonl"
+    trace.write_text('{"prompt_len": 8}\n{"prompt_len": 70000}\n')  # never fits in the pool
+    assert main(["fleet", WIRING, "--offline", "--workload", str(trace)]) == 3
+    assert "1 request(s) failed" in capsys.readouterr().err
+
+
+def test_a_speedup_sweep_prints_a_row_per_run(tmp_path, capsys):
+    from schedkit.workloads.traces import write_mooncake_like
+
+    trace = write_mooncake_like(tmp_path / "t.jsonl", 30, rate=8)
+    args = ["fleet", WIRING, "--offline", "--workers", "2", "--workload", str(trace)]
+    assert main([*args, "--format", "mooncake", "--speedup", "1,4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:2] == ["speedup", "done"])
+    assert [line.split()[:2] for line in lines[head + 1 :]] == [["1", "30"], ["4", "30"]]
+    assert main([*args, "--concurrency", "2", "--speedup", "2"]) == 2
+    assert "--concurrency replays in a closed loop" in capsys.readouterr().err

@@ -4,6 +4,11 @@ router's index fed by the KV events the workers publish."""
 from __future__ import annotations
 
 import contextlib
+import itertools
+import json
+import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,3 +112,51 @@ def test_bad_arguments_are_refused_before_building():
         run_offline(WIRING, workload(), 0)
     with pytest.raises(ValueError, match="unknown routing policy 'nope'"):
         run_offline(WIRING, workload(), 2, "nope")
+
+
+def conversation_trace(path: Path, num_requests: int, seed: int = 0, block: int = 512) -> Path:
+    """A conversation-shaped Mooncake trace: every request starts with one hot shared block,
+    40% continue an earlier conversation (its blocks, then new ones), inputs log-normal with
+    a mean of ~26k tokens, all arriving in one burst."""
+    rng = random.Random(seed)
+    next_id = itertools.count(1)
+    conversations: list[list[int]] = []
+    with open(path, "w", encoding="utf-8") as out:
+        for _ in range(num_requests):
+            if conversations and rng.random() < 0.4:
+                earlier = rng.choice(conversations)
+                length = min(65536, len(earlier) * block + rng.randint(200, 2000))
+                blocks = -(-length // block)
+                hashes = earlier[:blocks] + [next(next_id) for _ in range(blocks - len(earlier))]
+            else:
+                length = min(65536, max(600, int(rng.lognormvariate(9.95, 0.6))))
+                hashes = [0] + [next(next_id) for _ in range(-(-length // block) - 1)]
+            conversations.append(hashes)
+            line = {"timestamp": 0, "input_length": length, "output_length": 100}
+            out.write(json.dumps({**line, "hash_ids": hashes}) + "\n")
+    return path
+
+
+def test_one_worker_holding_thousands_of_long_prompts_stays_small_and_counts_refusals(tmp_path):
+    """2,500 requests of ~26k prompt tokens each wait on one worker (64 M tokens: 256 MB
+    packed, twice that as lists); 500 more are refused at its door and the rest time out."""
+    trace = conversation_trace(tmp_path / "conversation.jsonl", 3000)
+    command = [
+        *("fleet", str(WIRING), "--offline", "--workers", "1", "--workload", str(trace)),
+        *("--format", "mooncake", "--worker-max-requests", "2500", "--timeout", "10", "--json"),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "schedkit.cli", *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 3, done.stderr  # some prompts can never fit: failed
+    data = json.loads(done.stdout)
+    worker, fleet = data["workers"][0], data["fleet"]
+    assert worker["peak_held_requests"] == 2500
+    assert worker["requests_routed"] == 3000
+    assert worker["requests_refused"] == 500 and fleet["requests_refused"] == 500
+    assert fleet["requests_timed_out"] > 2000
+    assert fleet["ttft_p99_s"] < 11  # refusals and timeouts are not latencies
+    assert fleet["peak_rss_mib"] < 500, fleet["peak_rss_mib"]

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from schedkit.core.schedule_batch import FinishAbort, Req, SamplingParams
-from schedkit.fleet.summary import FleetSummary, merge_tallies, worker_figures
+from schedkit.fleet.summary import RouterFigures, WorkerTotals, fleet_summary
+from schedkit.fleet.summary_table import fleet_table
 from schedkit.workloads.samples import Tally
 
 
@@ -35,60 +38,53 @@ def test_fleet_figures_table_and_json():
     one.add(finished("a", 0.0, 0.1, 1.1, 11))
     two.add(finished("b", 0.0, 0.3, 2.3, 11))
     two.add(finished("c", 0.0, 0.5, 2.5, 11))
+    two.timeline.add(1.0, 2, 5)
     workers = [
-        worker_figures("0", one, routed=1, cached_tokens=0, computed_tokens=10),
-        worker_figures("1", two, routed=3, cached_tokens=30, computed_tokens=10, alive=False),
+        WorkerTotals(tally=one, routed=2, refused=1, input_tokens=3, computed_tokens=10),
+        WorkerTotals(
+            tally=two, routed=3, timed_out=1, failed=1, cached_tokens=30, computed_tokens=10
+        ),
     ]
-    fleet = worker_figures(
-        "fleet", merge_tallies([one, two]), routed=4, cached_tokens=30, computed_tokens=20
-    )
-    assert fleet.requests_done == 3
-    assert math.isclose(fleet.ttft_p50, 0.3)
-    assert math.isclose(fleet.prefix_cache_hit_rate, 0.6)
-    assert math.isclose(workers[1].tpot_p50, 0.2)
-    summary = FleetSummary(
+    workers[1].alive = False
+    router = RouterFigures(requests_refused=2, peak_queued_requests=7)
+    summary = fleet_summary(
         policy="kv",
         mode="live",
+        replay="open loop",
+        admission="none",
         workers=workers,
-        fleet=fleet,
+        router=router,
+        run_seconds=3.0,
         simulated_seconds=math.nan,
         wall_seconds=3.0,
     )
-    assert summary.load_imbalance == 1.5  # 3 routed against a mean of 2
-    lines = summary.table().splitlines()
-    assert lines[0].split()[:4] == ["worker", "routed", "done", "failed"]
-    assert lines[1].split()[:2] == ["0", "1"]
-    assert lines[1].split()[-3:] == ["0.0%", "-", "-"]  # wall and RSS not measured
-    assert lines[2].split()[:3] == ["1", "(dead)", "3"]
-    assert lines[4].split()[:3] == ["fleet", "4", "3"]
-    assert lines[5] == "router kv (live); load imbalance (max / mean requests per worker) 1.50"
-    assert lines[6] == "wall seconds 3.00"
+    fleet = summary.fleet
+    assert fleet.requests_done == 3
+    assert (fleet.requests_refused, fleet.requests_timed_out, fleet.requests_failed) == (3, 1, 1)
+    assert math.isclose(fleet.ttft_p50_s, 0.3) and math.isclose(fleet.ttft_p90_s, 0.46)
+    assert math.isclose(fleet.prefix_cache_hit_rate, 0.6)
+    assert math.isclose(fleet.output_throughput_tok_per_s, 33 / 3.0)
+    assert math.isclose(summary.workers[1].tpot_p50_s, 0.2)
+    assert math.isnan(fleet.queue_time_p50_s)  # nothing measured it
+    assert summary.load_imbalance == 1.2  # 3 routed against a mean of 2.5
+    lines = fleet_table(summary).splitlines()
+    assert lines[3].split()[-7:] == ["3", "/", "3", "/", "1", "/", "1"]
+    assert lines[4].split()[-7:] == ["2", "/", "0", "/", "0", "/", "0"]
+    assert "TTFT p50 / p90 / p99 (ms)" in fleet_table(summary)
+    rows = lines[lines.index("") + 1 :]
+    assert rows[0].split()[:3] == ["worker", "routed", "done"]
+    assert rows[1].split()[:6] == ["0", "2", "1", "1", "0", "0"]
+    assert rows[2].split()[:7] == ["1", "(dead)", "3", "2", "0", "1", "1"]
+    assert "5.0 / 5" in rows[2]  # queued requests: mean / peak over its load samples
     data = json.loads(json.dumps(summary.to_dict()))
-    assert data["load_imbalance"] == 1.5
+    assert data["load_imbalance"] == 1.2
     assert data["workers"][1]["alive"] is False
     assert data["workers"][0]["peak_rss_mib"] is None  # NaN: not measured
+    assert data["workers"][1]["load_over_time"] == {
+        "seconds": [1.0],
+        "running_requests": [2],
+        "queued_requests": [5],
+    }
+    assert data["router"]["requests_refused"] == 2
     assert data["fleet"]["prefix_cache_hit_rate"] == 0.6
-    assert {"ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "e2e_p90_s", "wall_s"} <= set(data["fleet"])
-    assert "TTFT ms p50/p90/p99" in lines[0] and "E2E s p50/p90/p99" in lines[0]
-    assert lines[4].split()[4:8] == [
-        "300.0/460.0/496.0",
-        "200.0/200.0/200.0",
-        "-/-/-",
-        "2.30/2.46/2.50",
-    ]
-
-
-def test_the_table_says_the_time_spent_before_the_run():
-    summary = FleetSummary(
-        policy="kv",
-        mode="offline",
-        workers=[],
-        fleet=worker_figures("fleet", Tally(), routed=0, cached_tokens=0, computed_tokens=0),
-        simulated_seconds=1.5,
-        wall_seconds=0.07,
-        setup_seconds=12.9,
-    )
-    assert summary.table().splitlines()[-1] == (
-        "simulated seconds 1.50; wall seconds 0.07 (and 12.90 building the workers before)"
-    )
-    assert summary.to_dict()["setup_wall_s"] == 12.9
+    assert data["fleet"]["ttft_p90_s"] == pytest.approx(0.46)

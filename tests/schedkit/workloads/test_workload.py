@@ -1,3 +1,5 @@
+from array import array
+
 import pytest
 
 from schedkit.workloads.traces import load_jsonl
@@ -24,6 +26,18 @@ def test_chat_workload_shares_system_prompts_and_follows_up_with_the_conversatio
     assert follow.time == 6.0
     assert follow.req.rid == multi.rid[:-1] + "1"
     assert follow.req.origin_input_ids[: multi.seqlen] == [*multi.origin_input_ids, 11, 12, 13]
+
+
+def test_a_follow_up_of_a_packed_prompt_is_the_conversation_so_far():
+    workload = ChatWorkload(num_requests=40, rate=2.0, seed=1)
+    first = list(workload.initial())
+    multi = next(a.req for a in first if workload._remaining_turns[a.req.rid[:-3]] > 0)
+    prompt = list(multi.origin_input_ids)
+    multi.origin_input_ids = array("I", prompt)  # as it waits at a fleet's router
+    multi.output_ids = [11, 12]
+    follow = workload.follow_up(multi, now=1.0)
+    assert type(follow.req.origin_input_ids) is list
+    assert follow.req.origin_input_ids[: len(prompt) + 2] == [*prompt, 11, 12]
 
 
 def test_chat_workload_issues_exactly_num_requests_turns():
