@@ -25,6 +25,7 @@ from typing import Literal, Union
 import msgspec
 
 __all__ = [
+    "MAX_BATCH_BYTES",
     "MEDIUM_GPU",
     "PROFILES",
     "AllBlocksCleared",
@@ -42,6 +43,10 @@ __all__ = [
 ]
 
 MEDIUM_GPU = "GPU"
+# The largest batch payload decoded (a bigger one is a decode error); subscribers also refuse
+# bigger messages on the socket (ZMQ_MAXMSGSIZE). A 128k-token prefill at page size 1 sends
+# about 1.8 MB.
+MAX_BATCH_BYTES = 4 << 20
 
 ProfileName = Literal["sglang", "sglang-array", "vllm"]
 
@@ -188,20 +193,42 @@ def _not_utf8(exc: UnicodeDecodeError) -> msgspec.DecodeError:
     return msgspec.DecodeError(f"a string is not UTF-8 ({exc.reason} at byte {exc.start})")
 
 
+# msgspec skips an unknown field by walking it, one C call per level, under Python's recursion
+# check: nesting deeper than the interpreter's stack allows raises RecursionError. Every field
+# the schema knows is at most 4 levels deep, so a payload that goes that deep is malformed.
+_TOO_DEEP = "nested too deep to decode (deeper than Python's recursion limit, ~1,000 levels)"
+
+
+def _bounded(decode: Callable[[bytes], KVEventBatch]) -> Callable[[bytes], KVEventBatch]:
+    """``decode`` that refuses a payload over ``MAX_BATCH_BYTES`` or nested too deep, and one
+    with a string that is not UTF-8, as ``msgspec.DecodeError``."""
+
+    def bounded_decode(payload: bytes) -> KVEventBatch:
+        if len(payload) > MAX_BATCH_BYTES:
+            raise msgspec.DecodeError(
+                f"a batch of {len(payload)} bytes, over the {MAX_BATCH_BYTES}-byte bound"
+            )
+        try:
+            return decode(payload)
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(exc) from None
+        except RecursionError:
+            raise msgspec.DecodeError(_TOO_DEEP) from None
+
+    return bounded_decode
+
+
 def _strict_decoder(batch_type: type) -> Callable[[bytes], KVEventBatch]:
     decode = msgspec.msgpack.Decoder(batch_type).decode
 
     def strict_decode(payload: bytes) -> KVEventBatch:
-        try:
-            raw = decode(payload)
-        except UnicodeDecodeError as exc:
-            raise _not_utf8(exc) from None
+        raw = decode(payload)
         if batch_type is KVEventBatch:  # schedkit's structs are SGLang's declarations
             return raw
         events = [_to_memory(e) for e in raw.events]
         return KVEventBatch(raw.ts, events, msgspec.structs.astuple(raw)[2])
 
-    return strict_decode
+    return _bounded(strict_decode)
 
 
 def _decode_event(raw: msgspec.Raw) -> Event:
@@ -212,17 +239,22 @@ def _decode_event(raw: msgspec.Raw) -> Event:
     return _to_memory(_decode_array_event(raw))
 
 
+def _decode_any(payload: bytes) -> KVEventBatch:
+    try:
+        return _decode_map_batch(payload)
+    except msgspec.DecodeError:
+        raw = _decode_raw_batch(payload)
+    return KVEventBatch(raw.ts, [_decode_event(e) for e in raw.events], raw.attn_dp_rank)
+
+
+_bounded_decode_any = _bounded(_decode_any)
+
+
 def decode_any(payload: bytes) -> KVEventBatch:
     """Decode a batch sent under any profile, telling map events from array events; raises
-    ``msgspec.DecodeError`` (or its ``ValidationError``) for anything else."""
-    try:
-        try:
-            return _decode_map_batch(payload)
-        except msgspec.DecodeError:
-            raw = _decode_raw_batch(payload)
-        return KVEventBatch(raw.ts, [_decode_event(e) for e in raw.events], raw.attn_dp_rank)
-    except UnicodeDecodeError as exc:
-        raise _not_utf8(exc) from None
+    ``msgspec.DecodeError`` (or its ``ValidationError``) for anything else, a payload over
+    ``MAX_BATCH_BYTES`` or nested too deep included."""
+    return _bounded_decode_any(payload)
 
 
 def _converter(stored: type, removed: type, cleared: type) -> Callable[[Event], msgspec.Struct]:

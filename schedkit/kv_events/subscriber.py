@@ -12,16 +12,32 @@ import threading
 import time
 import warnings
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterator
 
-import attrs
 import msgspec
 import structlog
 import zmq
 
-from schedkit.kv_events.replay import EPOCH_REQUEST
-from schedkit.kv_events.structs import KVEventBatch, get_profile
+from schedkit.kv_events.bad_input import BadInput
+from schedkit.kv_events.notices import (
+    GapDetected,
+    GapFilled,
+    HistoryLost,
+    Notice,
+    PublisherRestarted,
+)
+from schedkit.kv_events.replay_client import (
+    CHECK,
+    GAP,
+    JUDGE,
+    LEARN,
+    RECONNECT,
+    REPLAY,
+    ReplayBounds,
+    ReplayClient,
+    ReplayRequest,
+)
+from schedkit.kv_events.structs import MAX_BATCH_BYTES, KVEventBatch, get_profile
 
 __all__ = [
     "GapDetected",
@@ -30,67 +46,21 @@ __all__ = [
     "KvEventSubscriber",
     "Notice",
     "PublisherRestarted",
+    "ReplayBounds",
 ]
 
 log = structlog.get_logger(__name__)
 
 _MAX_READ = 4096  # live messages handled per poll() call
-
-# What a request on the replay socket is for.
-_LEARN = "learn"  # the epoch, before the first batch is judged
-_JUDGE = "judge"  # the epoch, because the live seq went back: a restart or a duplicate?
-_GAP = "gap"  # the epoch, because of a gap: a restart whose seqs ran past the old ones?
-_CHECK = "check"  # the epoch, every epoch_check_interval; live batches flow meanwhile
-_RECONNECT = "reconnect"  # the epoch, because the live socket connected again
-_REPLAY = "replay"  # missed batches
+# The work one poll() call does before it returns, past its timeout: reading a flood of live
+# frames or replies stops here and goes on in the next call.
+_WORK_SECONDS = 0.02
+# Per socket: what libzmq may hold of what the publisher sent and the subscriber has not read
+# yet; the receive queue holds queue_bytes // max_message_bytes messages (at least 1).
+QUEUE_BYTES = 32 << 20
 
 _UNASKED = object()  # a live frame's epoch: no question asked
 _SILENT = object()  # a live frame's epoch: asked, not answered in time
-
-
-@attrs.frozen
-class GapDetected:
-    """Live seq ``received`` arrived while ``expected`` was due; the replay's outcome follows
-    (``GapFilled`` or ``HistoryLost``)."""
-
-    expected: int
-    received: int
-
-
-@attrs.frozen
-class GapFilled:
-    """The replay delivered every missing seq from ``start`` to ``end`` inclusive."""
-
-    start: int
-    end: int
-
-
-@attrs.frozen
-class HistoryLost:
-    """Batches from ``expected`` on cannot be recovered; state built so far is incomplete.
-
-    ``replay_start`` is the first seq the replay offered, or None when there was no replay
-    or it had nothing. A consumer should clear what it built from this stream and go on.
-    """
-
-    expected: int
-    replay_start: int | None
-
-
-@attrs.frozen
-class PublisherRestarted:
-    """A new publisher took over after ``last_seq``: its seq went back (``reason`` "seq",
-    ``new_seq`` the seq received), or its replay socket names another epoch (``reason``
-    "epoch", ``new_seq`` the live seq at hand when it was noticed, or without one the last
-    seq the new publisher's replay held). What was built from the old publisher is void;
-    start over."""
-
-    last_seq: int
-    new_seq: int
-    reason: str = "seq"
-
-
-Notice = GapDetected | GapFilled | HistoryLost | PublisherRestarted
 
 
 class _Frame:
@@ -102,28 +72,7 @@ class _Frame:
         self.seq = seq
         self.payload = payload
         self.epoch: object = _UNASKED  # or _SILENT, or the end marker's payload
-        self.replay: _Request | None = None
-
-
-class _Request:
-    """A request sent on the replay socket and the replies collected for it so far."""
-
-    __slots__ = ("answer", "answered", "deadline", "frame", "kind", "replies", "restart", "start")
-
-    def __init__(self, kind: str, deadline: float, start: int, frame: _Frame | None) -> None:
-        self.kind = kind
-        self.deadline = deadline
-        self.start = start  # a replay's first seq
-        self.frame = frame  # the live frame whose handling waits for the answer, if any
-        self.replies: list[tuple[int, bytes]] = []
-        self.answered = False  # the end marker arrived
-        self.answer = b""  # its payload
-        self.restart: int | None = None  # a new publisher's replay: the old one's last seq
-
-    @property
-    def holds(self) -> bool:
-        """Live frames wait until this request is answered."""
-        return self.kind != _CHECK
+        self.replay: ReplayRequest | None = None
 
 
 class KvEventSubscriber:
@@ -134,8 +83,18 @@ class KvEventSubscriber:
     a fresh subscriber whose first seq is above 0 replays from 0. Replies may carry the topic
     frame (``["", topic, seq, payload]``) or not (``["", seq, payload]``). Every profile is
     decoded (with ``strict``, only ``profile``, as its engine declares it; other payloads
-    count in ``decode_errors``). Notices go to ``on_notice`` (default: appended to
-    ``notices``).
+    count in ``decode_errors``). Nothing a publisher sends raises out of ``poll``: a bad
+    frame or payload (not msgpack, not a batch, over ``MAX_BATCH_BYTES``, nested too deep) is
+    counted by kind in ``bad_input`` and the first of each kind logged with the endpoint.
+    Notices go to ``on_notice`` (default: appended to ``notices``).
+
+    What a publisher can make it hold is bounded: each socket refuses a message over
+    ``max_message_bytes`` (ZMQ_MAXMSGSIZE: libzmq drops the connection) and queues at most
+    ``queue_bytes // max_message_bytes`` unread messages (RCVHWM; ``hwm`` overrides it), and
+    each replay answer is bounded by ``replay_bounds`` (batches, bytes, seconds): one that
+    goes past them is cut, what it delivered is applied and the rest reported as
+    ``HistoryLost(cut=True)``. One ``poll`` call does at most ~20 ms of reading past its
+    timeout, so ``poll(0)`` returns promptly whatever floods in.
 
     ``poll`` never waits longer than its timeout: a live frame whose handling needs the
     replay socket (its epoch, missed batches) waits, with the frames behind it queued in the
@@ -174,8 +133,11 @@ class KvEventSubscriber:
         *,
         context: zmq.Context | None = None,
         on_notice: Callable[[Notice], None] | None = None,
-        hwm: int = 100000,
+        hwm: int | None = None,
+        max_message_bytes: int = MAX_BATCH_BYTES,
+        queue_bytes: int = QUEUE_BYTES,
         replay_timeout: float = 5.0,
+        replay_bounds: ReplayBounds | None = None,
         poll_interval: float = 0.05,
         epoch_check_interval: float = 2.0,
         strict: bool = False,
@@ -183,8 +145,7 @@ class KvEventSubscriber:
         self.endpoint = endpoint
         self.replay_endpoint = replay_endpoint
         self.notices: list[Notice] = []
-        self.decode_errors = 0
-        self.frame_errors = 0
+        self.bad_input = BadInput(endpoint, "kv_events.bad_input", log)
         wire = get_profile(profile)
         self._decode = wire.strict_decode if strict else wire.decode
         self._epoch: bytes | None = None
@@ -192,19 +153,19 @@ class KvEventSubscriber:
         self._epoch_interval = epoch_check_interval
         self._epoch_checked = time.monotonic()
         self._notice = self.notices.append if on_notice is None else on_notice
-        self._replay_timeout = replay_timeout
         self._poll_ms = max(1, int(poll_interval * 1000))
+        self._work_until = 0.0  # when the current poll() call stops reading
         self._last: int | None = None
         self._live_last: int | None = None
-        self._requests: deque[_Request] = deque()
-        self._holding = 0  # requests in flight that live frames wait for
         self._frame: _Frame | None = None  # the live frame whose answers are awaited
         self._closed = False
         self._iterating: int | None = None
         self._lock = threading.Lock()
         self._context = zmq.Context.instance() if context is None else context
+        if hwm is None:
+            hwm = max(1, queue_bytes // max_message_bytes)
         self._sub = self._context.socket(zmq.SUB)
-        self._dealer = None
+        self._replay: ReplayClient | None = None
         self._monitor = None  # tells when the live socket (re)connects
         self._connections = 0
         # Whatever is open when the subscriber is collected unclosed; see _close_abandoned.
@@ -212,6 +173,7 @@ class KvEventSubscriber:
         self._finalizer = weakref.finalize(self, _close_abandoned, self._sockets, endpoint)
         try:
             self._sub.setsockopt(zmq.LINGER, 0)
+            self._sub.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
             self._sub.setsockopt(zmq.RCVHWM, hwm)
             self._sub.setsockopt(zmq.SUBSCRIBE, topic.encode())
             if replay_endpoint is not None:
@@ -220,8 +182,17 @@ class KvEventSubscriber:
                 self._sockets.append(self._monitor)
             self._sub.connect(endpoint)
             if replay_endpoint is not None:
-                self._new_dealer()
-                self._ask(_LEARN)
+                self._replay = ReplayClient(
+                    self._context,
+                    replay_endpoint,
+                    self._sockets,
+                    self.bad_input,
+                    timeout=replay_timeout,
+                    bounds=replay_bounds or ReplayBounds(),
+                    max_message_bytes=max_message_bytes,
+                    hwm=hwm,
+                )
+                self._ask(LEARN)
         except zmq.ZMQError as exc:
             self._close_sockets()
             raise ValueError(
@@ -234,32 +205,56 @@ class KvEventSubscriber:
         """The last seq applied (None before the first batch or after a restart)."""
         return self._last
 
+    @property
+    def decode_errors(self) -> int:
+        """Payloads that did not decode as a batch (of ``profile`` only, when ``strict``)."""
+        return self.bad_input["payload"]
+
+    @property
+    def frame_errors(self) -> int:
+        """Live messages not framed as ``[topic, 8-byte seq, payload]``."""
+        return self.bad_input["live_frames"]
+
+    @property
+    def replays_cut(self) -> int:
+        """Replay answers cut at ``replay_bounds``."""
+        return 0 if self._replay is None else self._replay.replies_cut
+
     def poll(self, timeout_ms: int = 0) -> list[tuple[int, KVEventBatch]]:
         """Wait up to ``timeout_ms`` for batches and return the ones now due, in order
-        (replayed batches included); never blocks longer. Returns [] once closed."""
+        (replayed batches included); never blocks longer (reading a flood stops ~20 ms past
+        it). Returns [] once closed."""
         out: list[tuple[int, KVEventBatch]] = []
         if self._closed:
             return out
-        deadline = time.monotonic() + max(0, timeout_ms) / 1000
+        now = time.monotonic()
+        deadline = now + max(0, timeout_ms) / 1000
+        self._work_until = max(deadline, now + _WORK_SECONDS)
+        replay = self._replay
         while True:
             if not self._take_answers(out):
                 return out  # a restart is reported at the start of the next call
-            if not self._holding:
+            holding = replay is not None and replay.holding
+            if not holding:
                 self._read_live(out)
+                holding = replay is not None and replay.holding
             now = time.monotonic()
             wait = deadline - now
-            if wait <= 0 or (out and not self._holding):
+            if wait <= 0 or (out and not holding):
                 return out
-            if self._requests:
-                wait = min(wait, self._requests[0].deadline - now)
+            requests = None if replay is None else replay.requests
+            if requests:
+                first = requests[0]
+                wait = min(wait, first.deadline - now, first.cutoff - now)
             elif self._epoch_check_due(now):
                 continue  # _take_answers sends it
-            elif self._dealer is not None and self._live_last is not None:
+            elif replay is not None and self._live_last is not None:
                 wait = min(wait, self._epoch_checked + self._epoch_interval - now)
-            items = [(self._dealer, zmq.POLLIN)] if self._requests else []
-            if not self._holding:
+            items = [(replay.socket, zmq.POLLIN)] if requests else []
+            if not holding:
                 items.append((self._sub, zmq.POLLIN))
             zmq.zmq_poll(items, max(0, math.ceil(wait * 1000)))
+            self._work_until = max(self._work_until, time.monotonic() + _WORK_SECONDS)
 
     def __iter__(self) -> Iterator[tuple[int, KVEventBatch]]:
         return self.iter_batches()
@@ -317,30 +312,31 @@ class KvEventSubscriber:
     # a time, without blocking; _on_live then handles it at once with the answers in hand.
 
     def _read_live(self, out: list) -> None:
+        replay = self._replay
         if self._monitor is not None and self._reconnected():
             # The frames queued from here on may come from a new publisher. An epoch check
             # in flight may have gone to the old one and never be answered; answers are
             # matched to requests by their order, so the new publisher's would be taken for
             # its. It is given up, under a new identity that no late answer reaches.
-            if self._requests:  # epoch checks only: nothing holds live frames here
-                self._requests.clear()
-                self._new_dealer()
-            self._ask(_RECONNECT)
+            if replay.requests:  # epoch checks only: nothing holds live frames here
+                replay.give_up()
+            self._ask(RECONNECT)
             return
         sub = self._sub
         for _ in range(_MAX_READ):
-            if self._holding:
+            if replay is not None and replay.holding:
                 return
             try:
                 frames = sub.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
             if len(frames) != 3 or len(frames[1]) != 8:
-                self.frame_errors += 1
-                log.warning("kv_events.bad_live_frames", frames=[len(f) for f in frames[:8]])
-                continue
-            self._frame = _Frame(int.from_bytes(frames[1], "big"), frames[2])
-            self._prepare(out)
+                self.bad_input("live_frames", frames=[len(f) for f in frames[:8]])
+            else:
+                self._frame = _Frame(int.from_bytes(frames[1], "big"), frames[2])
+                self._prepare(out)
+            if time.monotonic() >= self._work_until:
+                return
 
     def _prepare(self, out: list) -> None:
         """Ask the next question the pending live frame raises, or handle it if none is left."""
@@ -353,28 +349,28 @@ class KvEventSubscriber:
         if frame.replay is None and frame.epoch is not _SILENT:
             start = self._replay_start(frame.seq, frame.epoch)
             if start is not None:
-                self._ask(_REPLAY, start=start, frame=frame)
+                self._ask(REPLAY, start=start, frame=frame)
                 return
         self._on_live(frame.seq, frame.payload, out)
         self._frame = None
 
     def _epoch_question(self, seq: int) -> str | None:
         """Why live frame ``seq`` needs the publisher's epoch before it is judged, if it does."""
-        if self._dealer is None:
+        if self._replay is None:
             return None
         if self._epoch_told is None:
-            return _LEARN
+            return LEARN
         if self._epoch is None:
             return None
         live_last, last = self._live_last, self._last
         if live_last is not None and seq <= live_last:
-            return _JUDGE
-        return _GAP if seq > (0 if last is None else last + 1) else None
+            return JUDGE
+        return GAP if seq > (0 if last is None else last + 1) else None
 
     def _replay_start(self, seq: int, epoch: object) -> int | None:
         """Where the replay that live frame ``seq`` needs starts (None: it needs none), as
         ``_on_live`` will judge it with ``epoch``."""
-        if self._dealer is None:
+        if self._replay is None:
             return None
         if self._new_epoch(epoch):
             return 0
@@ -415,7 +411,7 @@ class KvEventSubscriber:
         if seq == expected:
             self._apply(seq, payload, out)
             return
-        if self._dealer is None:
+        if self._replay is None:
             self._notice(HistoryLost(expected, None))
         else:
             if last is not None:
@@ -429,7 +425,7 @@ class KvEventSubscriber:
         seq: int,
         payload: bytes,
         epoch: bytes,
-        replay: _Request | None,
+        replay: ReplayRequest | None,
         went_back: bool,
         out: list,
     ) -> None:
@@ -449,7 +445,7 @@ class KvEventSubscriber:
             # publisher's tail. What the new one sent since the replay was answered is
             # queued there too, so it is asked for again once the queue is dropped.
             self._drain_live()
-            self._ask(_REPLAY, start=0 if self._last is None else self._last + 1)
+            self._ask(REPLAY, start=0 if self._last is None else self._last + 1)
 
     def _restarted(self, epoch: bytes) -> None:
         """A new publisher answers an epoch check: drop what is queued live (the old one's
@@ -460,18 +456,21 @@ class KvEventSubscriber:
         self._last = self._live_last = None
         self._frame = None  # answers still due for it are ignored
         self._drain_live()
-        self._ask(_REPLAY, start=0)
-        self._requests[-1].restart = last
+        self._ask(REPLAY, start=0)
+        self._replay.requests[-1].restart = last
 
     def _drain_live(self) -> None:
-        while True:
+        """Drop the live frames queued (at most what this poll call may read)."""
+        for _ in range(_MAX_READ):
             try:
                 self._sub.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
+            if time.monotonic() >= self._work_until:
+                return
 
     def _replayed(
-        self, request: _Request | None, expected: int, received: int | None, out: list
+        self, request: ReplayRequest | None, expected: int, received: int | None, out: list
     ) -> None:
         """Apply a replay's replies (None: none came) from ``expected`` on and report what
         stayed missing before ``received``, the live seq that showed the gap."""
@@ -491,7 +490,7 @@ class KvEventSubscriber:
         if received is not None:
             if self._last is None or self._last + 1 < received:
                 due = expected if self._last is None else self._last + 1
-                self._notice(HistoryLost(due, None))
+                self._notice(HistoryLost(due, None, cut=request is not None and request.cut))
             elif not lost and received > expected:
                 self._notice(GapFilled(expected, received - 1))
 
@@ -500,22 +499,9 @@ class KvEventSubscriber:
         try:
             out.append((seq, self._decode(payload)))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            self.decode_errors += 1
-            log.error("kv_events.decode_failed", seq=seq, error=str(exc))
+            self.bad_input("payload", seq=seq, error=str(exc))
 
     # -- the replay socket ----------------------------------------------------------------
-
-    def _new_dealer(self) -> None:
-        """A DEALER under a new identity: replies to earlier requests cannot reach it."""
-        if self._dealer is not None:
-            self._sockets.remove(self._dealer)
-            self._dealer.close(linger=0)
-        dealer = self._context.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, 0)
-        dealer.setsockopt(zmq.RCVHWM, 0)  # it holds only the answers to its own requests
-        dealer.connect(self.replay_endpoint)
-        self._dealer = dealer
-        self._sockets.append(dealer)
 
     def _reconnected(self) -> bool:
         """Whether the live socket connected again since the last call (not the first time)."""
@@ -530,67 +516,68 @@ class KvEventSubscriber:
 
     def _epoch_check_due(self, now: float) -> bool:
         return (
-            self._dealer is not None
-            and not self._requests
+            self._replay is not None
+            and not self._replay.requests
             and self._live_last is not None
             and now - self._epoch_checked >= self._epoch_interval
         )
 
     def _ask(self, kind: str, *, start: int = 0, frame: _Frame | None = None) -> None:
         """Send a request; its answer is handled by a later ``_take_answers``."""
-        now = time.monotonic()
-        request = _Request(kind, now + self._replay_timeout, start, frame)
-        self._requests.append(request)
-        self._holding += request.holds
-        if kind == _REPLAY:
-            message = start.to_bytes(8, "big")
+        request = self._replay.ask(kind, start=start, frame=frame)
+        if kind == REPLAY:
             if frame is not None:
                 frame.replay = request
         else:
-            message = EPOCH_REQUEST
-            self._epoch_checked = now
-        try:
-            self._dealer.send_multipart((b"", message), zmq.NOBLOCK)
-        except zmq.Again:  # its queue is full: it will time out like an unanswered one
-            log.warning("kv_events.replay_request_not_sent", endpoint=self.replay_endpoint)
+            self._epoch_checked = time.monotonic()
 
     def _take_answers(self, out: list) -> bool:
         """Read what the replay socket answered, act on each answer in request order, give
-        up on requests unanswered in time, and send the periodic epoch check when due. False
-        when an answer that reveals a restart waits for the next ``poll`` call."""
-        requests = self._requests
-        while requests and self._read_reply():
-            pass
+        up on requests unanswered in time (or cut at their bounds), and send the periodic
+        epoch check when due. False when an answer that reveals a restart waits for the next
+        ``poll`` call."""
+        replay = self._replay
+        if replay is None:
+            return True
+        requests = replay.requests
+        if requests and replay.read(self._work_until):
+            # An answer was cut: the rest of it would be taken for the next request's.
+            self._abandon(replay.give_up(), out)
         while requests:
             request = requests[0]
             if not request.answered:
-                if time.monotonic() < request.deadline:
+                why = replay.overdue(request, time.monotonic())
+                if why is None:
                     break
-                log.warning(
-                    "kv_events.replay_timeout",
-                    endpoint=self.replay_endpoint,
-                    request=request.kind,
-                    received=len(request.replies),
-                )
-                self._new_dealer()
-                unanswered = list(requests)
-                requests.clear()
-                self._holding = 0
-                for request in unanswered:
-                    self._answered(request, out)
+                if why == "cut":
+                    replay.cut(request, "its answer did not end in time")
+                else:
+                    log.warning(
+                        "kv_events.replay_timeout",
+                        endpoint=self.replay_endpoint,
+                        request=request.kind,
+                        received=len(request.replies),
+                    )
+                self._abandon(replay.give_up(), out)
                 continue
             if request.frame is None and out and self._new_epoch(request.answer):
                 return False  # report the restart before any batch of a poll
-            requests.popleft()
-            self._holding -= request.holds
-            self._answered(request, out)
+            self._answered(replay.pop(), out)
         if self._epoch_check_due(time.monotonic()):
-            self._ask(_CHECK)
+            self._ask(CHECK)
         return True
 
-    def _answered(self, request: _Request, out: list) -> None:
+    def _abandon(self, requests: list[ReplayRequest], out: list) -> None:
+        """Act on requests given up on: a cut replay with what it delivered, the others as
+        not answered."""
+        for request in requests:
+            if request.cut and request.kind != REPLAY:
+                request.answered = False  # an epoch answer that never ended: none
+            self._answered(request, out)
+
+    def _answered(self, request: ReplayRequest, out: list) -> None:
         """Act on a request taken off the queue, answered or given up on."""
-        if request.kind == _REPLAY:
+        if request.kind == REPLAY:
             if request.frame is None:
                 self._replayed(request, 0, None, out)  # a new publisher's stream
             elif request.frame is self._frame:
@@ -610,33 +597,10 @@ class KvEventSubscriber:
         else:
             if answer and self._epoch is None:
                 self._epoch = answer
-            if request.kind == _RECONNECT and answer is not None:
+            if request.kind == RECONNECT and answer is not None:
                 # What went out while the live socket was away (a restart's first batches
                 # after its replay, say) is in the replay ring; no later frame may show it.
-                self._ask(_REPLAY, start=0 if self._last is None else self._last + 1)
-
-    def _read_reply(self) -> bool:
-        """Read one reply into the first unanswered request; False when none is waiting."""
-        try:
-            frames = self._dealer.recv_multipart(zmq.NOBLOCK)
-        except zmq.Again:
-            return False
-        # ["", topic, seq, payload] (vLLM, schedkit) or ["", seq, payload] (SGLang)
-        if frames[0] != b"" or len(frames) not in (3, 4) or len(frames[-2]) != 8:
-            log.warning("kv_events.bad_replay_reply", frames=[len(f) for f in frames])
-            return True
-        request = next((r for r in self._requests if not r.answered), None)
-        if request is None:
-            log.warning("kv_events.unexpected_replay_reply", endpoint=self.replay_endpoint)
-            return True
-        request.deadline = time.monotonic() + self._replay_timeout  # it is making progress
-        seq = int.from_bytes(frames[-2], "big", signed=True)
-        if seq == -1:
-            request.answered = True
-            request.answer = frames[-1]
-        else:
-            request.replies.append((seq, frames[-1]))
-        return True
+                self._ask(REPLAY, start=0 if self._last is None else self._last + 1)
 
 
 def _close_abandoned(sockets: list[zmq.Socket], endpoint: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from schedkit.kv_events.structs import PROFILES, get_profile
+from schedkit.kv_events.structs import MAX_BATCH_BYTES, PROFILES, get_profile
 
 __all__ = ["shape_problems"]
 
@@ -24,14 +24,18 @@ _REPR_LIMIT = 40
 def shape_problems(payload: bytes) -> dict[str, str | None]:
     """For each profile in ``PROFILES``: None when ``payload`` is exactly what that profile
     sends, else the first reason it is not (naming the place, e.g. ``$[1][0]``)."""
+    if len(payload) > MAX_BATCH_BYTES:
+        return dict.fromkeys(PROFILES, f"{len(payload)} bytes, over the bound of {MAX_BATCH_BYTES}")
     try:
         sent = _decode_generic(payload)
+        # The batch's rank is optional: an engine that leaves defaults out sends [ts, events].
+        if isinstance(sent, list) and len(sent) == 2:
+            sent = [*sent, None]
+        return {name: _problem(payload, sent, name) for name in PROFILES}
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         return dict.fromkeys(PROFILES, f"not msgpack ({exc})")
-    # The batch's rank is optional: an engine that leaves defaults out sends [ts, events].
-    if isinstance(sent, list) and len(sent) == 2:
-        sent = [*sent, None]
-    return {name: _problem(payload, sent, name) for name in PROFILES}
+    except RecursionError:  # decoding, comparing or showing a value nested ~1,000 deep
+        return dict.fromkeys(PROFILES, "nested too deep to decode")
 
 
 def _problem(payload: bytes, sent: Any, name: str) -> str | None:
