@@ -48,6 +48,8 @@ from schedkit.kv_events import (
 )
 from schedkit.kv_events.structs import KvMetrics
 
+_MAX_REPORT_BYTES = 1024  # a KvMetrics report is ~60 bytes
+
 __all__ = [
     "POLICIES",
     "CacheAware",
@@ -275,6 +277,10 @@ class KvRouter(Router):
     is what it last reported on the metrics socket (running + waiting requests; the router
     binds ``metrics_endpoint`` as a PULL socket) plus the requests routed to it since. A
     report that does not decode as ``KvMetrics`` is dropped and counted in ``bad_reports``.
+
+    Each rank's index holds at most its pool: ``capacity`` (pages per rank, from the ranks'
+    config) or its reported ``kv_total_blocks``; a rank that keeps storing past it
+    (``KvIndex.violating``) is taken out of routing and listed in ``untrusted``.
     """
 
     def __init__(
@@ -287,6 +293,7 @@ class KvRouter(Router):
         profile: str = "sglang",
         policy: RoutingPolicy | None = None,
         load: Callable[[int], int] | None = None,
+        capacity: Mapping[int, int] | None = None,
     ) -> None:
         super().__init__(
             list(endpoints),
@@ -298,6 +305,9 @@ class KvRouter(Router):
         self.reported: dict[int, KvMetrics] = {}
         self.routed_since_report = dict.fromkeys(self.ranks, 0)
         self.bad_reports = 0
+        self.untrusted: list[int] = []
+        for rank, pages in (capacity or {}).items():
+            self.index.set_capacity(rank, pages)
         self._breaks: dict[int, list] = {rank: [] for rank in self.ranks}
         self._context = zmq.Context()
         self._metrics = None
@@ -312,9 +322,12 @@ class KvRouter(Router):
                     profile,
                     context=self._context,
                     on_notice=self._notice_handler(rank),
+                    keep_tokens=False,
                 )
             if metrics_endpoint is not None:
                 self._metrics = self._context.socket(zmq.PULL)
+                self._metrics.setsockopt(zmq.MAXMSGSIZE, _MAX_REPORT_BYTES)
+                self._metrics.setsockopt(zmq.RCVHWM, 1000)
                 self._metrics.bind(metrics_endpoint)
         except BaseException:
             self.close()
@@ -333,7 +346,7 @@ class KvRouter(Router):
         number of batches applied."""
         applied = 0
         first = self.ranks[0] if self.ranks else None
-        for rank in self.ranks:
+        for rank in list(self.ranks):
             batches = self.subscribers[rank].poll(timeout_ms if rank == first else 0)
             breaks, self._breaks[rank] = self._breaks[rank], []
             for notice, last_seq in breaks:
@@ -342,15 +355,20 @@ class KvRouter(Router):
             for _, batch in batches:
                 self.index.apply(batch, rank)
             applied += len(batches)
+            if self.index.violating(rank):
+                self.untrusted.append(rank)
+                self.remove(rank)
         while self._metrics is not None and self._metrics.poll(0):
             try:
                 report = self._decode_metrics(self._metrics.recv())
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
                 self.bad_reports += 1
                 continue
-            if report.data_parallel_rank in self.routed_since_report:
-                self.reported[report.data_parallel_rank] = report
-                self.routed_since_report[report.data_parallel_rank] = 0
+            rank = report.data_parallel_rank
+            if rank in self.routed_since_report and rank in self.subscribers:
+                self.reported[rank] = report
+                self.routed_since_report[rank] = 0
+                self.index.set_capacity(rank, report.kv_total_blocks)
         return applied
 
     def sync(self, done: Callable[[KvRouter], bool], timeout: float = 5.0) -> None:

@@ -262,6 +262,8 @@ class CheckedSubscriber(KvEventSubscriber):
     profile, so that a stream of another profile still shows its pages; the checker judges
     the encoding."""
 
+    _keeps_payloads = True
+
     def __init__(self, checker: StreamChecker, endpoint: str, *args: object, **kwargs: object):
         super().__init__(endpoint, *args, on_notice=checker.notice, **kwargs)
         self.checker = checker
@@ -273,7 +275,7 @@ class CheckedSubscriber(KvEventSubscriber):
         finally:
             self.checker.end_live()
 
-    def _apply(self, seq: int, payload: bytes, out: list) -> None:
+    def _apply(self, seq: int, payload: bytes, out: list, decoded: object = None) -> None:
         errors = self.decode_errors
-        super()._apply(seq, payload, out)
+        super()._apply(seq, payload, out, decoded)
         self.checker.apply(seq, payload, out[-1][1] if self.decode_errors == errors else None)

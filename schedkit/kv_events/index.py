@@ -4,10 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import structlog
+
 from schedkit.kv_events.hashing import page_hashes
 from schedkit.kv_events.structs import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
 
-__all__ = ["KvIndex"]
+__all__ = ["DEFAULT_MAX_PAGES", "DEFAULT_VIOLATION_THRESHOLD", "KvIndex"]
+
+log = structlog.get_logger(__name__)
+
+# Pages a rank may hold in the index before it announces its pool (and the most it may
+# announce): ~350 bytes each, so ~350 MiB for a rank at the bound.
+DEFAULT_MAX_PAGES = 1 << 20
+# Protocol violations (a page stored past the rank's pool, a medium name past the bounds
+# below) after which ``violating(rank)`` is True.
+DEFAULT_VIOLATION_THRESHOLD = 1024
+_MAX_MEDIUM_CHARS = 32
+_MAX_MEDIA = 16  # distinct medium names kept (GPU, CPU, disk tiers...); others count as None
 
 
 class KvIndex:
@@ -15,13 +28,55 @@ class KvIndex:
 
     Fed with event batches (``apply``), it answers how many leading pages of a token sequence
     each rank holds (``match``), hashing pages exactly as the caches do.
+
+    A rank holds at most its pool: ``set_capacity(rank, pages)`` (from its config or its
+    ``KvMetrics.kv_total_blocks``), else ``max_pages``. A page stored past it is not kept and
+    counts as a protocol violation, as does a medium name longer than 32 characters or past
+    16 distinct ones (kept as None); ``violating(rank)`` tells when a rank has committed
+    ``violation_threshold`` of them, for a router to stop trusting it.
     """
 
-    __slots__ = ("_blocks", "_owners")
+    __slots__ = (
+        "_blocks",
+        "_capacity",
+        "_media",
+        "_owners",
+        "_violations",
+        "max_pages",
+        "violation_threshold",
+    )
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        max_pages: int = DEFAULT_MAX_PAGES,
+        violation_threshold: int = DEFAULT_VIOLATION_THRESHOLD,
+    ) -> None:
+        if max_pages < 1 or violation_threshold < 1:
+            raise ValueError("max_pages and violation_threshold must be >= 1")
+        self.max_pages = max_pages
+        self.violation_threshold = violation_threshold
         self._owners: dict[int, dict[int, str | None]] = {}
         self._blocks: dict[int, set[int]] = {}
+        self._capacity: dict[int, int] = {}
+        self._violations: dict[int, int] = {}
+        self._media: dict[str, str] = {}
+
+    def set_capacity(self, rank: int, pages: int) -> None:
+        """The pool ``rank`` announced, in pages (clamped to 1..``max_pages``)."""
+        self._capacity[rank] = max(1, min(int(pages), self.max_pages))
+
+    def capacity(self, rank: int) -> int:
+        """The most pages ``rank`` may hold in the index."""
+        return self._capacity.get(rank, self.max_pages)
+
+    def violations(self, rank: int) -> int:
+        """Protocol violations counted against ``rank``."""
+        return self._violations.get(rank, 0)
+
+    def violating(self, rank: int) -> bool:
+        """True once ``rank`` has ``violation_threshold`` violations or more."""
+        return self._violations.get(rank, 0) >= self.violation_threshold
 
     def apply(self, batch: EventBatch, rank: int | None = None) -> None:
         """Apply a batch's events to ``rank`` (default: the batch's ``attn_dp_rank``, else 0)."""
@@ -29,11 +84,18 @@ class KvIndex:
             rank = batch.attn_dp_rank if batch.attn_dp_rank is not None else 0
         owners = self._owners
         blocks = self._blocks.setdefault(rank, set())
+        capacity = self._capacity.get(rank, self.max_pages)
+        excess = 0
         for event in batch.events:
             kind = type(event)
             if kind is BlockStored:
                 medium = event.medium
+                if medium is not None:
+                    medium = self._medium(medium, rank)
                 for h in event.block_hashes:
+                    if len(blocks) >= capacity and h not in blocks:
+                        excess += 1
+                        continue
                     blocks.add(h)
                     ranks = owners.get(h)
                     if ranks is None:
@@ -52,6 +114,30 @@ class KvIndex:
                 self.clear_rank(rank)
             else:
                 raise TypeError(f"unknown KV event {event!r}")
+        if excess:
+            self._violate(rank, excess, f"stored pages past its pool of {capacity}")
+
+    def _medium(self, medium: str, rank: int) -> str | None:
+        known = self._media.get(medium)
+        if known is not None:
+            return known
+        if len(medium) > _MAX_MEDIUM_CHARS or len(self._media) >= _MAX_MEDIA:
+            self._violate(rank, 1, f"a medium name past the bounds: {medium[:40]!r}")
+            return None
+        self._media[medium] = medium
+        return medium
+
+    def _violate(self, rank: int, count: int, what: str) -> None:
+        before = self._violations.get(rank, 0)
+        self._violations[rank] = before + count
+        if before < self.violation_threshold <= before + count:
+            log.warning(
+                "kv_events.index_violations",
+                rank=rank,
+                violations=before + count,
+                threshold=self.violation_threshold,
+                last=what,
+            )
 
     def clear_rank(self, rank: int) -> None:
         """Forget every block of ``rank`` (after AllBlocksCleared, a restart or lost history)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 
 import attrs
 import zmq
@@ -46,7 +47,9 @@ _END_SEQ = -1
 class ReplayBounds:
     """What one answer on the replay socket may cost the subscriber: ``max_batches`` replies,
     ``max_bytes`` of payload and ``max_seconds`` from the request, however fast they come. A
-    publisher's whole ring (``buffer_steps``, 10,000 batches by default) fits."""
+    publisher's whole ring (``buffer_steps``, 10,000 batches by default) fits. The replies
+    are held decoded until the answer ends: in memory, a batch of token ids or hashes takes up
+    to ~7x its payload (``keep_tokens=False`` drops the token ids)."""
 
     max_batches: int = attrs.field(default=20_000, validator=attrs.validators.ge(1))
     max_bytes: int = attrs.field(default=24 << 20, validator=attrs.validators.ge(1))
@@ -78,7 +81,8 @@ class ReplayRequest:
         self.cutoff = cutoff  # cut when its answer has not ended by then
         self.start = start  # a replay's first seq
         self.frame = frame  # the live frame whose handling waits for the answer, if any
-        self.replies: list[tuple[int, bytes]] = []
+        # (seq, payload or b"" when not kept, the batch or why it did not decode)
+        self.replies: list[tuple[int, bytes, object]] = []
         self.payload_bytes = 0
         self.answered = False  # the end marker arrived (or the answer was cut)
         self.cut = False  # the answer went past the bounds; the rest was not read
@@ -96,6 +100,9 @@ class ReplayClient:
 
     ``sockets`` is the owner's list of open sockets (for closing); the DEALER in use is kept
     in it. ``timeout`` is how long a request may go without a reply before it is given up.
+    A replay's replies are decoded with ``decode`` as they are read, so that the work is
+    spread over the reads (each bounded by its deadline); their payloads are kept only with
+    ``keep_payloads``.
     """
 
     def __init__(
@@ -109,6 +116,8 @@ class ReplayClient:
         bounds: ReplayBounds,
         max_message_bytes: int,
         hwm: int,
+        decode: Callable[[bytes], object],
+        keep_payloads: bool = False,
     ) -> None:
         self.endpoint = endpoint
         self.requests: deque[ReplayRequest] = deque()
@@ -121,6 +130,8 @@ class ReplayClient:
         self._bounds = bounds
         self._max_message_bytes = max_message_bytes
         self._hwm = hwm
+        self._decode = decode
+        self._keep_payloads = keep_payloads
         self._dealer: zmq.Socket | None = None
         self.new_identity()
 
@@ -220,8 +231,11 @@ class ReplayClient:
                     request.answered = True
                     request.answer = frames[-1]
                 else:
-                    request.replies.append((seq, frames[-1]))
-                    request.payload_bytes += len(frames[-1])
+                    payload = frames[-1]
+                    request.payload_bytes += len(payload)
+                    if request.kind == REPLAY:  # the epoch has no batches: nothing to keep
+                        kept = payload if self._keep_payloads else b""
+                        request.replies.append((seq, kept, self._decode(payload)))
                     if len(request.replies) > bounds.max_batches:
                         self.cut(request, f"more than {bounds.max_batches} batches")
                         return True

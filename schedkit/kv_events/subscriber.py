@@ -37,7 +37,7 @@ from schedkit.kv_events.replay_client import (
     ReplayClient,
     ReplayRequest,
 )
-from schedkit.kv_events.structs import MAX_BATCH_BYTES, KVEventBatch, get_profile
+from schedkit.kv_events.structs import MAX_BATCH_BYTES, BlockStored, KVEventBatch, get_profile
 
 __all__ = [
     "GapDetected",
@@ -94,7 +94,9 @@ class KvEventSubscriber:
     each replay answer is bounded by ``replay_bounds`` (batches, bytes, seconds): one that
     goes past them is cut, what it delivered is applied and the rest reported as
     ``HistoryLost(cut=True)``. One ``poll`` call does at most ~20 ms of reading past its
-    timeout, so ``poll(0)`` returns promptly whatever floods in.
+    timeout, so ``poll(0)`` returns promptly whatever floods in (a replay's replies are
+    decoded as they are read). ``keep_tokens=False`` delivers every ``BlockStored`` with
+    empty ``token_ids`` (a router's index reads only the hashes).
 
     ``poll`` never waits longer than its timeout: a live frame whose handling needs the
     replay socket (its epoch, missed batches) waits, with the frames behind it queued in the
@@ -124,6 +126,8 @@ class KvEventSubscriber:
     ``zmq.Context.instance()``, which it never terminates.
     """
 
+    _keeps_payloads = False  # replayed payloads kept after decoding (a checker reads them)
+
     def __init__(
         self,
         endpoint: str,
@@ -141,6 +145,7 @@ class KvEventSubscriber:
         poll_interval: float = 0.05,
         epoch_check_interval: float = 2.0,
         strict: bool = False,
+        keep_tokens: bool = True,
     ) -> None:
         self.endpoint = endpoint
         self.replay_endpoint = replay_endpoint
@@ -148,6 +153,7 @@ class KvEventSubscriber:
         self.bad_input = BadInput(endpoint, "kv_events.bad_input", log)
         wire = get_profile(profile)
         self._decode = wire.strict_decode if strict else wire.decode
+        self._keep_tokens = keep_tokens
         self._epoch: bytes | None = None
         self._epoch_told: bool | None = None  # whether the replay socket tells an epoch
         self._epoch_interval = epoch_check_interval
@@ -191,6 +197,8 @@ class KvEventSubscriber:
                     bounds=replay_bounds or ReplayBounds(),
                     max_message_bytes=max_message_bytes,
                     hwm=hwm,
+                    decode=self._decode_payload,
+                    keep_payloads=self._keeps_payloads,
                 )
                 self._ask(LEARN)
         except zmq.ZMQError as exc:
@@ -479,14 +487,14 @@ class KvEventSubscriber:
             new_seq = replies[-1][0] if replies else 0  # the new publisher's last, as told
             self._notice(PublisherRestarted(request.restart, new_seq, "epoch"))
         lost = False
-        for seq, payload in replies:
+        for seq, payload, decoded in replies:
             if self._last is not None and seq <= self._last:
                 continue
             due = expected if self._last is None else self._last + 1
             if seq != due:
                 self._notice(HistoryLost(due, seq))
                 lost = True
-            self._apply(seq, payload, out)
+            self._apply(seq, payload, out, decoded)
         if received is not None:
             if self._last is None or self._last + 1 < received:
                 due = expected if self._last is None else self._last + 1
@@ -494,12 +502,28 @@ class KvEventSubscriber:
             elif not lost and received > expected:
                 self._notice(GapFilled(expected, received - 1))
 
-    def _apply(self, seq: int, payload: bytes, out: list) -> None:
-        self._last = seq
+    def _decode_payload(self, payload: bytes) -> KVEventBatch | str:
+        """The batch, or why ``payload`` is not one."""
         try:
-            out.append((seq, self._decode(payload)))
+            batch = self._decode(payload)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            self.bad_input("payload", seq=seq, error=str(exc))
+            return str(exc)
+        if not self._keep_tokens:
+            for event in batch.events:
+                if type(event) is BlockStored:
+                    event.token_ids = []
+        return batch
+
+    def _apply(self, seq: int, payload: bytes, out: list, decoded: object = None) -> None:
+        """Deliver ``seq`` (``decoded``: its batch or decode error, when a replay's read
+        decoded it already)."""
+        self._last = seq
+        if decoded is None:
+            decoded = self._decode_payload(payload)
+        if isinstance(decoded, str):
+            self.bad_input("payload", seq=seq, error=decoded)
+        else:
+            out.append((seq, decoded))
 
     # -- the replay socket ----------------------------------------------------------------
 
