@@ -31,6 +31,7 @@ streams share ``Route`` and ``Candidates`` and are read together.)
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
@@ -49,6 +50,7 @@ from schedkit.kv_events import (
 from schedkit.kv_events.structs import KvMetrics
 
 _MAX_REPORT_BYTES = 1024  # a KvMetrics report is ~60 bytes
+_APPLY_SECONDS = 0.015  # index work per KvRouter.poll; the rest waits for the next call
 
 __all__ = [
     "POLICIES",
@@ -280,7 +282,9 @@ class KvRouter(Router):
 
     Each rank's index holds at most its pool: ``capacity`` (pages per rank, from the ranks'
     config) or its reported ``kv_total_blocks``; a rank that keeps storing past it
-    (``KvIndex.violating``) is taken out of routing and listed in ``untrusted``.
+    (``KvIndex.violating``) is taken out of routing and listed in ``untrusted``. One
+    ``poll`` applies ~15 ms of batches; a rank with more (a long replay) keeps the rest for
+    the next calls and is not read meanwhile.
     """
 
     def __init__(
@@ -309,6 +313,7 @@ class KvRouter(Router):
         for rank, pages in (capacity or {}).items():
             self.index.set_capacity(rank, pages)
         self._breaks: dict[int, list] = {rank: [] for rank in self.ranks}
+        self._backlog: dict[int, deque] = {rank: deque() for rank in self.ranks}
         self._context = zmq.Context()
         self._metrics = None
         self._decode_metrics = msgspec.msgpack.Decoder(KvMetrics).decode
@@ -346,15 +351,24 @@ class KvRouter(Router):
         number of batches applied."""
         applied = 0
         first = self.ranks[0] if self.ranks else None
-        for rank in list(self.ranks):
+        for rank in self.ranks:
+            backlog = self._backlog[rank]
+            if backlog:  # read on once it is applied: meanwhile the sockets' queues hold
+                continue
             batches = self.subscribers[rank].poll(timeout_ms if rank == first else 0)
             breaks, self._breaks[rank] = self._breaks[rank], []
             for notice, last_seq in breaks:
                 self.index.clear_rank(rank)
                 batches = batches_after_break(notice, last_seq, batches)
-            for _, batch in batches:
-                self.index.apply(batch, rank)
-            applied += len(batches)
+            backlog.extend(batches)
+        # Applying a long replay (up to ReplayBounds) takes turns with the next polls.
+        start = time.monotonic()
+        ranks = list(self.ranks)
+        for i, rank in enumerate(ranks, 1):
+            backlog, until = self._backlog[rank], start + _APPLY_SECONDS * i / len(ranks)
+            while backlog and (time.monotonic() < until or not applied):
+                self.index.apply(backlog.popleft()[1], rank)
+                applied += 1
             if self.index.violating(rank):
                 self.untrusted.append(rank)
                 self.remove(rank)
@@ -396,6 +410,7 @@ class KvRouter(Router):
     def remove(self, rank: int) -> None:
         """Stop following ``rank``'s stream and route nothing more to it."""
         super().remove(rank)
+        self._backlog.pop(rank, None)
         subscriber = self.subscribers.pop(rank, None)
         if subscriber is not None:
             subscriber.close()

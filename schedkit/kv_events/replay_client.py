@@ -68,6 +68,7 @@ class ReplayRequest:
         "frame",
         "kind",
         "payload_bytes",
+        "received",
         "replies",
         "restart",
         "start",
@@ -84,6 +85,7 @@ class ReplayRequest:
         # (seq, payload or b"" when not kept, the batch or why it did not decode)
         self.replies: list[tuple[int, bytes, object]] = []
         self.payload_bytes = 0
+        self.received = 0  # replies read, kept or not
         self.answered = False  # the end marker arrived (or the answer was cut)
         self.cut = False  # the answer went past the bounds; the rest was not read
         self.answer = b""  # the end marker's payload
@@ -200,7 +202,7 @@ class ReplayClient:
             "replay_cut",
             request=request.kind,
             why=why,
-            batches=len(request.replies),
+            batches=request.received,
             payload_bytes=request.payload_bytes,
         )
 
@@ -232,11 +234,12 @@ class ReplayClient:
                     request.answer = frames[-1]
                 else:
                     payload = frames[-1]
+                    request.received += 1
                     request.payload_bytes += len(payload)
                     if request.kind == REPLAY:  # the epoch has no batches: nothing to keep
                         kept = payload if self._keep_payloads else b""
                         request.replies.append((seq, kept, self._decode(payload)))
-                    if len(request.replies) > bounds.max_batches:
+                    if request.received > bounds.max_batches:
                         self.cut(request, f"more than {bounds.max_batches} batches")
                         return True
                     if request.payload_bytes > bounds.max_bytes:

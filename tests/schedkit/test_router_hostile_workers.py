@@ -1,0 +1,130 @@
+"""A KvRouter against workers that send what they should not: a batch nested 1,000 deep, a
+replay that never ends, more pages than their pool. The router goes on, in bounded memory
+and time, and stops trusting a worker that keeps breaking its pool."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+
+import msgspec
+import zmq
+
+from schedkit.kv_events import encode_batch
+from schedkit.kv_events.structs import BlockStored, KVEventBatch
+from schedkit.router import KvRouter
+from schedkit.testing.serving import free_endpoint
+from tests.schedkit.kv_events.hostile import RawPublisher, deep_batch, page_batch
+
+PAGE = 4
+
+_ROUTER_UNDER_REPLAY = textwrap.dedent(
+    """
+    import json, os, sys, time
+    from schedkit.router import KvRouter
+    from schedkit.testing.serving import peak_rss_mib
+    live, replay, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    router = KvRouter({0: (live, replay)}, 4)
+    start = peak_rss_mib(os.getpid())
+    slowest, polls, end = 0.0, 0, time.monotonic() + seconds
+    while time.monotonic() < end:
+        t = time.perf_counter()
+        router.poll(0)
+        slowest = max(slowest, time.perf_counter() - t)
+        polls += 1
+        time.sleep(0.001)
+    sub = router.subscribers[0]
+    print(json.dumps({
+        "start_mib": start, "peak_mib": peak_rss_mib(os.getpid()), "slowest_ms": slowest * 1000,
+        "polls": polls, "cut": sub.replays_cut, "notices": len(router.notices),
+    }))
+    router.close()
+    """
+)
+
+
+def test_the_router_survives_a_batch_nested_1000_deep():
+    pub = RawPublisher()
+    router = KvRouter({0: (pub.endpoint, None)}, PAGE)
+    try:
+        sub = router.subscribers[0]
+        pub.send_until(0, deep_batch(), lambda: router.poll(20) or sub.decode_errors)
+        pub.send(1, encode_batch(page_batch(1)))
+        deadline = time.monotonic() + 5
+        while not router.index.num_blocks(0):
+            assert time.monotonic() < deadline
+            router.poll(20)
+        assert router.index.blocks(0) == {1}
+        assert sub.bad_input.counts == {"payload": sub.decode_errors}
+    finally:
+        router.close()
+        pub.close()
+
+
+def test_the_router_stays_small_and_prompt_under_a_replay_that_never_ends():
+    pub = RawPublisher(endless_replay=True)
+    try:
+        router = subprocess.Popen(
+            [sys.executable, "-c", _ROUTER_UNDER_REPLAY, pub.endpoint, pub.replay_endpoint, "3"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        # A live frame far past seq 0: the router asks for a replay, which never ends.
+        while router.poll() is None:
+            pub.send(1_000_000, encode_batch(page_batch(7)))
+            time.sleep(0.01)
+        result = json.loads(router.stdout.read().splitlines()[-1])  # after its log lines
+    finally:
+        pub.close()
+    print(result)
+    assert router.returncode == 0
+    assert pub.replies_sent > 20_000  # far more than one replay's bound of 20,000 batches
+    assert result["cut"] >= 1
+    assert result["peak_mib"] < 100, result
+    assert result["slowest_ms"] < 50, result
+
+
+def test_a_worker_never_holds_more_than_its_pool_and_is_dropped_when_it_keeps_trying():
+    pub = RawPublisher()
+    metrics = free_endpoint()
+    router = KvRouter(
+        {0: (pub.endpoint, None), 1: (free_endpoint(), None)}, PAGE, metrics_endpoint=metrics
+    )
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    try:
+        # Its KvMetrics (SGLang's tagged array) announce a pool of 4,096 pages.
+        push.connect(metrics)
+        push.send(msgspec.msgpack.encode(["KvMetrics", 0, 8, 0, 4096, 0, 0.0, 0.0, 0]))
+        deadline = time.monotonic() + 5
+        while router.index.capacity(0) != 4096:
+            assert time.monotonic() < deadline
+            router.poll(10)
+        # Then it claims 2,000,000 pages, 20,000 per batch.
+        seq = 0
+        claimed = 0
+        pub.send_until(0, _claim(0), lambda: router.poll(20) or router.index.num_blocks(0))
+        claimed, seq = 20_000, 1
+        while 0 in router.ranks and claimed < 2_000_000:
+            pub.send(seq, _claim(seq))
+            seq, claimed = seq + 1, claimed + 20_000
+            router.poll(5)
+            assert router.index.num_blocks(0) <= 4096
+        deadline = time.monotonic() + 5
+        while 0 in router.ranks:
+            assert time.monotonic() < deadline
+            router.poll(10)
+        assert router.untrusted == [0] and router.ranks == [1]
+        assert router.index.num_blocks(0) == 0
+        assert router.route([1] * 16).rank == 1
+    finally:
+        push.close(linger=0)
+        router.close()
+        pub.close()
+
+
+def _claim(i: int) -> bytes:
+    hashes = list(range(i * 20_000, (i + 1) * 20_000))
+    return encode_batch(KVEventBatch(0.0, [BlockStored(hashes, None, [], PAGE, None)], 0))
