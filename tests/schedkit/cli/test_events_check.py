@@ -452,3 +452,33 @@ def test_the_logging_configuration_is_restored_after_a_check(endpoint, capsys):
     )
     assert cmd_check(args) == (2 if endpoint == "not-an-endpoint" else 1)
     assert structlog.get_config() == before
+
+
+@pytest.mark.parametrize("command", ["check", "tail"])
+def test_a_batch_nested_1000_deep_is_reported_not_raised(command):
+    import subprocess
+    import sys
+
+    from tests.schedkit.kv_events.hostile import RawPublisher, deep_batch
+
+    pub = RawPublisher()
+    try:
+        argv = [sys.executable, "-m", "schedkit.cli", "events", command, pub.endpoint]
+        argv += ["--timeout", "1.5"]
+        child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        seq = 0
+        while child.poll() is None:  # the deep batch, then a good one, until it stops
+            pub.send(seq, deep_batch() if seq % 2 == 0 else encode_batch(KVEventBatch(0.0, [])))
+            seq += 1
+            time.sleep(0.02)
+        out, err = child.communicate()
+    finally:
+        pub.close()
+    assert "Traceback" not in err and "RecursionError" not in err + out
+    if command == "check":
+        assert child.returncode == 1
+        assert "nested too deep" in out, out
+    else:
+        assert child.returncode == 0
+        assert "kv_events.bad_input" in out + err and "nested too deep" in out + err
+        assert "events=0" in out  # the good batches between them
