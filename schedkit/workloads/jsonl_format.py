@@ -4,7 +4,6 @@ from the seed only when a request is made."""
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,7 +11,12 @@ from pathlib import Path
 import msgspec
 
 from schedkit.core.schedule_batch import MAX_TOKEN_ID, Req, SamplingParams
-from schedkit.workloads.trace_io import ProblemLog, decode_lines
+from schedkit.workloads.trace_io import (
+    MAX_REQUEST_TOKENS,
+    MAX_TRACE_SECONDS,
+    ProblemLog,
+    decode_lines,
+)
 from schedkit.workloads.workload import random_tokens
 
 __all__ = ["JsonlLine", "jsonl_records", "jsonl_requests"]
@@ -41,6 +45,10 @@ class JsonlLine(msgspec.Struct, forbid_unknown_fields=True):
 def _jsonl_problem(line: JsonlLine) -> str | None:
     if (line.input_ids is None) == (line.prompt_len is None):
         return "give exactly one of 'input_ids' or 'prompt_len'"
+    prompt = line.prompt_len if line.input_ids is None else len(line.input_ids)
+    for name, count in (("the prompt", prompt), ("'max_new_tokens'", line.max_new_tokens)):
+        if count > MAX_REQUEST_TOKENS:
+            return f"{name} has {count} tokens, over the {MAX_REQUEST_TOKENS} a request may have"
     if line.input_ids is not None and not (
         line.input_ids and min(line.input_ids) >= 0 and max(line.input_ids) <= MAX_TOKEN_ID
     ):
@@ -49,8 +57,8 @@ def _jsonl_problem(line: JsonlLine) -> str | None:
         return "'prompt_len' must be >= 1"
     if line.prompt_len is not None and not 0 <= line.prefix_len <= line.prompt_len:
         return "'prefix_len' must be between 0 and 'prompt_len'"
-    if line.arrival is not None and not 0 <= line.arrival < math.inf:
-        return "'arrival' must be a finite number >= 0 seconds"
+    if line.arrival is not None and not 0 <= line.arrival <= MAX_TRACE_SECONDS:
+        return f"'arrival' must be a number of seconds in [0, {MAX_TRACE_SECONDS:g}]"
     return _jsonl_params(line).validation_error()
 
 

@@ -25,7 +25,7 @@ def sniff_format(path: str | Path) -> tuple[str, str] | None:
     if first.startswith("{"):
         try:
             record = json.loads(first)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deep to tell
             return None
         if not isinstance(record, dict):
             return None

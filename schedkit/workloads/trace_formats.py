@@ -45,9 +45,10 @@ import msgspec
 from schedkit.core.schedule_batch import Req, SamplingParams
 from schedkit.workloads.jsonl_format import jsonl_records, jsonl_requests
 from schedkit.workloads.trace_io import (
+    MAX_REQUEST_TOKENS,
     ProblemLog,
+    decode_item,
     decode_lines,
-    describe_decode_error,
     iter_csv_rows,
     iter_json_array,
 )
@@ -110,8 +111,8 @@ class MooncakeLine(msgspec.Struct):
     """One line of a Mooncake trace (fields not listed here are ignored)."""
 
     timestamp: Annotated[float, msgspec.Meta(ge=0)]
-    input_length: Annotated[int, msgspec.Meta(ge=1)]
-    output_length: Annotated[int, msgspec.Meta(ge=1)]
+    input_length: Annotated[int, msgspec.Meta(ge=1, le=MAX_REQUEST_TOKENS)]
+    output_length: Annotated[int, msgspec.Meta(ge=1, le=MAX_REQUEST_TOKENS)]
     hash_ids: list[Annotated[int, msgspec.Meta(ge=0)]]
 
 
@@ -167,7 +168,14 @@ def _counts(number: int, log: ProblemLog, named: dict[str, str]) -> tuple[int, .
     counts = []
     for name, value in named.items():
         if not (value.isascii() and value.isdigit()):
-            log.add(number, f"{name} must be a whole number >= 0, got {value!r}", kind=name)
+            log.add(number, f"{name} must be a whole number >= 0, got {value[:40]!r}", kind=name)
+            return None
+        if len(value) > 7 and int(value) > MAX_REQUEST_TOKENS:
+            log.add(
+                number,
+                f"{name} {value[:40]} is over the {MAX_REQUEST_TOKENS} tokens a request may have",
+                kind=f"{name} bound",
+            )
             return None
         counts.append(int(value))
     return tuple(counts)
@@ -231,11 +239,10 @@ class ShareGptConversation(msgspec.Struct):
 def _sharegpt_records(path: Path, log: ProblemLog, block_size: int) -> Iterator[Record]:
     decoder = msgspec.json.Decoder(ShareGptConversation)
     for number, text in iter_json_array(path, log):
-        try:
-            turns = decoder.decode(text).conversations
-        except msgspec.DecodeError as exc:
-            log.add(number, describe_decode_error(exc, ShareGptConversation))
+        conversation = decode_item(decoder, text, number, log)
+        if conversation is None:
             continue
+        turns = conversation.conversations
         pair = next(
             (
                 (ask.value, answer.value)
@@ -246,6 +253,12 @@ def _sharegpt_records(path: Path, log: ProblemLog, block_size: int) -> Iterator[
         )
         if pair is None or not pair[0] or not pair[1]:
             log.skip(number, "no non-empty human turn followed by a gpt turn")
+            continue
+        longest = max(map(len, pair))
+        if longest > MAX_REQUEST_TOKENS * CHARS_PER_TOKEN:
+            tokens = -(-longest // CHARS_PER_TOKEN)
+            text = f"a turn of {tokens} tokens, over the {MAX_REQUEST_TOKENS} a request may have"
+            log.add(number, text, kind="turn bound")
             continue
         yield number, None, pair
 

@@ -20,9 +20,12 @@ Give either ``input_ids`` or ``prompt_len`` (random tokens from the seed; lines 
 lines without it arrive as a Poisson process at ``rate``, or all at once without a rate.
 ``priority`` is for the priority policies, ``routing_key`` for the routing-key policy;
 ``cache_salt`` and ``extra_key`` put the request's cached KV in a namespace of its own (as
-SGLang does). A file whose arrivals are out of order,
-or that mixes lines with and without ``arrival``, is read whole and sorted (a note says so).
-The timestamped formats (mooncake, azure, burstgpt) must be in time order.
+SGLang does). A file whose arrivals are out of order, or that mixes lines with and without
+``arrival``, is sorted as it is read through a window of the next 4,096 arrivals
+(``sort_window``; a note says so); one out of order by more than that is refused at its first
+such line. The timestamped formats (mooncake, azure, burstgpt) must be in time order. Every
+timestamp must be finite and within ``MAX_TRACE_SECONDS`` of the first, and every count within
+``MAX_REQUEST_TOKENS`` (``trace_io``).
 """
 
 from __future__ import annotations
@@ -38,8 +41,9 @@ import attrs
 
 from schedkit.core.schedule_batch import Req
 from schedkit.workloads.sniff import sniff_format
+from schedkit.workloads.sort_window import SORT_WINDOW_ITEMS, SortWindow
 from schedkit.workloads.trace_formats import FORMATS
-from schedkit.workloads.trace_io import ProblemLog
+from schedkit.workloads.trace_io import MAX_TRACE_SECONDS, ProblemLog
 from schedkit.workloads.workload import Arrival, StaticWorkload, WorkloadError, arrival_times
 
 __all__ = [
@@ -135,14 +139,25 @@ def open_trace(
     spec = FORMATS[name]
     log = ProblemLog(path)
     count, first, latest, timed, untimed, ordered = 0, None, None, 0, 0, True
+    window = SortWindow()  # how the untimestamped formats' arrivals would be sorted
     with contextlib.closing(spec.records(path, log, block_size)) as records:
-        for number, time, _ in itertools.islice(records, num_requests):
+        for number, time, record in itertools.islice(records, num_requests):
             count += 1
             if time is None:
                 untimed += 1
+                if rate is None or rate == math.inf:  # at 0; with a rate, known when run
+                    _sort_check(window, 0.0, number, record, log, path)
                 continue
             timed += 1
             first = time if first is None else first
+            if not abs(time - first) <= MAX_TRACE_SECONDS:
+                log.add(
+                    number,
+                    f"arrives {time - first:.6g} s after the first request: more than the "
+                    f"{MAX_TRACE_SECONDS:g} s a trace may span",
+                    kind="span",
+                )
+                continue
             if latest is not None and time < latest[1]:
                 ordered = False
                 if spec.timestamped:
@@ -153,8 +168,11 @@ def open_trace(
                         "in time order",
                         kind="order",
                     )
-                continue
-            latest = (number, time)
+                    continue
+            if not spec.timestamped:
+                _sort_check(window, time, number, record, log, path)
+            if latest is None or time >= latest[1]:
+                latest = (number, time)
     if log:
         sniffed = sniff_format(path)
         if sniffed is not None and sniffed[0] != name:
@@ -188,12 +206,52 @@ def open_trace(
         notes.append(f"{path}: read as {name}, by its header; give --format to say otherwise")
     make = arrivals
     if not ordered or (timed and untimed):
-        notes.append(f"{path}: arrivals are not in file order: the file is read whole and sorted")
+        notes.append(
+            f"{path}: arrivals are not in file order: they are sorted through a window of "
+            f"{SORT_WINDOW_ITEMS} arrivals as the file is read"
+        )
 
         def make() -> Iterator[Arrival]:
-            return iter(sorted(arrivals(), key=lambda a: a.time))
+            return _sorted_arrivals(arrivals(), path)
 
     return TraceWorkload(path, name, count, notes, make)
+
+
+def _tokens(record: object) -> int:
+    """Prompt tokens a record's request holds (a jsonl line's, else 1)."""
+    prompt_len = getattr(record, "prompt_len", None)
+    ids = getattr(record, "input_ids", None)
+    return max(1, prompt_len or 0, len(ids) if ids is not None else 0)
+
+
+def _out_of_window(time: float, late: tuple[float, int]) -> str:
+    return (
+        f"arrives at {time:.3f} s, before line {late[1]} at {late[0]:.3f} s, which sorting "
+        f"through a window of {SORT_WINDOW_ITEMS} arrivals has let out already; sort the file "
+        "by arrival"
+    )
+
+
+def _sort_check(
+    window: SortWindow, time: float, number: int, record: object, log: ProblemLog, path: Path
+) -> None:
+    late = window.late(time)
+    if late is not None:
+        log.add(number, _out_of_window(time, late), kind="window")
+        return
+    for _ in window.push(time, number, None, _tokens(record)):
+        pass
+
+
+def _sorted_arrivals(arrivals: Iterator[Arrival], path: Path) -> Iterator[Arrival]:
+    window = SortWindow()
+    for number, arrival in enumerate(arrivals, 1):
+        late = window.late(arrival.time)
+        if late is not None:  # only lines without 'arrival' at a rate get here unchecked
+            problem = _out_of_window(arrival.time, late)
+            raise WorkloadError([f"{path}: request {arrival.req.rid} {problem}"])
+        yield from window.push(arrival.time, number, arrival, len(arrival.req.origin_input_ids))
+    yield from window.drain()
 
 
 def load_jsonl(path: str | Path, rate: float | None = None, seed: int = 0) -> StaticWorkload:

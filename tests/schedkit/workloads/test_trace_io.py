@@ -41,7 +41,9 @@ def test_at_most_twenty_kinds_are_shown():
 def test_lines_skip_blanks_and_comments(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_bytes(b"# header\n\n  {}  \r\n")
-    assert list(iter_lines(path)) == [(3, b"{}")]
+    log = ProblemLog(path)
+    assert list(iter_lines(path, log)) == [(3, b"{}")]
+    assert not log
 
 
 def test_csv_rows_take_columns_by_name(tmp_path):

@@ -274,7 +274,7 @@ def test_jsonl_out_of_order_is_sorted_with_a_note(tmp_path):
     path.write_text('{"prompt_len": 4, "arrival": 2}\n{"prompt_len": 4, "arrival": 1}\n')
     workload = open_trace(path, "jsonl", speedup=2.0)
     assert [(a.req.rid, a.time) for a in workload.initial()] == [("line2", 0.5), ("line1", 1.0)]
-    assert "read whole and sorted" in workload.notes[0]
+    assert "sorted through a window of 4096 arrivals" in workload.notes[0]
 
 
 def test_bad_options_are_refused(tmp_path):
