@@ -13,7 +13,10 @@ lines and lines starting with ``#`` are skipped; an empty cell is a value left o
                      prefill: the request's length after the step (one-request steps)
     step_time_ms     the measured time of the step, the scheduler's own work included
 
-Every bad line is reported with its line number, as ``FILE:LINE: column: problem``.
+Every bad line is reported with its line number, as ``FILE:LINE: column: problem``. Reading
+is bounded: lines of at most ``MAX_LINE_CHARS`` characters, at most ``MAX_STEPS`` steps (a fit
+needs a few hundred per mode), and every value within ``BOUNDS`` (so that no sum of the fit
+overflows a float).
 """
 
 from __future__ import annotations
@@ -21,11 +24,24 @@ from __future__ import annotations
 import csv
 import math
 import os
-from pathlib import Path
+import stat
+from collections.abc import Iterator
 
 from schedkit.runner.calibrate import TERMS, CalibrationError, Step
 
-__all__ = ["COLUMNS", "read_steps"]
+__all__ = ["BOUNDS", "COLUMNS", "MAX_LINE_CHARS", "MAX_STEPS", "read_steps"]
+
+MAX_LINE_CHARS = 4096
+MAX_STEPS = 100_000
+# The largest value each column takes: far past any real step, small enough that squares
+# summed over MAX_STEPS rows stay finite floats.
+BOUNDS: dict[str, float] = {
+    "batch_size": 1 << 20,
+    "new_tokens": 1 << 30,
+    "attention_pairs": 1 << 60,
+    "context_tokens": 1 << 40,
+    "step_time_ms": 3.6e6,  # an hour
+}
 
 COLUMNS = (
     "mode",
@@ -49,11 +65,15 @@ def _parse_row(values: dict[str, str]) -> tuple[Step | None, list[str]]:
         if not text:
             return None
         try:
-            value = int(text)
+            value = int(text) if len(text) <= 20 else math.inf
         except ValueError:
             value = minimum - 1
-        if value < minimum:
-            problems.append(f"{column}: expected a whole number >= {minimum}, got {text!r}")
+        if not minimum <= value <= BOUNDS[column]:
+            shown = repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
+            problems.append(
+                f"{column}: expected a whole number in [{minimum}, {BOUNDS[column]:.0f}], "
+                f"got {shown}"
+            )
             bad.add(column)
             return None
         return value
@@ -70,8 +90,11 @@ def _parse_row(values: dict[str, str]) -> tuple[Step | None, list[str]]:
         step_ms = float(text)
     except ValueError:
         step_ms = math.nan
-    if not (math.isfinite(step_ms) and step_ms > 0):
-        problems.append(f"step_time_ms: expected a number of milliseconds > 0, got {text!r}")
+    if not 0 < step_ms <= BOUNDS["step_time_ms"]:
+        shown = repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
+        problems.append(
+            f"step_time_ms: expected milliseconds in (0, {BOUNDS['step_time_ms']:.0f}], got {shown}"
+        )
     if batch_size is None and "batch_size" not in bad:
         problems.append("batch_size: missing")
     if mode == "prefill" and new_tokens is None and "new_tokens" not in bad:
@@ -105,23 +128,40 @@ def _parse_row(values: dict[str, str]) -> tuple[Step | None, list[str]]:
     return step, []
 
 
+def _lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+    """``(number, text)`` of the lines that are not blank or comments; ``CalibrationError``
+    for a file that is not a regular UTF-8 text file or a line over ``MAX_LINE_CHARS``."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise CalibrationError(f"{path}: not a regular file (a device, a pipe or a directory)")
+        with open(path, encoding="utf-8") as file:
+            number = 0
+            while line := file.readline(MAX_LINE_CHARS + 1):
+                number += 1
+                if len(line) > MAX_LINE_CHARS:
+                    raise CalibrationError(
+                        f"{path}:{number}: a line of more than {MAX_LINE_CHARS} characters"
+                    )
+                if line.strip() and not line.startswith("#"):
+                    yield number, line
+    except OSError as exc:
+        raise CalibrationError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise CalibrationError(f"{path}: not UTF-8 text ({exc.reason})") from None
+
+
 def read_steps(path: str | os.PathLike) -> list[Step]:
     """The steps of a calibration CSV; ``CalibrationError`` with every bad line as
     ``FILE:LINE: column: problem``."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CalibrationError(f"{path}: cannot read: {exc}") from None
-    numbered = [
-        (n, line) for n, line in enumerate(lines, 1) if line.strip() and not line.startswith("#")
-    ]
-    if not numbered:
+    lines = _lines(path)
+    first = next(lines, None)
+    if first is None:
         raise CalibrationError(f"{path}: no header line; expected columns from {COLUMNS}")
-    header_line, header_text = numbered[0]
+    header_line, header_text = first
     header = [c.strip() for c in next(csv.reader([header_text]))]
     valid = ", ".join(COLUMNS)
     errors = [
-        f"{path}:{header_line}: unknown column {c!r}; valid columns: {valid}"
+        f"{path}:{header_line}: unknown column {c[:40]!r}; valid columns: {valid}"
         for c in header
         if c not in COLUMNS
     ]
@@ -136,19 +176,28 @@ def read_steps(path: str | os.PathLike) -> list[Step]:
         if c not in header
     ]
     if errors:
-        raise CalibrationError(errors)
+        raise CalibrationError(errors[:_MAX_REPORTED])
     steps: list[Step] = []
-    for n, text in numbered[1:]:
+    more = 0
+    for n, text in lines:
+        if len(steps) >= MAX_STEPS:
+            raise CalibrationError(
+                f"{path}:{n}: more than {MAX_STEPS} steps; a fit needs a few hundred per mode"
+            )
         cells = [c.strip() for c in next(csv.reader([text]))]
         if len(cells) != len(header):
-            errors.append(f"{path}:{n}: {len(cells)} fields, the header has {len(header)}")
-            continue
-        step, problems = _parse_row(dict(zip(header, cells, strict=True)))
-        errors += [f"{path}:{n}: {p}" for p in problems]
+            problems = [f"{len(cells)} fields, the header has {len(header)}"]
+            step = None
+        else:
+            step, problems = _parse_row(dict(zip(header, cells, strict=True)))
+        if len(errors) < _MAX_REPORTED:
+            errors += [f"{path}:{n}: {p}" for p in problems]
+        else:
+            more += len(problems)
         if step is not None:
             steps.append(step)
-    if len(errors) > _MAX_REPORTED:
-        errors = [*errors[:_MAX_REPORTED], f"... and {len(errors) - _MAX_REPORTED} more"]
+    if more:
+        errors.append(f"... and {more} more")
     if errors:
         raise CalibrationError(errors)
     if not steps:

@@ -36,11 +36,11 @@ def test_bad_lines_are_reported_with_their_line_numbers(tmp_path):
         read_steps(path)
     assert info.value.errors == [
         f"{path}:3: mode: expected prefill or decode, got 'verify'",
-        f"{path}:4: batch_size: expected a whole number >= 1, got '0'",
+        f"{path}:4: batch_size: expected a whole number in [1, 1048576], got '0'",
         f"{path}:5: context_tokens: missing (the sum of a decode step's request lengths)",
         f"{path}:6: attention_pairs: missing; give it (the sum of new x prefix + new x (new + 1) "
         "/ 2 over the requests), or context_tokens for a one-request step",
-        f"{path}:7: step_time_ms: expected a number of milliseconds > 0, got '-1'",
+        f"{path}:7: step_time_ms: expected milliseconds in (0, 3600000], got '-1'",
         f"{path}:8: 5 fields, the header has 6",
         f"{path}:9: context_tokens: the request's length after the step (50) cannot be below "
         "its new_tokens (100)",
