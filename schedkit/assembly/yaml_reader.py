@@ -4,10 +4,11 @@ file and line of every component, type and argument, overlays merged in order.
 (Longer than 300 lines: one reader walks a document with its bounds, keys and lines; the
 merge rules need the same reader.)
 
-Reading is bounded and strict: a document that expands past ``MAX_VALUES`` values or nests
-deeper than ``MAX_DEPTH`` is refused, and so are non-UTF-8 bytes, duplicate keys, keys that are
-not plain names and tags other than ``!ref``, ``!late``, ``!call`` and ``!replace``; every
-problem is kept as
+Reading is bounded and strict: a file that is not a regular file (a device such as /dev/zero,
+a pipe) or is larger than ``MAX_FILE_BYTES`` is refused before it is read; a document that
+expands past ``MAX_VALUES`` values or nests deeper than ``MAX_DEPTH`` is refused, and so are
+non-UTF-8 bytes, duplicate keys, keys that are not plain names and tags other than ``!ref``,
+``!late``, ``!call`` and ``!replace``; every problem is kept as
 ``FILE:LINE: path: problem`` for ``load_wiring`` to report together.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,7 @@ from schedkit.assembly.wiring import (
     _make_ref,
 )
 
-__all__ = ["MAX_DEPTH", "MAX_VALUES", "Replace", "WiringDumper", "read_wiring"]
+__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_VALUES", "Replace", "WiringDumper", "read_wiring"]
 
 _ENV = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _TOP_KEYS = ("plugins", "components")
@@ -42,6 +44,7 @@ _ENTRY_KEYS = ("type", "args")
 # expand to billions of values, or nesting that exhausts the stack, is refused.
 MAX_VALUES = 100_000
 MAX_DEPTH = 50
+MAX_FILE_BYTES = 1 << 20  # the shipped wiring is ~10 KB
 _PLAIN_TAGS = frozenset(
     f"tag:yaml.org,2002:{t}"
     for t in ("str", "int", "float", "bool", "null", "seq", "map", "timestamp")
@@ -192,9 +195,19 @@ def _read_file(path: Path, errors: _Errors, overlay: bool) -> tuple[yaml.Node | 
     file = str(path)
     reader = _FileReader(file, errors, overlay)
     try:
-        raw = path.read_bytes()
+        kind = os.stat(path)
+        if not stat.S_ISREG(kind.st_mode):
+            errors.add(file, None, "", "not a regular file (a device, a pipe or a directory)")
+            return None, reader
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         errors.add(file, None, "", f"cannot read wiring file: {exc.strerror}")
+        return None, reader
+    if len(raw) > MAX_FILE_BYTES:
+        errors.add(
+            file, None, "", f"{kind.st_size} bytes, larger than a wiring may be ({MAX_FILE_BYTES})"
+        )
         return None, reader
     try:
         text = raw.decode("utf-8")

@@ -4,12 +4,14 @@ print the coefficients, the fit's error and the overlay that uses them."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import yaml
 
 from schedkit.assembly.yaml_reader import WiringDumper
 from schedkit.cli.args import number, print_problems
+from schedkit.cli.files import output_problem
 from schedkit.runner.calibrate import TERMS, CalibrationError, fit
 from schedkit.runner.calibration_csv import COLUMNS, read_steps
 
@@ -42,6 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="the simulated runner's name in the wiring (default: model_runner)",
     )
     p.add_argument("--write", metavar="OVERLAY.yaml", help="also write the overlay to this file")
+    p.add_argument("--force", action="store_true", help="let --write overwrite an existing file")
     p.set_defaults(run=cmd_calibrate)
 
 
@@ -62,7 +65,12 @@ _PER = {
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """``schedkit calibrate``: print (and with ``--write`` save) the fitted overlay; 2 when
-    the CSV cannot be read or fitted."""
+    the CSV cannot be read or fitted, or the ``--write`` file cannot be written."""
+    if args.write:
+        problem = output_problem(args.write, overwrite=args.force)
+        if problem is not None:
+            print(f"schedkit calibrate: {problem}", file=sys.stderr)
+            return 2
     try:
         result = fit(
             read_steps(args.csv),
@@ -96,7 +104,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     usage = args.write or "OVERLAY.yaml"
     print(f"# overlay: schedkit run wiring.yaml -o {usage}\n{text}", end="")
     if args.write:
-        Path(args.write).write_text(
-            f"# Fitted by `schedkit calibrate {args.csv}`\n{text}", encoding="utf-8"
-        )
+        try:
+            Path(args.write).write_text(
+                f"# Fitted by `schedkit calibrate {args.csv}`\n{text}", encoding="utf-8"
+            )
+        except OSError as exc:
+            print(f"schedkit calibrate: cannot write {args.write}: {exc.strerror}", file=sys.stderr)
+            return 2
     return 0

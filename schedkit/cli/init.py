@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from schedkit import wirings
+from schedkit.cli.files import output_problem
 
 __all__ = ["add_parser"]
 
@@ -32,10 +33,15 @@ def cmd_init(args: argparse.Namespace) -> int:
     """``schedkit init``: write the shipped wiring (or ``--example`` overlay) to the path."""
     source = wirings.path(args.example or wirings.DEFAULT)
     target = Path(args.path or f"{args.example or 'wiring'}.yaml")
-    if target.exists() and not args.force:
-        print(f"schedkit init: {target} exists; pass --force to overwrite it", file=sys.stderr)
+    problem = output_problem(str(target), overwrite=args.force)
+    if problem is not None:
+        print(f"schedkit init: {problem}", file=sys.stderr)
         return 2
-    target.write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    try:
+        target.write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    except OSError as exc:
+        print(f"schedkit init: cannot write {target}: {exc.strerror}", file=sys.stderr)
+        return 2
     if args.example:
         print(
             f"schedkit init: wrote the {args.example} overlay to {target}; use it over a wiring: "

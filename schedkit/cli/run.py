@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ import structlog
 from schedkit.assembly.container import Assembly, build
 from schedkit.assembly.wiring import Wiring
 from schedkit.cli.args import add_wiring_args, number, run_provenance, wiring_from_args
+from schedkit.cli.files import output_problem
 from schedkit.cli.workload_args import (
     add_summary_args,
     add_workload_args,
@@ -106,10 +108,18 @@ def _record(out: TextIO) -> Callable[[Req], None]:
     return write
 
 
+# What writing --output can fail with once it is open (the disk filled up, a quota).
+_WRITE_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """``schedkit run``: 0 after the summary, 1 when the scheduler got stuck, 2 on bad input,
     130 when interrupted."""
     samples = None
+    problem = args.output and output_problem(args.output, overwrite=True)
+    if problem:
+        print(f"schedkit run: {problem}", file=sys.stderr)
+        return 2
     if args.plot:
         try:
             check_plot_target(args.plot)
@@ -136,22 +146,28 @@ def cmd_run(args: argparse.Namespace) -> int:
                 + (f", replay on {replay}" if replay else ""),
                 file=sys.stderr,
             )
-        with contextlib.ExitStack() as stack:
-            out = None
-            if args.output:
-                out = stack.enter_context(open(args.output, "w", encoding="utf-8"))
-            show = stack.enter_context(progress_display(args, total))
-            try:
-                summary = drive(
-                    assembly,
-                    workload,
-                    progress=show,
-                    on_finish=None if out is None else _record(out),
-                    samples=samples,
-                )
-            except StuckError as exc:
-                print(f"\nschedkit run: {exc}", file=sys.stderr)
-                return 1
+        try:
+            with contextlib.ExitStack() as stack:
+                out = None
+                if args.output:
+                    out = stack.enter_context(open(args.output, "w", encoding="utf-8"))
+                show = stack.enter_context(progress_display(args, total))
+                try:
+                    summary = drive(
+                        assembly,
+                        workload,
+                        progress=show,
+                        on_finish=None if out is None else _record(out),
+                        samples=samples,
+                    )
+                except StuckError as exc:
+                    print(f"\nschedkit run: {exc}", file=sys.stderr)
+                    return 1
+        except OSError as exc:
+            if not args.output or exc.errno not in _WRITE_ERRORS:
+                raise
+            print(f"schedkit run: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
+            return 2
         if args.kv_events_linger and publisher is not None and publisher.endpoint is not None:
             _linger(publisher, args.kv_events_linger)
     if samples is not None:

@@ -67,4 +67,5 @@ def test_a_file_that_cannot_be_written_is_named_without_a_traceback(tmp_path, ca
     ):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
-        assert f"schedkit {argv[0]}: {missing}/" in err and "No such file or directory" in err
+        assert f"schedkit {argv[0]}: {missing}/" in err
+        assert f"directory {missing} does not exist" in err
