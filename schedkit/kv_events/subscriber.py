@@ -1,8 +1,12 @@
 """A KV-event subscriber: decodes one publisher's stream in seq order, recovers gaps through
 the publisher's replay socket, and reports what it could not recover as typed notices.
 
-(Longer than 300 lines: the live path, the replay requests in flight and restart detection all
-update one sequencing state.)
+Three layers, one per concern: ``KvEventSubscriber`` here owns the sockets, the live reading
+and the subscriber's lifetime; ``ReplayExchange`` (``replay_exchange``) the questions a live
+frame raises on the replay socket and what the answers do; ``StreamSequencing``
+(``sequencing``) the state they move (last seq, live seq, epoch) and the notices.
+
+(Longer than 300 lines: a fifth of it is the class docstring, the subscriber's contract.)
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterator
 
-import msgspec
 import structlog
 import zmq
 
@@ -26,18 +29,10 @@ from schedkit.kv_events.notices import (
     Notice,
     PublisherRestarted,
 )
-from schedkit.kv_events.replay_client import (
-    CHECK,
-    GAP,
-    JUDGE,
-    LEARN,
-    RECONNECT,
-    REPLAY,
-    ReplayBounds,
-    ReplayClient,
-    ReplayRequest,
-)
-from schedkit.kv_events.structs import MAX_BATCH_BYTES, BlockStored, KVEventBatch, get_profile
+from schedkit.kv_events.replay_client import LEARN, RECONNECT, ReplayBounds, ReplayClient
+from schedkit.kv_events.replay_exchange import ReplayExchange
+from schedkit.kv_events.sequencing import LiveFrame, payload_decoder
+from schedkit.kv_events.structs import MAX_BATCH_BYTES, KVEventBatch, get_profile
 
 __all__ = [
     "GapDetected",
@@ -59,23 +54,8 @@ _WORK_SECONDS = 0.01
 # yet; the receive queue holds queue_bytes // max_message_bytes messages (at least 1).
 QUEUE_BYTES = 32 << 20
 
-_UNASKED = object()  # a live frame's epoch: no question asked
-_SILENT = object()  # a live frame's epoch: asked, not answered in time
 
-
-class _Frame:
-    """A live frame and what the replay socket answered so far for its handling."""
-
-    __slots__ = ("epoch", "payload", "replay", "seq")
-
-    def __init__(self, seq: int, payload: bytes) -> None:
-        self.seq = seq
-        self.payload = payload
-        self.epoch: object = _UNASKED  # or _SILENT, or the end marker's payload
-        self.replay: ReplayRequest | None = None
-
-
-class KvEventSubscriber:
+class KvEventSubscriber(ReplayExchange):
     """Subscribes to one publisher (one DP rank) and yields ``(seq, KVEventBatch)`` in seq
     order without duplicates.
 
@@ -152,18 +132,18 @@ class KvEventSubscriber:
         self.notices: list[Notice] = []
         self.bad_input = BadInput(endpoint, "kv_events.bad_input", log)
         wire = get_profile(profile)
-        self._decode = wire.strict_decode if strict else wire.decode
-        self._keep_tokens = keep_tokens
-        self._epoch: bytes | None = None
+        # Not a bound method: the replay client holds it, and must not hold the subscriber.
+        self._decode_payload = payload_decoder(
+            wire.strict_decode if strict else wire.decode, keep_tokens
+        )
         self._epoch_told: bool | None = None  # whether the replay socket tells an epoch
         self._epoch_interval = epoch_check_interval
         self._epoch_checked = time.monotonic()
         self._notice = self.notices.append if on_notice is None else on_notice
         self._poll_ms = max(1, int(poll_interval * 1000))
         self._work_until = 0.0  # when the current poll() call stops reading
-        self._last: int | None = None
-        self._live_last: int | None = None
-        self._frame: _Frame | None = None  # the live frame whose answers are awaited
+        self._init_sequencing()
+        self._frame: LiveFrame | None = None  # the live frame whose answers are awaited
         self._closed = False
         self._iterating: int | None = None
         self._lock = threading.Lock()
@@ -207,11 +187,6 @@ class KvEventSubscriber:
                 f"KV-event subscriber cannot connect to {endpoint!r} / {replay_endpoint!r}: "
                 f"{exc.strerror}"
             ) from exc
-
-    @property
-    def last_seq(self) -> int | None:
-        """The last seq applied (None before the first batch or after a restart)."""
-        return self._last
 
     @property
     def decode_errors(self) -> int:
@@ -341,131 +316,10 @@ class KvEventSubscriber:
             if len(frames) != 3 or len(frames[1]) != 8:
                 self.bad_input("live_frames", frames=[len(f) for f in frames[:8]])
             else:
-                self._frame = _Frame(int.from_bytes(frames[1], "big"), frames[2])
+                self._frame = LiveFrame(int.from_bytes(frames[1], "big"), frames[2])
                 self._prepare(out)
             if time.monotonic() >= self._work_until:
                 return
-
-    def _prepare(self, out: list) -> None:
-        """Ask the next question the pending live frame raises, or handle it if none is left."""
-        frame = self._frame
-        if frame.epoch is _UNASKED:
-            question = self._epoch_question(frame.seq)
-            if question is not None:
-                self._ask(question, frame=frame)
-                return
-        if frame.replay is None and frame.epoch is not _SILENT:
-            start = self._replay_start(frame.seq, frame.epoch)
-            if start is not None:
-                self._ask(REPLAY, start=start, frame=frame)
-                return
-        self._on_live(frame.seq, frame.payload, out)
-        self._frame = None
-
-    def _epoch_question(self, seq: int) -> str | None:
-        """Why live frame ``seq`` needs the publisher's epoch before it is judged, if it does."""
-        if self._replay is None:
-            return None
-        if self._epoch_told is None:
-            return LEARN
-        if self._epoch is None:
-            return None
-        live_last, last = self._live_last, self._last
-        if live_last is not None and seq <= live_last:
-            return JUDGE
-        return GAP if seq > (0 if last is None else last + 1) else None
-
-    def _replay_start(self, seq: int, epoch: object) -> int | None:
-        """Where the replay that live frame ``seq`` needs starts (None: it needs none), as
-        ``_on_live`` will judge it with ``epoch``."""
-        if self._replay is None:
-            return None
-        if self._new_epoch(epoch):
-            return 0
-        live_last, last = self._live_last, self._last
-        if live_last is not None and seq <= live_last:
-            if epoch == self._epoch:
-                return None  # seen already
-            last = None  # a restart
-        expected = 0 if last is None else last + 1
-        return expected if seq > expected else None
-
-    def _new_epoch(self, epoch: object) -> bool:
-        return isinstance(epoch, bytes) and bool(epoch) and self._epoch not in (None, epoch)
-
-    def _on_live(self, seq: int, payload: bytes, out: list) -> None:
-        """Handle one live frame, with what the replay socket answered for it in hand."""
-        frame = self._frame if self._frame is not None and self._frame.seq == seq else None
-        epoch = None if frame is None or not isinstance(frame.epoch, bytes) else frame.epoch
-        replay = None if frame is None else frame.replay
-        live_last = self._live_last
-        went_back = live_last is not None and seq <= live_last
-        if self._new_epoch(epoch):
-            self._new_publisher(seq, payload, epoch, replay, went_back, out)
-            return
-        if went_back:
-            if epoch is not None and epoch == self._epoch:
-                return  # the same publisher: a duplicate or a late, reordered frame
-            last = self._last if self._last is not None else live_last
-            self._notice(PublisherRestarted(last, seq))
-            self._last = None
-        self._live_last = seq
-        if epoch and self._epoch is None:
-            self._epoch = epoch
-        last = self._last
-        if last is not None and seq <= last:  # already delivered by a replay
-            return
-        expected = 0 if last is None else last + 1
-        if seq == expected:
-            self._apply(seq, payload, out)
-            return
-        if self._replay is None:
-            self._notice(HistoryLost(expected, None))
-        else:
-            if last is not None:
-                self._notice(GapDetected(expected, seq))
-            self._replayed(replay, expected, seq, out)
-        if self._last is None or seq > self._last:
-            self._apply(seq, payload, out)
-
-    def _new_publisher(
-        self,
-        seq: int,
-        payload: bytes,
-        epoch: bytes,
-        replay: ReplayRequest | None,
-        went_back: bool,
-        out: list,
-    ) -> None:
-        """The replay socket names a new epoch for live frame ``seq``: report the restart and
-        apply the new publisher's replay from 0."""
-        last = self._last if self._last is not None else self._live_last
-        if last is not None:
-            self._notice(PublisherRestarted(last, seq, "seq" if went_back else "epoch"))
-        self._epoch = epoch
-        self._last = self._live_last = None
-        self._replayed(replay, 0, seq if went_back else None, out)
-        if went_back and (self._last is None or seq > self._last):
-            self._apply(seq, payload, out)
-        self._live_last = self._last
-        if not went_back:
-            # The frame came after a gap: it, and what is queued behind it, may be the old
-            # publisher's tail. What the new one sent since the replay was answered is
-            # queued there too, so it is asked for again once the queue is dropped.
-            self._drain_live()
-            self._ask(REPLAY, start=0 if self._last is None else self._last + 1)
-
-    def _restarted(self, epoch: bytes) -> None:
-        """A new publisher answers an epoch check: drop what is queued live (the old one's
-        tail may be there) and replay the new one from 0; the restart is reported with the
-        replay, before its batches."""
-        last = self._last
-        self._epoch = epoch
-        self._last = self._live_last = None
-        self._frame = None  # answers still due for it are ignored
-        self._drain_live()
-        self._ask(REPLAY, start=0)
-        self._replay.requests[-1].restart = last
 
     def _drain_live(self) -> None:
         """Drop the live frames queued (at most what this poll call may read)."""
@@ -477,56 +331,6 @@ class KvEventSubscriber:
             if time.monotonic() >= self._work_until:
                 return
 
-    def _replayed(
-        self, request: ReplayRequest | None, expected: int, received: int | None, out: list
-    ) -> None:
-        """Apply a replay's replies (None: none came) from ``expected`` on and report what
-        stayed missing before ``received``, the live seq that showed the gap."""
-        replies = [] if request is None else request.replies
-        if request is not None and request.restart is not None:
-            new_seq = replies[-1][0] if replies else 0  # the new publisher's last, as told
-            self._notice(PublisherRestarted(request.restart, new_seq, "epoch"))
-        lost = False
-        for seq, payload, decoded in replies:
-            if self._last is not None and seq <= self._last:
-                continue
-            due = expected if self._last is None else self._last + 1
-            if seq != due:
-                self._notice(HistoryLost(due, seq))
-                lost = True
-            self._apply(seq, payload, out, decoded)
-        if received is not None:
-            if self._last is None or self._last + 1 < received:
-                due = expected if self._last is None else self._last + 1
-                self._notice(HistoryLost(due, None, cut=request is not None and request.cut))
-            elif not lost and received > expected:
-                self._notice(GapFilled(expected, received - 1))
-
-    def _decode_payload(self, payload: bytes) -> KVEventBatch | str:
-        """The batch, or why ``payload`` is not one."""
-        try:
-            batch = self._decode(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            return str(exc)
-        if not self._keep_tokens:
-            for event in batch.events:
-                if type(event) is BlockStored:
-                    event.token_ids = []
-        return batch
-
-    def _apply(self, seq: int, payload: bytes, out: list, decoded: object = None) -> None:
-        """Deliver ``seq`` (``decoded``: its batch or decode error, when a replay's read
-        decoded it already)."""
-        self._last = seq
-        if decoded is None:
-            decoded = self._decode_payload(payload)
-        if isinstance(decoded, str):
-            self.bad_input("payload", seq=seq, error=decoded)
-        else:
-            out.append((seq, decoded))
-
-    # -- the replay socket ----------------------------------------------------------------
-
     def _reconnected(self) -> bool:
         """Whether the live socket connected again since the last call (not the first time)."""
         again = False
@@ -537,94 +341,6 @@ class KvEventSubscriber:
                 return again
             self._connections += 1
             again = again or self._connections > 1
-
-    def _epoch_check_due(self, now: float) -> bool:
-        return (
-            self._replay is not None
-            and not self._replay.requests
-            and self._live_last is not None
-            and now - self._epoch_checked >= self._epoch_interval
-        )
-
-    def _ask(self, kind: str, *, start: int = 0, frame: _Frame | None = None) -> None:
-        """Send a request; its answer is handled by a later ``_take_answers``."""
-        request = self._replay.ask(kind, start=start, frame=frame)
-        if kind == REPLAY:
-            if frame is not None:
-                frame.replay = request
-        else:
-            self._epoch_checked = time.monotonic()
-
-    def _take_answers(self, out: list) -> bool:
-        """Read what the replay socket answered, act on each answer in request order, give
-        up on requests unanswered in time (or cut at their bounds), and send the periodic
-        epoch check when due. False when an answer that reveals a restart waits for the next
-        ``poll`` call."""
-        replay = self._replay
-        if replay is None:
-            return True
-        requests = replay.requests
-        if requests and replay.read(self._work_until):
-            # An answer was cut: the rest of it would be taken for the next request's.
-            self._abandon(replay.give_up(), out)
-        while requests:
-            request = requests[0]
-            if not request.answered:
-                why = replay.overdue(request, time.monotonic())
-                if why is None:
-                    break
-                if why == "cut":
-                    replay.cut(request, "its answer did not end in time")
-                else:
-                    log.warning(
-                        "kv_events.replay_timeout",
-                        endpoint=self.replay_endpoint,
-                        request=request.kind,
-                        received=len(request.replies),
-                    )
-                self._abandon(replay.give_up(), out)
-                continue
-            if request.frame is None and out and self._new_epoch(request.answer):
-                return False  # report the restart before any batch of a poll
-            self._answered(replay.pop(), out)
-        if self._epoch_check_due(time.monotonic()):
-            self._ask(CHECK)
-        return True
-
-    def _abandon(self, requests: list[ReplayRequest], out: list) -> None:
-        """Act on requests given up on: a cut replay with what it delivered, the others as
-        not answered."""
-        for request in requests:
-            if request.cut and request.kind != REPLAY:
-                request.answered = False  # an epoch answer that never ended: none
-            self._answered(request, out)
-
-    def _answered(self, request: ReplayRequest, out: list) -> None:
-        """Act on a request taken off the queue, answered or given up on."""
-        if request.kind == REPLAY:
-            if request.frame is None:
-                self._replayed(request, 0, None, out)  # a new publisher's stream
-            elif request.frame is self._frame:
-                self._prepare(out)
-            return
-        answer = request.answer if request.answered else None
-        if answer is not None:
-            self._epoch_told = bool(answer)
-        elif request.frame is not None and self._epoch_told is None:
-            self._epoch_told = False  # a frame waited in vain: do not make the next wait too
-        if request.frame is not None:
-            if request.frame is self._frame:
-                self._frame.epoch = _SILENT if answer is None else answer
-                self._prepare(out)
-        elif self._new_epoch(answer):
-            self._restarted(answer)
-        else:
-            if answer and self._epoch is None:
-                self._epoch = answer
-            if request.kind == RECONNECT and answer is not None:
-                # What went out while the live socket was away (a restart's first batches
-                # after its replay, say) is in the replay ring; no later frame may show it.
-                self._ask(REPLAY, start=0 if self._last is None else self._last + 1)
 
 
 def _close_abandoned(sockets: list[zmq.Socket], endpoint: str) -> None:
