@@ -37,6 +37,7 @@ from typing import Protocol
 
 import attrs
 import msgspec
+import structlog
 import zmq
 
 from schedkit.kv_events import (
@@ -48,9 +49,6 @@ from schedkit.kv_events import (
     offset_endpoint,
 )
 from schedkit.kv_events.structs import KvMetrics
-
-_MAX_REPORT_BYTES = 1024  # a KvMetrics report is ~60 bytes
-_APPLY_SECONDS = 0.015  # index work per KvRouter.poll; the rest waits for the next call
 
 __all__ = [
     "POLICIES",
@@ -67,6 +65,11 @@ __all__ = [
     "make_policy",
     "rank_endpoints",
 ]
+
+log = structlog.get_logger(__name__)
+
+_MAX_REPORT_BYTES = 1024  # a KvMetrics report is ~60 bytes
+_APPLY_SECONDS = 0.015  # index work per KvRouter.poll; the rest waits for the next call
 
 
 @attrs.frozen
@@ -370,13 +373,17 @@ class KvRouter(Router):
                 self.index.apply(backlog.popleft()[1], rank)
                 applied += 1
             if self.index.violating(rank):
+                violations = self.index.violations(rank)
+                log.warning("router.rank_untrusted", rank=rank, violations=violations)
                 self.untrusted.append(rank)
                 self.remove(rank)
         while self._metrics is not None and self._metrics.poll(0):
             try:
                 report = self._decode_metrics(self._metrics.recv())
-            except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+            except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
                 self.bad_reports += 1
+                if self.bad_reports == 1:
+                    log.warning("router.bad_load_report", error=str(exc)[:200])
                 continue
             rank = report.data_parallel_rank
             if rank in self.routed_since_report and rank in self.subscribers:

@@ -121,3 +121,35 @@ def test_match_hashes_in_the_stream_hash_format():
     index.apply(at(0, BlockStored(dynamo, None, tokens, 2, None, "GPU", "s")))
     assert index.match(tokens, 2, extra_key="k", cache_salt="s") == {0: 0}
     assert index.match(tokens, 2, extra_key="k", cache_salt="s", hash_format="dynamo") == {0: 2}
+
+
+def test_a_rank_never_holds_more_than_its_pool():
+    index = KvIndex(violation_threshold=100)
+    index.set_capacity(0, 4)
+    index.apply(at(0, BlockStored(list(range(10)), None, [], 1, None)))
+    assert index.num_blocks(0) == 4 and index.blocks(0) == {0, 1, 2, 3}
+    assert index.violations(0) == 6 and not index.violating(0)
+    # Pages it holds already may be stored again; freed room may be used.
+    index.apply(at(0, BlockStored([3], None, [], 1, None), BlockRemoved([0, 1])))
+    index.apply(at(0, BlockStored([20, 21, 22], None, [], 1, None)))
+    assert index.blocks(0) == {2, 3, 20, 21} and index.violations(0) == 7
+    index.apply(at(0, BlockStored(list(range(100, 200)), None, [], 1, None)))
+    assert index.violating(0) and index.num_blocks(0) == 4
+    assert index.violations(1) == 0 and index.capacity(1) == index.max_pages
+
+
+def test_an_announced_pool_is_clamped_to_the_bound():
+    index = KvIndex(max_pages=1000)
+    index.set_capacity(0, 10**18)
+    index.set_capacity(1, -5)
+    assert (index.capacity(0), index.capacity(1)) == (1000, 1)
+
+
+def test_medium_names_past_the_bounds_are_kept_as_none_and_counted():
+    index = KvIndex()
+    index.apply(at(0, BlockStored([1], None, [], 1, None, "x" * 33)))
+    assert index.owners(1) == {0: None} and index.violations(0) == 1
+    for i in range(20):
+        index.apply(at(0, BlockStored([100 + i], None, [], 1, None, f"tier{i}")))
+    assert index.owners(100) == {0: "tier0"} and index.owners(119) == {0: None}
+    assert index.violations(0) == 1 + 4  # 16 distinct names are kept
