@@ -137,6 +137,9 @@ class ReplayClient:
         self._dealer: zmq.Socket | None = None
         self.new_identity()
 
+    def _report(self, kind: str, **details: object) -> None:
+        self._bad(kind, replay_endpoint=self.endpoint, **details)
+
     @property
     def socket(self) -> zmq.Socket:
         """The DEALER in use (to poll on)."""
@@ -169,7 +172,7 @@ class ReplayClient:
         try:
             self._dealer.send_multipart((b"", message), zmq.NOBLOCK)
         except zmq.Again:  # its queue is full: it will time out like an unanswered one
-            self._bad("request_not_sent", request=kind)
+            self._report("request_not_sent", request=kind)
         return request
 
     def pop(self) -> ReplayRequest:
@@ -198,7 +201,7 @@ class ReplayClient:
         """Stop reading ``request``'s answer: what came so far stands, the rest is lost."""
         request.answered = request.cut = True
         self.replies_cut += 1
-        self._bad(
+        self._report(
             "replay_cut",
             request=request.kind,
             why=why,
@@ -221,11 +224,11 @@ class ReplayClient:
             if frames[0] == b"" and len(frames) in (3, 4) and len(frames[-2]) == 8:
                 seq = int.from_bytes(frames[-2], "big", signed=True)
             if seq < _END_SEQ:
-                self._bad("bad_replay_reply", frames=[len(f) for f in frames[:8]])
+                self._report("bad_replay_reply", frames=[len(f) for f in frames[:8]])
             else:
                 request = next((r for r in self.requests if not r.answered), None)
                 if request is None:
-                    self._bad("unexpected_replay_reply")
+                    self._report("unexpected_replay_reply")
                     continue
                 now = time.monotonic()
                 request.deadline = now + self._timeout  # it is making progress
