@@ -28,15 +28,18 @@ _ROUTER_UNDER_REPLAY = textwrap.dedent(
     from schedkit.testing.serving import peak_rss_mib
     live, replay, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
     router = KvRouter({0: (live, replay)}, 4)
+    sub = router.subscribers[0]
     start = peak_rss_mib(os.getpid())
-    slowest, polls, end = 0.0, 0, time.monotonic() + seconds
-    while time.monotonic() < end:
+    # At least `seconds`, and on until a replay was cut twice (30 s at most).
+    slowest, polls, begun = 0.0, 0, time.monotonic()
+    while time.monotonic() < begun + seconds or (
+        sub.replays_cut < 2 and time.monotonic() < begun + 30
+    ):
         t = time.perf_counter()
         router.poll(0)
         slowest = max(slowest, time.perf_counter() - t)
         polls += 1
         time.sleep(0.001)
-    sub = router.subscribers[0]
     print(json.dumps({
         "start_mib": start, "peak_mib": peak_rss_mib(os.getpid()), "slowest_ms": slowest * 1000,
         "polls": polls, "cut": sub.replays_cut, "notices": len(router.notices),
@@ -65,7 +68,8 @@ def test_the_router_survives_a_batch_nested_1000_deep():
 
 
 def test_the_router_stays_small_and_prompt_under_a_replay_that_never_ends():
-    pub = RawPublisher(endless_replay=True)
+    payload = encode_batch(page_batch(0, 256))  # 256 pages: ~4.6 KB a reply
+    pub = RawPublisher(endless_replay=True, payload=payload)
     try:
         router = subprocess.Popen(
             [sys.executable, "-c", _ROUTER_UNDER_REPLAY, pub.endpoint, pub.replay_endpoint, "3"],
@@ -81,8 +85,8 @@ def test_the_router_stays_small_and_prompt_under_a_replay_that_never_ends():
         pub.close()
     print(result)
     assert router.returncode == 0
-    assert pub.replies_sent > 20_000  # far more than one replay's bound of 20,000 batches
-    assert result["cut"] >= 1
+    # Two answers cut at the bound of 24 MiB each, after which the next one began.
+    assert result["cut"] >= 2 and pub.replies_sent * len(payload) > 48 << 20
     assert result["peak_mib"] < 100, result
     assert result["slowest_ms"] < 50, result
 
