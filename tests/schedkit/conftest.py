@@ -36,3 +36,15 @@ def built():
     yield built
     for assembly in assemblies:
         assembly.shutdown()
+
+
+@pytest.fixture
+def default_recursion_limit():
+    """Python's default recursion limit (1,000), which bounds how deep msgspec follows a
+    value, for the duration of the test (another test may have raised it)."""
+    import sys
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    yield
+    sys.setrecursionlimit(old)

@@ -49,7 +49,7 @@ _ROUTER_UNDER_REPLAY = textwrap.dedent(
 )
 
 
-def test_the_router_survives_a_batch_nested_1000_deep():
+def test_the_router_survives_a_batch_nested_1000_deep(default_recursion_limit):
     pub = RawPublisher()
     router = KvRouter({0: (pub.endpoint, None)}, PAGE)
     try:

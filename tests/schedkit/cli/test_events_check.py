@@ -456,7 +456,7 @@ def test_the_logging_configuration_is_restored_after_a_check(endpoint, capsys):
 
 
 @pytest.mark.parametrize("command", ["check", "tail"])
-def test_a_batch_nested_1000_deep_is_reported_not_raised(capsys, command):
+def test_a_batch_nested_1000_deep_is_reported_not_raised(default_recursion_limit, capsys, command):
     pub = RawPublisher()
     stop = threading.Event()
 

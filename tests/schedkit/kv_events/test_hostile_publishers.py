@@ -16,7 +16,7 @@ from tests.schedkit.kv_events.hostile import RawPublisher, deep_batch, page_batc
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_a_batch_nested_1000_deep_is_a_decode_error(profile):
+def test_a_batch_nested_1000_deep_is_a_decode_error(default_recursion_limit, profile):
     payload = deep_batch(1000)
     assert len(payload) == 1107
     with pytest.raises(msgspec.DecodeError):
@@ -36,7 +36,7 @@ def test_a_payload_over_the_bound_is_a_decode_error_before_decoding():
     assert "over the bound" in shape_problems(payload)["sglang"]
 
 
-def test_a_subscriber_counts_a_deep_batch_once_and_goes_on(closing):
+def test_a_subscriber_counts_a_deep_batch_once_and_goes_on(default_recursion_limit, closing):
     pub = closing(RawPublisher())
     sub = closing(KvEventSubscriber(pub.endpoint))
     got: list = []

@@ -70,7 +70,7 @@ def mooncake(ts: float, extra: str = "") -> str:
 
 
 @pytest.mark.parametrize("fmt", ["mooncake", "sharegpt"])
-def test_an_unknown_field_nested_1000_deep(tmp_path, capsys, fmt):
+def test_an_unknown_field_nested_1000_deep(default_recursion_limit, tmp_path, capsys, fmt):
     if fmt == "mooncake":
         path = tmp_path / "t.jsonl"
         path.write_text(mooncake(0) + mooncake(1, f', "x": {DEEP}'))
