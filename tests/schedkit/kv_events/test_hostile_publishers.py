@@ -83,3 +83,24 @@ def test_a_replay_that_never_ends_is_cut_and_reported_as_lost(closing):
     run = next((i for i in range(1, len(replayed)) if replayed[i] != i), len(replayed))
     assert 400 <= run <= 501, (replayed[: run + 3], sub.notices[:8])
     assert slowest < 0.05, slowest
+
+
+def test_bad_input_is_counted_by_kind_and_logged_once_per_kind():
+    from schedkit.kv_events.bad_input import BadInput
+
+    class Log:
+        def __init__(self) -> None:
+            self.lines: list[tuple[str, dict]] = []
+
+        def warning(self, event: str, **fields: object) -> None:
+            self.lines.append((event, fields))
+
+    log = Log()
+    bad = BadInput("tcp://127.0.0.1:1", "kv_events.bad_input", log)
+    for _ in range(3):
+        bad("payload", seq=1, error="x" * 1000)
+    bad("live_frames", frames=[1])
+    assert bad.counts == {"payload": 3, "live_frames": 1} and bad.total == 4
+    assert [fields["kind"] for _, fields in log.lines] == ["payload", "live_frames"]
+    assert log.lines[0][1]["source"] == "tcp://127.0.0.1:1"
+    assert len(log.lines[0][1]["error"]) == 200
