@@ -48,6 +48,7 @@ from schedkit.kv_events import (
     PublisherRestarted,
     offset_endpoint,
 )
+from schedkit.kv_events.replay_client import ReplayBounds
 from schedkit.kv_events.structs import KvMetrics
 
 __all__ = [
@@ -69,7 +70,10 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 _MAX_REPORT_BYTES = 1024  # a KvMetrics report is ~60 bytes
-_APPLY_SECONDS = 0.015  # index work per KvRouter.poll; the rest waits for the next call
+_APPLY_SECONDS = 0.01  # index work per KvRouter.poll; the rest waits for the next call
+# What one replay answer may make the router hold (its hashes, ~40 bytes each): a replay
+# of 10,000 batches of 64 pages is 26 MB.
+_REPLAY_HELD_BYTES = 32 << 20
 
 
 @attrs.frozen
@@ -286,7 +290,7 @@ class KvRouter(Router):
     Each rank's index holds at most its pool: ``capacity`` (pages per rank, from the ranks'
     config) or its reported ``kv_total_blocks``; a rank that keeps storing past it
     (``KvIndex.violating``) is taken out of routing and listed in ``untrusted``. One
-    ``poll`` applies ~15 ms of batches; a rank with more (a long replay) keeps the rest for
+    ``poll`` applies ~10 ms of batches; a rank with more (a long replay) keeps the rest for
     the next calls and is not read meanwhile.
     """
 
@@ -331,6 +335,7 @@ class KvRouter(Router):
                     context=self._context,
                     on_notice=self._notice_handler(rank),
                     keep_tokens=False,
+                    replay_bounds=ReplayBounds(max_bytes=_REPLAY_HELD_BYTES),
                 )
             if metrics_endpoint is not None:
                 self._metrics = self._context.socket(zmq.PULL)

@@ -30,6 +30,7 @@ __all__ = [
     "ReplayBounds",
     "ReplayClient",
     "ReplayRequest",
+    "held_bytes",
 ]
 
 # What a request on the replay socket is for.
@@ -41,18 +42,28 @@ RECONNECT = "reconnect"  # the epoch, because the live socket connected again
 REPLAY = "replay"  # missed batches
 
 _END_SEQ = -1
+INT_BYTES = 40  # a decoded int: the object and the list's pointer to it
+
+
+def held_bytes(kept: bytes, decoded: object) -> int:
+    """What a decoded reply holds: its kept payload and ``INT_BYTES`` per hash and token id."""
+    ints = 0
+    for event in getattr(decoded, "events", ()):
+        ints += len(getattr(event, "block_hashes", ())) + len(getattr(event, "token_ids", ()))
+    return len(kept) + INT_BYTES * ints
 
 
 @attrs.frozen(kw_only=True)
 class ReplayBounds:
     """What one answer on the replay socket may cost the subscriber: ``max_batches`` replies,
-    ``max_bytes`` of payload and ``max_seconds`` from the request, however fast they come. A
-    publisher's whole ring (``buffer_steps``, 10,000 batches by default) fits. The replies
-    are held decoded until the answer ends: in memory, a batch of token ids or hashes takes up
-    to ~7x its payload (``keep_tokens=False`` drops the token ids)."""
+    ``max_bytes`` held and ``max_seconds`` from the request, however fast they come. The
+    replies are held decoded until the answer ends; what they hold is counted as the payloads
+    kept plus ``INT_BYTES`` per decoded hash and token id (a token id costs a router nothing:
+    it drops them, ``keep_tokens=False``). A publisher's whole ring (``buffer_steps``, 10,000
+    batches by default) of batches of up to ~300 tokens fits."""
 
     max_batches: int = attrs.field(default=20_000, validator=attrs.validators.ge(1))
-    max_bytes: int = attrs.field(default=24 << 20, validator=attrs.validators.ge(1))
+    max_bytes: int = attrs.field(default=128 << 20, validator=attrs.validators.ge(1))
     max_seconds: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
 
 
@@ -66,6 +77,7 @@ class ReplayRequest:
         "cutoff",
         "deadline",
         "frame",
+        "held_bytes",
         "kind",
         "payload_bytes",
         "received",
@@ -85,6 +97,7 @@ class ReplayRequest:
         # (seq, payload or b"" when not kept, the batch or why it did not decode)
         self.replies: list[tuple[int, bytes, object]] = []
         self.payload_bytes = 0
+        self.held_bytes = 0  # what the kept replies hold (see ReplayBounds)
         self.received = 0  # replies read, kept or not
         self.answered = False  # the end marker arrived (or the answer was cut)
         self.cut = False  # the answer went past the bounds; the rest was not read
@@ -207,6 +220,7 @@ class ReplayClient:
             why=why,
             batches=request.received,
             payload_bytes=request.payload_bytes,
+            held_bytes=request.held_bytes,
         )
 
     def read(self, until: float) -> bool:
@@ -241,12 +255,14 @@ class ReplayClient:
                     request.payload_bytes += len(payload)
                     if request.kind == REPLAY:  # the epoch has no batches: nothing to keep
                         kept = payload if self._keep_payloads else b""
-                        request.replies.append((seq, kept, self._decode(payload)))
+                        decoded = self._decode(payload)
+                        request.replies.append((seq, kept, decoded))
+                        request.held_bytes += held_bytes(kept, decoded)
                     if request.received > bounds.max_batches:
                         self.cut(request, f"more than {bounds.max_batches} batches")
                         return True
-                    if request.payload_bytes > bounds.max_bytes:
-                        self.cut(request, f"more than {bounds.max_bytes} bytes")
+                    if request.held_bytes > bounds.max_bytes:
+                        self.cut(request, f"holding more than {bounds.max_bytes} bytes")
                         return True
                     if now >= request.cutoff:
                         self.cut(request, f"not ended after {bounds.max_seconds} s")

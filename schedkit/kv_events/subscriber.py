@@ -49,7 +49,7 @@ log = structlog.get_logger(__name__)
 _MAX_READ = 4096  # live messages handled per poll() call
 # The work one poll() call does before it returns, past its timeout: reading a flood of live
 # frames or replies stops here and goes on in the next call.
-_WORK_SECONDS = 0.01
+_WORK_SECONDS = 0.005
 # Per socket: what libzmq may hold of what the publisher sent and the subscriber has not read
 # yet; the receive queue holds queue_bytes // max_message_bytes messages (at least 1).
 QUEUE_BYTES = 32 << 20
@@ -73,7 +73,7 @@ class KvEventSubscriber(ReplayExchange):
     ``queue_bytes // max_message_bytes`` unread messages (RCVHWM; ``hwm`` overrides it), and
     each replay answer is bounded by ``replay_bounds`` (batches, bytes, seconds): one that
     goes past them is cut, what it delivered is applied and the rest reported as
-    ``HistoryLost(cut=True)``. One ``poll`` call does at most ~10 ms of reading past its
+    ``HistoryLost(cut=True)``. One ``poll`` call does at most ~5 ms of reading past its
     timeout, so ``poll(0)`` returns promptly whatever floods in (a replay's replies are
     decoded as they are read). ``keep_tokens=False`` delivers every ``BlockStored`` with
     empty ``token_ids`` (a router's index reads only the hashes).
@@ -205,7 +205,7 @@ class KvEventSubscriber(ReplayExchange):
 
     def poll(self, timeout_ms: int = 0) -> list[tuple[int, KVEventBatch]]:
         """Wait up to ``timeout_ms`` for batches and return the ones now due, in order
-        (replayed batches included); never blocks longer (reading a flood stops ~10 ms past
+        (replayed batches included); never blocks longer (reading a flood stops ~5 ms past
         it). Returns [] once closed."""
         out: list[tuple[int, KVEventBatch]] = []
         if self._closed:
