@@ -307,6 +307,9 @@ class SWARadixCacheMachine(CacheMachine):
                 if slots:
                     pool.free(slots)
             cache.evict(len(tokens), len(tokens))
+            # The lock keeps the prefix's full KV and its window; sliding-window slots before
+            # the window may have gone, and the request must not hand them back.
+            match = cache.match_prefix(tokens)
             fresh = self.take_slots(cache.allocator, size)
             fresh_swa = self.take_slots(cache.swa_allocator, size)
         if fresh is not None and fresh_swa is not None:
