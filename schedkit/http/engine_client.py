@@ -95,6 +95,16 @@ class RequestState:
         finally:
             self._waiter = None
 
+    async def wait_done(self) -> None:
+        """Return once the request is done (ids keep accumulating meanwhile)."""
+        loop = asyncio.get_running_loop()
+        while not self.done:
+            self._waiter = loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
     def wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():

@@ -125,8 +125,7 @@ class Generator:
         watcher = asyncio.ensure_future(self._watch(request.receive, states))
         try:
             for state in states:
-                while not state.done:
-                    await state.wait()
+                await state.wait_done()
         finally:
             watcher.cancel()
 

@@ -185,8 +185,7 @@ class NativeRoutes:
             return Response(status_code=503)
         try:
             async with asyncio.timeout(HEALTH_TIMEOUT):
-                while not state.done:
-                    await state.wait()
+                await state.wait_done()
         except TimeoutError:
             self.engine.abort(state)
             return Response(status_code=503)

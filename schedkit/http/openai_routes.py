@@ -206,7 +206,9 @@ class OpenAIRoutes:
                 await state.wait()
                 done = state.done
                 ids = state.take()
-                if (done and state.error is not None) or (done and state.finish["type"] not in _FINISH):
+                if (done and state.error is not None) or (
+                    done and state.finish["type"] not in _FINISH
+                ):
                     try:
                         finish_reason(state)
                     except ApiError as exc:
