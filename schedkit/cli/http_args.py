@@ -59,8 +59,10 @@ def add_http_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--api-key",
-        default=os.environ.get("SCHEDKIT_API_KEY"),
-        help="require Authorization: Bearer KEY on every route (default: $SCHEDKIT_API_KEY)",
+        action="append",
+        default=[],
+        help="require Authorization: Bearer KEY on every route; repeatable (one key per user: "
+        "admission is fair between keys); also $SCHEDKIT_API_KEY",
     )
     g.add_argument(
         "--admin-api-key",
@@ -105,7 +107,7 @@ def http_overlays(args: argparse.Namespace, private_dir: Path) -> list[str | Pat
             raise SystemExit(f"schedkit serve: --http-limit {item!r}: not a number") from None
     http_args: dict = {
         "address": args.http,
-        "api_key": args.api_key,
+        "api_keys": [*args.api_key, *filter(None, [os.environ.get("SCHEDKIT_API_KEY")])],
         "admin_api_key": args.admin_api_key,
         "tokenizer_path": args.tokenizer,
         "model_name": args.served_model_name,

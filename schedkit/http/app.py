@@ -1,8 +1,8 @@
 """The front end's ASGI application: FastAPI routes over the OpenAI and native handlers, behind a
 guard that checks API keys and the declared body size before a route runs.
 
-Keys: with ``api_key`` set, every route needs ``Authorization: Bearer KEY`` (the admin key is
-accepted too); with ``admin_api_key`` set, ``/pause_generation``, ``/continue_generation``,
+Keys: with ``api_keys`` set, every route needs ``Authorization: Bearer KEY`` with one of them
+(the admin key is accepted too); with ``admin_api_key`` set, ``/pause_generation``, ``/continue_generation``,
 ``/flush_cache`` and aborting another key's request need it. The key a request came with (or,
 without keys, its connection) is what admission is fair between.
 """
@@ -36,7 +36,7 @@ class Guard:
 
     def __init__(self, app: ASGIApp, config: HttpConfig) -> None:
         self.app = app
-        self.api_key = config.api_key.encode() if config.api_key else None
+        self.api_keys = [key.encode() for key in config.api_keys]
         self.admin_key = config.admin_api_key.encode() if config.admin_api_key else None
         self.max_body = config.limits.max_body_bytes
 
@@ -52,7 +52,7 @@ class Guard:
             elif name == b"content-length":
                 length = value
         admin = self.admin_key is not None and token is not None and _same(token, self.admin_key)
-        user = self.api_key is None or admin or (token is not None and _same(token, self.api_key))
+        user = admin or not self.api_keys or (token is not None and self._known(token))
         error = None
         if not user:
             error = ApiError(401, "missing or wrong API key: send Authorization: Bearer KEY")
@@ -70,6 +70,12 @@ class Guard:
             scope["schedkit.key"] = f"conn:{client[0]}:{client[1]}"
         scope["schedkit.admin"] = admin or (self.admin_key is None and user)
         await self.app(scope, receive, send)
+
+    def _known(self, token: bytes) -> bool:
+        found = False
+        for key in self.api_keys:  # every key compared: the time says nothing of which matched
+            found |= _same(token, key)
+        return found
 
 
 def _same(token: bytes, key: bytes) -> bool:

@@ -29,6 +29,10 @@ class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Requests handed to the scheduler and not finished; the rest wait here, queued per key.
     max_forwarded_requests: Positive = 256
     max_forwarded_tokens: Positive = 1 << 20
+    # Forwarded requests the scheduler has not admitted into a batch yet: past this, new ones
+    # wait here (where admission is fair) instead of in the scheduler's queue.
+    max_scheduler_waiting: Positive = 8
+    load_poll_seconds: PositiveSeconds = 0.01
     max_queued_per_key: Positive = 1024
     max_queued: Positive = 8192
     retry_after_seconds: Positive = 1
@@ -46,13 +50,14 @@ class ModelInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 class HttpConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Everything the front-end process needs: its address, the scheduler's internal ZeroMQ
-    endpoint, the scheduler's Prometheus port, keys, model and limits."""
+    endpoint, the scheduler's Prometheus port, keys (any of ``api_keys`` is a user's key),
+    model and limits."""
 
     host: str = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 30000
     scheduler_endpoint: str = ""
     metrics_port: int | None = None
-    api_key: str | None = None
+    api_keys: list[str] = []
     admin_api_key: str | None = None
     model: ModelInfo = ModelInfo()
     limits: Limits = Limits()

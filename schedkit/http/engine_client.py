@@ -2,9 +2,14 @@
 loop, and admission that is fair between API keys.
 
 Requests handed to the scheduler and not yet finished ("forwarded") are bounded in number and
-prompt tokens (``Limits.max_forwarded_*``); the rest wait here in one queue per key, and a
-freed slot goes to the next key in turn (round robin), so that a key sending a flood gets one
-slot in turn like a key sending one small request. Queues are bounded per key and in total.
+prompt tokens (``Limits.max_forwarded_*``), and so are those the scheduler has not admitted
+into a batch yet (``max_scheduler_waiting``, estimated from the load the scheduler attaches to
+outputs and from ``get_loads`` polled every ``load_poll_seconds`` while requests are queued
+here, plus what was forwarded since): the scheduler's own queue stays short, so its policy
+cannot put a small request behind a flood. The rest wait here in one queue per key, and a
+freed slot goes to the queued key with the fewest requests in flight, so that a key sending a
+flood cannot hold back a key sending one small request: that request takes the next freed
+slot. Queues are bounded per key and in total.
 
 Control messages (pause, continue, flush, loads, abort) are answered by the scheduler in the
 order they were sent, each with one ``ControlReply`` or an ``ErrorReply`` without rid; replies
@@ -122,8 +127,12 @@ class EngineClient:
         self.forwarded_tokens = 0
         self.queued = 0
         self.last_receive = 0.0
+        # What the scheduler has not admitted yet: its last report plus what was sent since.
+        self.scheduler_waiting = 0
+        self._polling = False
         self._queues: dict[str, deque[RequestState]] = {}
         self._turns: deque[str] = deque()
+        self._in_flight: dict[str, int] = {}
         self._controls: deque[asyncio.Future] = deque()
         self._prefix = os.urandom(4).hex()
         self._counter = 0
@@ -228,37 +237,71 @@ class EngineClient:
             return True  # one request always fits (the prompt limit bounds its tokens)
         limits = self.limits
         return (
-            self.forwarded < limits.max_forwarded_requests
+            self.scheduler_waiting < limits.max_scheduler_waiting
+            and self.forwarded < limits.max_forwarded_requests
             and self.forwarded_tokens + state.prompt_tokens <= limits.max_forwarded_tokens
         )
 
     def _forward(self, state: RequestState) -> None:
         state.forwarded = True
+        self._in_flight[state.key] = self._in_flight.get(state.key, 0) + 1
         self.forwarded += 1
+        self.scheduler_waiting += 1
         self.forwarded_tokens += state.prompt_tokens
         message, state.message = state.message, b""
         self._send(message)
 
     def _pump(self) -> None:
-        """Forward queued requests, one key at a time in turn, while they fit."""
-        turns, queues = self._turns, self._queues
+        """Forward queued requests while they fit, each time from the queued key with the
+        fewest requests in flight (the earliest queued among equals)."""
+        turns, queues, in_flight = self._turns, self._queues, self._in_flight
         while turns:
-            key = turns[0]
+            key = min(turns, key=lambda k: in_flight.get(k, 0))
             queue = queues[key]
             if not self._fits(queue[0]):
                 return
-            turns.popleft()
             state = queue.popleft()
             self.queued -= 1
+            turns.remove(key)
             if queue:
                 turns.append(key)
             else:
                 del queues[key]
             self._forward(state)
+        if self._queues and not self._polling:
+            self._polling = True
+            self._loop.create_task(self._poll_loads())
+
+    async def _poll_loads(self) -> None:
+        """Ask the scheduler for its load while requests are queued here: its waiting queue
+        empties as it admits requests, which no output reports."""
+        try:
+            while self._queues and self._socket is not None:
+                await asyncio.sleep(self.limits.load_poll_seconds)
+                try:
+                    reply = await self.control("get_loads", timeout=5.0)
+                except (TimeoutError, ConnectionError):
+                    continue
+                if reply.loads is not None:
+                    self._loaded(reply.loads)
+        finally:
+            self._polling = False
+
+    def _loaded(self, loads: dict) -> None:
+        waiting = loads.get("num_waiting_reqs")
+        if isinstance(waiting, int):
+            self.scheduler_waiting = waiting
+            if self._queues:
+                self._pump()
 
     def _finished(self, state: RequestState) -> None:
         self.states.pop(state.rid, None)
         if state.forwarded:
+            left = self._in_flight[state.key] - 1
+            if left:
+                self._in_flight[state.key] = left
+            else:
+                del self._in_flight[state.key]
             self.forwarded -= 1
             self.forwarded_tokens -= state.prompt_tokens
         if self._queues:
@@ -304,6 +347,8 @@ class EngineClient:
 
     def _dispatch(self, msg: msgspec.Struct) -> None:
         if isinstance(msg, BatchTokenIDOutput):
+            if msg.load is not None:
+                self._loaded(msg.load)
             states = self.states
             for i, rid in enumerate(msg.rids):
                 state = states.get(rid)

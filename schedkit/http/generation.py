@@ -57,6 +57,8 @@ async def read_json(request: Request, decoder: msgspec.json.Decoder, config: Htt
         raise ApiError(400, text, param) from None
     except msgspec.DecodeError as exc:
         raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, f"request body is not valid UTF-8: {exc}") from None
     except RecursionError:
         raise ApiError(400, "request body nests too deeply") from None
 

@@ -37,7 +37,7 @@ class HttpServer:
     address: str = attrs.field(default="127.0.0.1:30000", validator=_address)
     scheduler_endpoint: str
     metrics_port: int | None = None
-    api_key: str | None = None
+    api_keys: list[str] = attrs.Factory(list)
     admin_api_key: str | None = None
     allow_remote: bool = False
     model_name: str = "schedkit-sim"
@@ -68,7 +68,7 @@ class HttpServer:
             port=port,
             scheduler_endpoint=self.scheduler_endpoint,
             metrics_port=self.metrics_port,
-            api_key=self.api_key or None,
+            api_keys=[key for key in self.api_keys if key],
             admin_api_key=self.admin_api_key or None,
             model=ModelInfo(
                 name=self.model_name,

@@ -214,7 +214,7 @@ class NativeRoutes:
     async def server_info(self, request: Request) -> Response:
         """``GET /get_server_info``: settings (keys left out), the scheduler's load, version."""
         config = msgspec.to_builtins(self.config)
-        config.pop("api_key", None)
+        config.pop("api_keys", None)
         config.pop("admin_api_key", None)
         model = config.pop("model")
         return json_response(
