@@ -10,6 +10,7 @@ request aborted the same way.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 
 import msgspec
@@ -22,7 +23,7 @@ from schedkit.http.engine_client import EngineClient, Overloaded, RequestState
 from schedkit.http.protocol import ApiError
 from schedkit.http.tokenizer import ByteTokenizer, HfTokenizer
 
-__all__ = ["EventStream", "Generator", "read_json"]
+__all__ = ["EventStream", "Generator", "SendWatch", "read_json"]
 
 DONE = b"data: [DONE]\n\n"
 
@@ -74,6 +75,7 @@ class Generator:
         self.tokenizer = tokenizer
         self.vocab_size = config.model.vocab_size
         self.context_length = config.model.context_length
+        self.send_watch = SendWatch(config.limits.send_timeout)
 
     def token_ids(self, prompt: str | list[int], param: str) -> list[int]:
         """The checked token ids of a prompt: text is tokenized, ids must be in the
@@ -152,44 +154,94 @@ class Generator:
                     state.error = "client disconnected"
                     state.wake()
 
-        return EventStream(events, abort, self.config.limits.send_timeout)
+        return EventStream(events, abort, self.send_watch)
+
+
+class SendWatch:
+    """Cuts off streams whose client has not taken a send for ``timeout`` seconds: a sweep
+    every ``timeout / 2`` seconds (at most 1 s) over the streams in flight, so that a send
+    costs two clock reads instead of a timer of its own."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.streams: set[EventStream] = set()
+        self._task: asyncio.Task | None = None
+
+    def add(self, stream: EventStream) -> None:
+        """Watch ``stream`` until ``discard``."""
+        self.streams.add(stream)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._sweep())
+
+    def discard(self, stream: EventStream) -> None:
+        """Stop watching ``stream``."""
+        self.streams.discard(stream)
+
+    async def _sweep(self) -> None:
+        try:
+            while self.streams:
+                await asyncio.sleep(min(1.0, self.timeout / 2))
+                now = time.monotonic()
+                for stream in list(self.streams):
+                    since = stream.sending_since
+                    if since and now - since > self.timeout:
+                        stream.stall()
+        finally:
+            self._task = None
 
 
 class EventStream:
     """A ``text/event-stream`` response: each item of ``events`` is sent as it comes; when the
-    client disconnects or does not take a send within ``send_timeout`` seconds, ``on_abort``
-    is called and the stream ends."""
+    client disconnects or does not take a send within the watch's timeout, ``on_abort`` is
+    called and the stream ends."""
 
     def __init__(
-        self, events: AsyncIterator[bytes], on_abort: Callable[[], None], send_timeout: float
+        self, events: AsyncIterator[bytes], on_abort: Callable[[], None], watch: SendWatch
     ) -> None:
         self.events = events
         self.on_abort = on_abort
-        self.send_timeout = send_timeout
+        self.watch = watch
+        self.sending_since = 0.0
+        self._task: asyncio.Task | None = None
+        self._stalled = False
+
+    def stall(self) -> None:
+        """Give up on a client that stopped reading."""
+        self._stalled = True
+        if self._task is not None:
+            self._task.cancel()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._task = asyncio.current_task()
         watcher = asyncio.ensure_future(self._watch(receive))
+        self.watch.add(self)
+        clock = time.monotonic
         try:
-            async with asyncio.timeout(self.send_timeout):
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 200,
-                        "headers": [
-                            (b"content-type", b"text/event-stream; charset=utf-8"),
-                            (b"cache-control", b"no-cache"),
-                        ],
-                    }
-                )
+            self.sending_since = clock()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [
+                        (b"content-type", b"text/event-stream; charset=utf-8"),
+                        (b"cache-control", b"no-cache"),
+                    ],
+                }
+            )
+            self.sending_since = 0.0
             async for chunk in self.events:
-                async with asyncio.timeout(self.send_timeout):
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                self.sending_since = clock()
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                self.sending_since = 0.0
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except TimeoutError:
+        except asyncio.CancelledError:
+            if not self._stalled:
+                raise
             # Too slow a reader: its request is aborted, and uvicorn closes a connection whose
             # response was left incomplete.
             self.on_abort()
         finally:
+            self.watch.discard(self)
             watcher.cancel()
             await self.events.aclose()
 

@@ -132,6 +132,7 @@ def serve(config: HttpConfig, ready=None) -> None:
         access_log=False,
         timeout_keep_alive=int(max(1, limits.keep_alive_timeout)),
         h11_max_incomplete_event_size=limits.max_header_bytes,
+        proxy_headers=False,
         server_header=False,
         date_header=False,
     )

@@ -73,11 +73,12 @@ def peak_rss_mib(pid: int) -> float:
 
 def start_http_serve(
     *args: str, env: dict[str, str] | None = None, timeout: float = 60.0
-) -> tuple[subprocess.Popen, str]:
+) -> tuple[subprocess.Popen, str, dict[str, str]]:
     """``schedkit serve --http 127.0.0.1:0`` on the shipped default wiring plus ``args``
     (overlays, front-end options), KV events on free ports; returns the process once its
-    front end listens, and the front end's base URL. Raises RuntimeError with its stderr if
-    it exits first."""
+    front end listens, the front end's base URL and every endpoint of its ready line
+    (``requests`` is the internal ZeroMQ edge). Raises RuntimeError with its stderr if it
+    exits first."""
     environment = {
         **os.environ,
         "SCHEDKIT_KV_EVENTS_ENDPOINT": free_endpoint(),
@@ -102,7 +103,8 @@ def start_http_serve(
             errors.seek(0)
             message = errors.read().decode(errors="replace")[-2000:]
             raise RuntimeError(f"schedkit serve --http did not start: {message}")
-    return server, json.loads(line)["ready"]["http"]
+    ready = json.loads(line)["ready"]
+    return server, ready["http"], ready
 
 
 def stop_serve(server: subprocess.Popen, timeout: float = 30.0) -> int:

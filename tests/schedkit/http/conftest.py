@@ -7,6 +7,6 @@ from schedkit.testing.serving import start_http_serve, stop_serve
 def http_server():
     """One ``schedkit serve --http`` for the package's tests that need no special settings:
     (process, base URL)."""
-    server, url = start_http_serve()
+    server, url, _ = start_http_serve()
     yield server, url
     assert stop_serve(server) == 0

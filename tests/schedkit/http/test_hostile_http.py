@@ -40,7 +40,7 @@ def hostile():
     args = ["--api-key", KEYS["alice"], "--api-key", KEYS["bob"], "--admin-api-key", KEYS["admin"]]
     for name, value in LIMITS.items():
         args += ["--http-limit", f"{name}={value}"]
-    server, url = start_http_serve(*args)
+    server, url, _ = start_http_serve(*args)
     front_end = _children(server.pid)
     yield server, url
     peaks = [peak_rss_mib(server.pid), *(peak_rss_mib(pid) for pid in front_end)]
