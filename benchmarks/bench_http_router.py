@@ -46,10 +46,23 @@ def make_trace(requests: int, groups: int, prefix_chars: int, rate: float, seed:
     return trace
 
 
-async def _one(client: httpx.AsyncClient, start: float, item: dict) -> dict:
+def model_directory(directory: Path) -> Path:
+    """A local model directory holding a ``tokenizer.json``: the workers serve its path as their
+    model name, so that the router loads its tokenizer from disk instead of asking a model hub
+    for one named like the model (it does at worker registration)."""
+    from tokenizers import Tokenizer, models
+
+    model = directory / "schedkit-sim"
+    model.mkdir()
+    Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")).save(str(model / "tokenizer.json"))
+    return model
+
+
+async def _one(client: httpx.AsyncClient, start: float, item: dict, model: str) -> dict:
     await asyncio.sleep(max(0.0, start + item["arrival"] - time.perf_counter()))
     sent = time.perf_counter()
     body = {
+        "model": model,
         "prompt": item["text"],
         "max_tokens": NEW_TOKENS,
         "stream": True,
@@ -71,12 +84,12 @@ async def _one(client: httpx.AsyncClient, start: float, item: dict) -> dict:
     return {"ok": usage is not None, "ttft": first, "usage": usage}
 
 
-async def drive(url: str, trace: list[dict]) -> list[dict]:
+async def drive(url: str, trace: list[dict], model: str) -> list[dict]:
     """Send the trace to ``url`` at its arrival times; one result per request."""
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
     async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
         start = time.perf_counter()
-        return await asyncio.gather(*(_one(client, start, item) for item in trace))
+        return await asyncio.gather(*(_one(client, start, item, model) for item in trace))
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -109,19 +122,21 @@ def wait_healthy(url: str, timeout: float = 60.0) -> None:
     raise RuntimeError(f"{url}/health did not answer 200 within {timeout:g} s")
 
 
-def run_sglang_router(python: str, trace: list[dict], workers: int) -> str:
+def run_sglang_router(python: str, trace: list[dict], workers: int, directory: Path) -> str:
     """The trace through sglang-router's cache-aware policy over ``workers`` HTTP workers."""
-    servers = [start_http_serve() for _ in range(workers)]
+    model = str(model_directory(directory))
+    servers = [start_http_serve("--served-model-name", model) for _ in range(workers)]
     router = None
+    log = (directory / "router.log").open("w")
     try:
         port = int(free_endpoint().rsplit(":", 1)[1])
         command = [python, "-m", "sglang_router.launch_router", "--host", "127.0.0.1"]
-        command += ["--port", str(port), "--policy", "cache_aware", "--worker-urls"]
-        command += [url for _, url, _ in servers]
-        router = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        command += ["--port", str(port), "--policy", "cache_aware", "--model-path", model]
+        command += ["--tokenizer-path", model, "--worker-urls", *(url for _, url, _ in servers)]
+        router = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url)
-        results = asyncio.run(drive(url, trace))
+        results = asyncio.run(drive(url, trace, model))
         healthy = sum(httpx.get(f"{u}/health", timeout=5).status_code == 200 for _, u, _ in servers)
         return f"{summary(results)} | {healthy}/{workers} workers healthy"
     finally:
@@ -130,6 +145,7 @@ def run_sglang_router(python: str, trace: list[dict], workers: int) -> str:
             router.wait(10)
         for server, _, _ in servers:
             stop_serve(server)
+        log.close()
 
 
 def run_fleet(trace: list[dict], workers: int, directory: Path) -> str:

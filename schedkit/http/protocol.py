@@ -5,7 +5,9 @@ Field names follow OpenAI's API and vLLM's extensions (``ignore_eos``, ``min_tok
 model (sampling knobs: ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``seed``, the
 penalties, ``user``), or refused with an error naming it when set to anything but its default
 (``n``, ``best_of``, ``logprobs``, ``echo``, ``suffix``, ``logit_bias``, ``stop`` strings,
-``tools``...). Unknown fields are refused too.
+``tools``, SGLang's ``regex``/``json_schema``/``lora_path``...). SGLang's extensions that
+routers forward at their defaults (``no_stop_trim``, ``skip_special_tokens``,
+``separate_reasoning``...) are accepted. Unknown fields are refused.
 """
 
 from __future__ import annotations
@@ -95,7 +97,21 @@ class _Common(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     presence_penalty: Penalty = None
     repetition_penalty: Annotated[float, msgspec.Meta(gt=0)] | None = None
     user: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+    sampling_seed: int | None = None
+    # SGLang extensions that routers send with their defaults; no effect without stop strings,
+    # special tokens or a reasoning parser.
+    no_stop_trim: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    separate_reasoning: bool = True
+    stream_reasoning: bool = True
     # Refused unless at their defaults.
+    regex: str | None = None
+    ebnf: str | None = None
+    json_schema: str | None = None
+    lora_path: str | msgspec.Raw | None = None
+    session_params: msgspec.Raw | None = None
+    return_hidden_states: bool = False
     n: int | None = None
     logprobs: bool | int | None = None
     top_logprobs: int | None = None
@@ -172,6 +188,8 @@ class ChatCompletionRequest(_Common, kw_only=True):
     tool_choice: str | msgspec.Raw | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
+    continue_final_message: bool = False
+    chat_template_kwargs: msgspec.Raw | None = None
 
 
 def refused_fields(body: _Common) -> ApiError | None:
@@ -182,6 +200,12 @@ def refused_fields(body: _Common) -> ApiError | None:
         ("top_logprobs", body.top_logprobs not in (None, 0)),
         ("logit_bias", bool(body.logit_bias)),
         ("stop", bool(body.stop)),
+        ("regex", body.regex is not None),
+        ("ebnf", body.ebnf is not None),
+        ("json_schema", body.json_schema is not None),
+        ("lora_path", body.lora_path is not None),
+        ("session_params", body.session_params is not None),
+        ("return_hidden_states", body.return_hidden_states),
         (
             "stream_options.continuous_usage_stats",
             body.stream_options is not None and body.stream_options.continuous_usage_stats,
@@ -201,6 +225,8 @@ def refused_fields(body: _Common) -> ApiError | None:
                 "response_format",
                 body.response_format is not None and body.response_format.type != "text",
             ),
+            ("continue_final_message", body.continue_final_message),
+            ("chat_template_kwargs", body.chat_template_kwargs is not None),
         ]
     for field, refused in checks:
         if refused:

@@ -77,10 +77,10 @@ class ByteTokenizer:
 
     def piece(self, token_id: int) -> bytes:
         """The bytes that ``token_id`` stands for."""
-        if token_id < 256:
-            return bytes((token_id,))
         if token_id == self.eos_token_id:
             return b""
+        if token_id < 256:
+            return bytes((token_id,))
         piece = self._pieces.get(token_id)
         if piece is None:
             if len(self._pieces) < 1 << 16:
