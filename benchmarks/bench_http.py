@@ -157,7 +157,9 @@ class Zmq:
                 msg = decode_server_message(self.socket.recv())
                 if not isinstance(msg, BatchTokenIDOutput):
                     raise RuntimeError(f"ZeroMQ edge answered {msgspec.to_builtins(msg)}")
-                finished += [r for r, f in zip(msg.rids, msg.finished_reasons) if f is not None]
+                finished += [
+                    r for r, f in zip(msg.rids, msg.finished_reasons, strict=True) if f is not None
+                ]
         return finished
 
     def saturate(self, new: int, stream: bool, concurrency: int, seconds: float) -> int:
@@ -243,23 +245,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_http: {args.rounds} rounds of {args.seconds:g} s per phase, zero-cost runner")
         print(TARGETS)
         print(
-            "| phase | edge | requests/s | tokens/s | server CPU ms / 1k tokens | client CPU ms / 1k tokens |"
+            "| phase | edge | requests/s | tokens/s | server CPU ms / 1k tokens "
+            "| client CPU ms / 1k tokens |"
         )
         print("|---|---|---|---|---|---|")
         for (kind, side), row in rows.items():
+            server_cpu = _mmm(row["server ms/1k tok"], "{:.1f}")
+            client_cpu = _mmm(row["client ms/1k tok"], "{:.1f}")
             print(
                 f"| {kind} | {side} | {_mmm(row['req/s'])} | {_mmm(row['tok/s'])} | "
-                f"{_mmm(row['server ms/1k tok'], '{:.1f}')} | {_mmm(row['client ms/1k tok'], '{:.1f}')} |"
+                f"{server_cpu} | {client_cpu} |"
             )
         for kind in ("short", "stream"):
-            ratios = [
-                h / z
-                for h, z in zip(
-                    rows[kind, "http"]["server ms/1k tok"], rows[kind, "zmq"]["server ms/1k tok"]
-                )
-            ]
+            http_cpu = rows[kind, "http"]["server ms/1k tok"]
+            zmq_cpu = rows[kind, "zmq"]["server ms/1k tok"]
+            ratios = [h / z for h, z in zip(http_cpu, zmq_cpu, strict=True)]
             print(
-                f"{kind}: HTTP / ZMQ server CPU per token (min / median / max): {_mmm(ratios, '{:.2f}')}"
+                f"{kind}: HTTP / ZMQ server CPU per token (min / median / max): "
+                f"{_mmm(ratios, '{:.2f}')}"
             )
         rate = statistics.median(rows["short", "http"]["req/s"]) / 2
         arrivals, t, rng = [], 0.0, random.Random(1)
@@ -274,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     lat[side] += zmq_side.open_loop(arrivals)
         print(
-            f"latency of short requests at {rate:,.0f} req/s (half the saturated HTTP rate), Poisson:"
+            f"latency of short requests at {rate:,.0f} req/s "
+            "(half the saturated HTTP rate), Poisson:"
         )
         for q in (0.5, 0.99):
             h, z = _pct(lat["http"], q) * 1e3, _pct(lat["zmq"], q) * 1e3

@@ -195,10 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("| router | completed | hit rate | TTFT p50 ms | TTFT p99 ms | health |")
     print("|---|---|---|---|---|---|")
-    print(
-        f"| sglang-router cache_aware | {run_sglang_router(args.router_python, trace, args.workers)} |"
-    )
     with tempfile.TemporaryDirectory() as tmp:
+        routed = run_sglang_router(args.router_python, trace, args.workers, Path(tmp))
+        print(f"| sglang-router cache_aware | {routed} |")
         print(f"| schedkit fleet kv | {run_fleet(trace, args.workers, Path(tmp))} | - |")
     return 0
 

@@ -6,9 +6,10 @@ handlers, so FastAPI's models and OpenAPI schema go unused, and its extra middle
 more front-end CPU per short request (379 against 298 us, medians of 3 interleaved runs).
 
 Keys: with ``api_keys`` set, every route needs ``Authorization: Bearer KEY`` with one of them
-(the admin key is accepted too); with ``admin_api_key`` set, ``/pause_generation``, ``/continue_generation``,
-``/flush_cache`` and aborting another key's request need it. The key a request came with (or,
-without keys, its connection) is what admission is fair between.
+(the admin key is accepted too); with ``admin_api_key`` set, ``/pause_generation``,
+``/continue_generation``, ``/flush_cache`` and aborting another key's request need it. The
+key a request came with (or, without keys, its connection) is what admission is fair
+between.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from schedkit.http.config import HttpConfig
+from schedkit.http.control_routes import ControlRoutes
 from schedkit.http.engine_client import EngineClient
 from schedkit.http.generation import Generator
 from schedkit.http.native_routes import NativeRoutes
@@ -132,6 +134,7 @@ def build_app(config: HttpConfig) -> tuple[Starlette, EngineClient]:
     generator = Generator(config, engine, tokenizer)
     openai = OpenAIRoutes(generator)
     native = NativeRoutes(generator)
+    control = ControlRoutes(config, engine)
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
@@ -147,20 +150,20 @@ def build_app(config: HttpConfig) -> tuple[Starlette, EngineClient]:
         ("/v1/chat/completions", openai.chat_completions, ["POST"]),
         ("/v1/models", openai.models, ["GET"]),
         ("/generate", native.generate, ["POST", "PUT"]),
-        ("/health", native.health, ["GET"]),
-        ("/health_generate", native.health_generate, ["GET"]),
-        ("/get_model_info", native.model_info, ["GET"]),
-        ("/model_info", native.model_info, ["GET"]),
-        ("/get_server_info", native.server_info, ["GET"]),
-        ("/server_info", native.server_info, ["GET"]),
-        ("/get_load", native.get_load, ["GET"]),
-        ("/flush_cache", native.flush_cache, ["GET", "POST"]),
-        ("/pause_generation", native.pause, ["POST"]),
-        ("/continue_generation", native.resume, ["POST"]),
-        ("/abort_request", native.abort, ["POST"]),
-        ("/load", native.vllm_load, ["GET"]),
-        ("/ping", native.ping, ["GET", "POST"]),
-        ("/metrics", native.metrics, ["GET"]),
+        ("/health", control.health, ["GET"]),
+        ("/health_generate", control.health_generate, ["GET"]),
+        ("/get_model_info", control.model_info, ["GET"]),
+        ("/model_info", control.model_info, ["GET"]),
+        ("/get_server_info", control.server_info, ["GET"]),
+        ("/server_info", control.server_info, ["GET"]),
+        ("/get_load", control.get_load, ["GET"]),
+        ("/flush_cache", control.flush_cache, ["GET", "POST"]),
+        ("/pause_generation", control.pause, ["POST"]),
+        ("/continue_generation", control.resume, ["POST"]),
+        ("/abort_request", control.abort, ["POST"]),
+        ("/load", control.vllm_load, ["GET"]),
+        ("/ping", control.ping, ["GET", "POST"]),
+        ("/metrics", control.metrics, ["GET"]),
     ]
     for path, method, methods in routes:
         app.router.add_route(path, _handler(method), methods=methods)

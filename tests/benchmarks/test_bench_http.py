@@ -11,8 +11,18 @@ MMM = r"[\d,.]+ / [\d,.]+ / [\d,.]+"
 
 def test_tiny_run_prints_both_edges_side_by_side():
     result = subprocess.run(
-        [sys.executable, str(BENCH), "--rounds", "2", "--seconds", "0.3", "--concurrency", "4",
-         "--streams", "2"],
+        [
+            sys.executable,
+            str(BENCH),
+            "--rounds",
+            "2",
+            "--seconds",
+            "0.3",
+            "--concurrency",
+            "4",
+            "--streams",
+            "2",
+        ],
         capture_output=True,
         text=True,
         timeout=180,
@@ -21,9 +31,11 @@ def test_tiny_run_prints_both_edges_side_by_side():
     out = result.stdout
     for kind in ("short", "stream"):
         for edge in ("http", "zmq"):
-            assert re.search(rf"^\| {kind} \| {edge} \| {MMM} \| {MMM} \| {MMM} \| {MMM} \|$", out,
-                             re.MULTILINE), out
+            assert re.search(
+                rf"^\| {kind} \| {edge} \| {MMM} \| {MMM} \| {MMM} \| {MMM} \|$", out, re.MULTILINE
+            ), out
         assert re.search(rf"^{kind}: HTTP / ZMQ server CPU per token .*: {MMM}$", out, re.MULTILINE)
-    assert re.search(r"^  p50: HTTP [\d.]+ ms, ZMQ [\d.]+ ms, added by HTTP -?[\d.]+ ms$", out,
-                     re.MULTILINE), out
+    assert re.search(
+        r"^  p50: HTTP [\d.]+ ms, ZMQ [\d.]+ ms, added by HTTP -?[\d.]+ ms$", out, re.MULTILINE
+    ), out
     assert re.search(r"^  p99: HTTP ", out, re.MULTILINE)

@@ -1,5 +1,3 @@
-
-
 def test_min_new_tokens_holds_off_eos_and_stop_tokens():
     from schedkit.core.schedule_batch import Req, SamplingParams
 

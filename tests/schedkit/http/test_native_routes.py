@@ -80,11 +80,13 @@ def test_pause_continue_and_flush(http):
     paused = http.post("/pause_generation", json={"mode": "in_place"})
     assert paused.json() == {"message": "Generation paused successfully.", "status": "ok"}
     try:
-        with httpx.Client(base_url=str(http.base_url), timeout=1.0) as other:
-            with pytest.raises(httpx.ReadTimeout):
-                other.post(
-                    "/generate", json={"text": "waits", "sampling_params": {"max_new_tokens": 1}}
-                )
+        with (
+            httpx.Client(base_url=str(http.base_url), timeout=1.0) as other,
+            pytest.raises(httpx.ReadTimeout),
+        ):
+            other.post(
+                "/generate", json={"text": "waits", "sampling_params": {"max_new_tokens": 1}}
+            )
     finally:
         resumed = http.post("/continue_generation")
     assert resumed.json()["status"] == "ok"

@@ -54,5 +54,5 @@ def test_a_file_that_is_no_tokenizer_is_named(tmp_path):
     pytest.importorskip("tokenizers")
     path = tmp_path / "tokenizer.json"
     path.write_text("{}")
-    with pytest.raises(ValueError, match="not a tokenizer.json"):
+    with pytest.raises(ValueError, match=r"not a tokenizer\.json"):
         HfTokenizer(str(path))
