@@ -31,7 +31,7 @@ class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_forwarded_tokens: Positive = 1 << 20
     # Forwarded requests the scheduler has not admitted into a batch yet: past this, new ones
     # wait here (where admission is fair) instead of in the scheduler's queue.
-    max_scheduler_waiting: Positive = 8
+    max_scheduler_waiting: Positive = 64
     load_poll_seconds: PositiveSeconds = 0.01
     max_queued_per_key: Positive = 1024
     max_queued: Positive = 8192
