@@ -41,6 +41,8 @@ from schedkit.testing.serving import start_http_serve, stop_serve
 
 PROMPT_TOKENS = 16
 SHORT, STREAM = 4, 256
+# Connections of the HTTP side's Poisson phase (as a load generator's pool).
+OPEN_LOOP_CONNECTIONS = 128
 TARGETS = "targets: >= 1,000 short requests/s, >= 50,000 streamed tokens/s, HTTP CPU <= 2x ZMQ"
 
 
@@ -108,15 +110,19 @@ class Http:
 
     async def open_loop(self, arrivals: list[float]) -> list[float]:
         requests, pool, latencies = self.requests[SHORT, False], [], []
-        for _ in range(32):
+        for _ in range(OPEN_LOOP_CONNECTIONS):
             pool.append(await self.connect())
         start = time.perf_counter()
 
+        free = asyncio.Queue()
+        for conn in pool:
+            free.put_nowait(conn)
+
         async def one(i: int, at: float) -> None:
-            conn = pool.pop() if pool else await self.connect()
+            conn = await free.get()  # waiting for a connection counts in the latency
             await _http_exchange(*conn, requests[i % len(requests)], False)
             latencies.append(time.perf_counter() - start - at)
-            pool.append(conn)
+            free.put_nowait(conn)
 
         tasks = []
         for i, at in enumerate(arrivals):

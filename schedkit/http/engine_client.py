@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import deque
+from itertools import islice
 
 import msgspec
 import zmq
@@ -39,6 +40,9 @@ from schedkit.http.config import Limits
 from schedkit.http.request_state import Overloaded, RequestState
 
 __all__ = ["EngineClient", "Overloaded", "RequestState"]
+
+# Queued keys compared for each freed slot.
+_SCAN = 32
 
 
 class EngineClient:
@@ -177,11 +181,14 @@ class EngineClient:
         self._send(message)
 
     def _pump(self) -> None:
-        """Forward queued requests while they fit, each time from the queued key with the
-        fewest requests in flight (the earliest queued among equals)."""
+        """Forward queued requests while they fit, each time from the key with the fewest
+        requests in flight among the first ``_SCAN`` keys in turn (the earliest among
+        equals)."""
         turns, queues, in_flight = self._turns, self._queues, self._in_flight
         while turns:
-            key = min(turns, key=lambda k: in_flight.get(k, 0))
+            # The first keys in turn only: without API keys each connection is a key, and
+            # a scan of every queued one would make admission cost grow with the queue.
+            key = min(islice(turns, _SCAN), key=lambda k: in_flight.get(k, 0))
             queue = queues[key]
             if not self._fits(queue[0]):
                 return
