@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 from pathlib import Path
 
 from schedkit.cli.args import number
@@ -105,8 +106,12 @@ def http_overlays(args: argparse.Namespace, private_dir: Path) -> list[str | Pat
             limits[name] = int(value) if value.isdigit() else float(value)
         except ValueError:
             raise SystemExit(f"schedkit serve: --http-limit {item!r}: not a number") from None
+    # The front end pauses, continues and flushes through the scheduler's ZeroMQ edge, which
+    # takes those only with its admin token: --admin-token's, or one made for this run.
+    token = args.admin_token or secrets.token_urlsafe(24)
     http_args: dict = {
         "address": args.http,
+        "scheduler_admin_token": token,
         "api_keys": [*args.api_key, *filter(None, [os.environ.get("SCHEDKIT_API_KEY")])],
         "admin_api_key": args.admin_api_key,
         "tokenizer_path": args.tokenizer,
@@ -117,7 +122,9 @@ def http_overlays(args: argparse.Namespace, private_dir: Path) -> list[str | Pat
     if args.context_length is not None:
         http_args["context_length"] = args.context_length
     metrics = {"model_name": args.served_model_name}
-    return [
-        overlay,
-        {"components": {"http_server": {"args": http_args}, "metrics_reporter": {"args": metrics}}},
-    ]
+    components = {
+        "http_server": {"args": http_args},
+        "metrics_reporter": {"args": metrics},
+        "request_receiver": {"args": {"admin_token": token}},
+    }
+    return [overlay, {"components": components}]

@@ -128,7 +128,7 @@ def _handler(
 
 def build_app(config: HttpConfig) -> tuple[Starlette, EngineClient]:
     """The application for ``config`` and its engine client (started with the app)."""
-    engine = EngineClient(config.scheduler_endpoint, config.limits)
+    engine = EngineClient(config.scheduler_endpoint, config.limits, config.scheduler_admin_token)
     model = config.model
     tokenizer = load_tokenizer(model.tokenizer_path, model.vocab_size, model.eos_token_id)
     generator = Generator(config, engine, tokenizer)

@@ -56,6 +56,8 @@ class HttpConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     host: str = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 30000
     scheduler_endpoint: str = ""
+    # The token the scheduler's zmq_server wants on pause, continue and flush.
+    scheduler_admin_token: str | None = None
     metrics_port: int | None = None
     api_keys: list[str] = []
     admin_api_key: str | None = None

@@ -96,6 +96,7 @@ class ControlRoutes:
         """``GET /get_server_info``: settings (keys left out), the scheduler's load, version."""
         config = msgspec.to_builtins(self.config)
         config.pop("api_keys", None)
+        config.pop("scheduler_admin_token", None)
         config.pop("admin_api_key", None)
         model = config.pop("model")
         return json_response(

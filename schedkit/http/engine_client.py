@@ -41,6 +41,8 @@ from schedkit.http.request_state import Overloaded, RequestState
 
 __all__ = ["EngineClient", "Overloaded", "RequestState"]
 
+# Control messages the scheduler's zmq_server takes only with its admin token.
+_ADMIN_CONTROLS = frozenset({"pause", "continue", "flush"})
 # Queued keys compared for each freed slot.
 _SCAN = 32
 
@@ -48,8 +50,9 @@ _SCAN = 32
 class EngineClient:
     """Requests out and outputs in on one DEALER connected to the scheduler's ``zmq_server``."""
 
-    def __init__(self, endpoint: str, limits: Limits) -> None:
+    def __init__(self, endpoint: str, limits: Limits, admin_token: str | None = None) -> None:
         self.endpoint = endpoint
+        self.admin_token = admin_token
         self.limits = limits
         self.states: dict[str, RequestState] = {}
         self.forwarded = 0
@@ -247,7 +250,8 @@ class EngineClient:
         """Send a control message and wait for its reply; raises TimeoutError."""
         future = asyncio.get_running_loop().create_future()
         self._controls.append(future)
-        self._send(encode(ControlReq(type=kind, mode=mode)))
+        token = self.admin_token if kind in _ADMIN_CONTROLS else None
+        self._send(encode(ControlReq(type=kind, mode=mode, token=token)))
         # A late reply still pops this future, so replies stay in order after a timeout.
         return await asyncio.wait_for(asyncio.shield(future), timeout)
 

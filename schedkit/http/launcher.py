@@ -36,6 +36,7 @@ class HttpServer:
 
     address: str = attrs.field(default="127.0.0.1:30000", validator=_address)
     scheduler_endpoint: str
+    scheduler_admin_token: str | None = attrs.field(default=None, repr=False)
     metrics_port: int | None = None
     api_keys: list[str] = attrs.Factory(list)
     admin_api_key: str | None = None
@@ -67,6 +68,7 @@ class HttpServer:
             host=host,
             port=port,
             scheduler_endpoint=self.scheduler_endpoint,
+            scheduler_admin_token=self.scheduler_admin_token,
             metrics_port=self.metrics_port,
             api_keys=[key for key in self.api_keys if key],
             admin_api_key=self.admin_api_key or None,
