@@ -131,7 +131,7 @@ def plot(results: dict[str, dict], path: str) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--quick", action="store_true", help="2,000 requests instead of 20,000")
     parser.add_argument("--requests", type=number(int), help="this many requests (a smoke run)")
     parser.add_argument("--no-live", action="store_true", help="skip (b)")

@@ -38,6 +38,8 @@ COMPONENT_MODULES: dict[str, str] = {
     "kv_events_publisher": "schedkit.components.io.kv_events_publisher",
     # metrics/
     "metrics_reporter": "schedkit.components.metrics.reporter",
+    # the HTTP front end (a process of its own)
+    "http_server": "schedkit.http.launcher",
     # the simulated model runner
     "simulated_model_runner": "schedkit.runner.model_runner",
 }

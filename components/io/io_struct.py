@@ -71,6 +71,7 @@ class SamplingParamsInput(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
     ignore_eos: bool = False
     stream: bool = False
     stream_interval: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    min_new_tokens: Annotated[int, msgspec.Meta(ge=0)] = 0
 
     def to_sampling_params(self) -> SamplingParams:
         """The scheduler's ``SamplingParams`` with the same values."""
@@ -80,6 +81,7 @@ class SamplingParamsInput(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
             ignore_eos=self.ignore_eos,
             stream=self.stream,
             stream_interval=self.stream_interval,
+            min_new_tokens=self.min_new_tokens,
         )
 
 

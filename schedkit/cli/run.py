@@ -11,18 +11,28 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 import msgspec
 import structlog
 
 from schedkit.assembly.container import Assembly, build
+from schedkit.assembly.loading import load_wiring
 from schedkit.assembly.wiring import Wiring
-from schedkit.cli.args import add_wiring_args, number, run_provenance, wiring_from_args
+from schedkit.cli.args import (
+    add_wiring_args,
+    number,
+    run_provenance,
+    wiring_from_args,
+    wiring_sources,
+)
 from schedkit.cli.files import output_problem
+from schedkit.cli.http_args import add_http_args, http_overlays
 from schedkit.cli.workload_args import (
     add_summary_args,
     add_workload_args,
@@ -84,6 +94,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "$SCHEDKIT_ADMIN_TOKEN, which stays out of the process list); without one they are "
         "refused",
     )
+    add_http_args(p)
     p.set_defaults(run=cmd_serve)
 
 
@@ -231,7 +242,14 @@ def _linger(publisher: Any, seconds: float) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """``schedkit serve``: serve until SIGINT or SIGTERM, then drain for ``--grace`` seconds."""
-    wiring = wiring_from_args(args)
+    with tempfile.TemporaryDirectory(prefix="schedkit-serve-") as private:
+        return _serve(args, Path(private))
+
+
+def _serve(args: argparse.Namespace, private_dir: Path) -> int:
+    file, overlays = wiring_sources(args)
+    front_end = http_overlays(args, private_dir)
+    wiring = load_wiring(file, *overlays, *front_end)
     extra = []
     if args.admin_token:
         receiver = wiring.components.get("request_receiver")
@@ -249,7 +267,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if busy is not None:
         extra.append(busy)
     if extra:
-        wiring = wiring_from_args(args, *extra)
+        wiring = load_wiring(file, *overlays, *front_end, *extra)
     stop = threading.Event()
     with build(wiring) as assembly:
         if getattr(assembly["request_receiver"], "bound_endpoint", None) is None:
@@ -275,5 +293,7 @@ def _announce(assembly: Assembly) -> None:
         endpoints["outputs"] = getattr(assembly["output_sender"], "bound_endpoint", None)
     if "kv_events_publisher" in assembly:
         endpoints["kv_events"] = getattr(assembly["kv_events_publisher"], "endpoint", None)
+    if "http_server" in assembly:
+        endpoints["http"] = assembly["http_server"].url
     log.info("schedkit serve ready", **{k: v for k, v in endpoints.items() if v})
     print(json.dumps({"ready": endpoints}), flush=True)

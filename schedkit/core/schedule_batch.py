@@ -63,6 +63,8 @@ class SamplingParams:
     ignore_eos: bool = False
     stream: bool = False
     stream_interval: int | None = None
+    # Stop tokens and EOS do not end the request before it has this many output tokens.
+    min_new_tokens: int = 0
 
     def validation_error(self) -> str | None:
         """What is wrong with these parameters, or None when they are valid."""
@@ -74,6 +76,8 @@ class SamplingParams:
             return f"stream_interval must be an integer >= 1, got {self.stream_interval!r}"
         if not all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids):
             return f"stop_token_ids must be non-negative integers, got {self.stop_token_ids!r}"
+        if not isinstance(self.min_new_tokens, int) or self.min_new_tokens < 0:
+            return f"min_new_tokens must be an integer >= 0, got {self.min_new_tokens!r}"
         return None
 
 
@@ -166,6 +170,8 @@ class Req:
         params = self.sampling_params
         if len(self.output_ids) >= params.max_new_tokens:
             self.finished_reason = FinishLength(params.max_new_tokens)
+            return
+        if len(self.output_ids) < params.min_new_tokens:
             return
         last = self.output_ids[-1]
         if last in params.stop_token_ids or (not params.ignore_eos and last == eos_token_id):

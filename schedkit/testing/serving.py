@@ -1,20 +1,24 @@
 """A real ``schedkit serve`` in a child process on free loopback ports, for end-to-end tests and
-benchmarks of the request socket: ``start_serve()``, ``free_endpoint()`` and
-``peak_rss_mib(pid)``."""
+benchmarks of the request socket and the HTTP front end: ``start_serve()``,
+``start_http_serve()``, ``stop_serve()``, ``free_endpoint()`` and ``peak_rss_mib(pid)``."""
 
 from __future__ import annotations
 
+import json
 import os
 import resource
+import select
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import IO
 
 from schedkit import wirings
 
-__all__ = ["free_endpoint", "peak_rss_mib", "start_serve"]
+__all__ = ["free_endpoint", "peak_rss_mib", "start_http_serve", "start_serve", "stop_serve"]
 
 
 def free_endpoint() -> str:
@@ -65,3 +69,53 @@ def peak_rss_mib(pid: int) -> float:
     """The peak resident memory (VmHWM, Linux) of process ``pid`` so far, in MiB."""
     status = Path(f"/proc/{pid}/status").read_text()
     return int(status.split("VmHWM:")[1].split()[0]) / 1024
+
+
+def start_http_serve(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60.0
+) -> tuple[subprocess.Popen, str, dict[str, str]]:
+    """``schedkit serve --http 127.0.0.1:0`` on the shipped default wiring plus ``args``
+    (overlays, front-end options), KV events on free ports; returns the process once its
+    front end listens, the front end's base URL and every endpoint of its ready line
+    (``requests`` is the internal ZeroMQ edge). Raises RuntimeError with its stderr if it
+    exits first."""
+    environment = {
+        **os.environ,
+        "SCHEDKIT_KV_EVENTS_ENDPOINT": free_endpoint(),
+        "SCHEDKIT_KV_REPLAY_ENDPOINT": free_endpoint(),
+        **(env or {}),
+    }
+    command = [sys.executable, "-m", "schedkit.cli", "serve", str(wirings.path())]
+    # stderr goes to a file: a chatty server never blocks on it, and nothing must drain it.
+    with tempfile.TemporaryFile() as errors:
+        server = subprocess.Popen(
+            [*command, "--http", "127.0.0.1:0", *args],
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
+        ready, _, _ = select.select([server.stdout], [], [], timeout)
+        line = server.stdout.readline() if ready else ""
+        if not line:
+            server.kill()
+            server.wait()
+            errors.seek(0)
+            message = errors.read().decode(errors="replace")[-2000:]
+            raise RuntimeError(f"schedkit serve --http did not start: {message}")
+    ready = json.loads(line)["ready"]
+    return server, ready["http"], ready
+
+
+def stop_serve(server: subprocess.Popen, timeout: float = 30.0) -> int:
+    """SIGTERM ``server`` and wait for it (SIGKILL after ``timeout``); its exit status."""
+    if server.poll() is None:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    if server.stdout is not None:
+        server.stdout.close()
+    return server.returncode

@@ -1,0 +1,301 @@
+"""The HTTP front end against the ZeroMQ edge it sits on, in one run of one ``schedkit serve
+--http`` with the simulated runner's cost set to zero (``zero_cost``), so that the edges are
+what is measured.
+
+Per round, in alternating order, each side runs two saturation phases: short non-streamed
+requests (16 prompt tokens, 4 new, ``--concurrency`` at once) and streamed requests (16 prompt
+tokens, 256 new, one message per token). The HTTP side is a raw asyncio HTTP/1.1 keep-alive
+client (OpenAI ``/v1/completions``); the ZeroMQ side a DEALER on the scheduler's internal
+endpoint. Printed: requests/s, tokens/s and the servers' CPU time (scheduler, plus the front
+end for HTTP) per 1,000 tokens, min / median / max over the rounds. Then, at half the median
+saturated HTTP request rate, Poisson arrivals of short requests on each side: p50 / p99
+latency and what HTTP adds.
+
+Usage: ``python benchmarks/bench_http.py [--rounds 5] [--seconds 3]``. Linux only (/proc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import resource
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import msgspec
+import zmq
+from schedkit.components.io.io_struct import (
+    BatchTokenIDOutput,
+    GenerateReqInput,
+    SamplingParamsInput,
+    decode_server_message,
+    encode,
+)
+
+from schedkit.testing.serving import start_http_serve, stop_serve
+
+PROMPT_TOKENS = 16
+SHORT, STREAM = 4, 256
+# Connections of the HTTP side's Poisson phase (as a load generator's pool).
+OPEN_LOOP_CONNECTIONS = 128
+TARGETS = "targets: >= 1,000 short requests/s, >= 50,000 streamed tokens/s, HTTP CPU <= 2x ZMQ"
+
+
+def _cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _prompts(rng: random.Random, n: int = 512) -> list[list[int]]:
+    return [[rng.randrange(256, 32000) for _ in range(PROMPT_TOKENS)] for _ in range(n)]
+
+
+def _http_request(host: str, port: int, prompt: list[int], new: int, stream: bool) -> bytes:
+    body = json.dumps(
+        {"prompt": prompt, "max_tokens": new, "stream": stream, "ignore_eos": True}
+    ).encode()
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nhost: {host}:{port}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def _http_exchange(reader, writer, request: bytes, stream: bool) -> None:
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(f"HTTP error: {head[:200]!r}")
+    if stream:
+        await reader.readuntil(b"data: [DONE]\n\n")
+        await reader.readuntil(b"0\r\n\r\n")
+    else:
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        await reader.readexactly(length)
+
+
+class Http:
+    """The HTTP side: keep-alive connections to the front end."""
+
+    def __init__(self, url: str, prompts: list[list[int]]) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self.host, self.port = host, int(port)
+        self.requests = {
+            (new, stream): [_http_request(host, int(port), p, new, stream) for p in prompts]
+            for new, stream in ((SHORT, False), (STREAM, True))
+        }
+
+    async def connect(self):
+        return await asyncio.open_connection(self.host, self.port, limit=1 << 22)
+
+    async def saturate(self, new: int, stream: bool, concurrency: int, seconds: float) -> int:
+        requests, done = self.requests[new, stream], 0
+        deadline = time.perf_counter() + seconds
+
+        async def worker(i: int) -> None:
+            nonlocal done
+            reader, writer = await self.connect()
+            while time.perf_counter() < deadline:
+                await _http_exchange(reader, writer, requests[(done + i) % len(requests)], stream)
+                done += 1
+            writer.close()
+
+        await asyncio.gather(*(worker(i) for i in range(concurrency)))
+        return done
+
+    async def open_loop(self, arrivals: list[float]) -> list[float]:
+        requests, pool, latencies = self.requests[SHORT, False], [], []
+        for _ in range(OPEN_LOOP_CONNECTIONS):
+            pool.append(await self.connect())
+        start = time.perf_counter()
+
+        free = asyncio.Queue()
+        for conn in pool:
+            free.put_nowait(conn)
+
+        async def one(i: int, at: float) -> None:
+            conn = await free.get()  # waiting for a connection counts in the latency
+            await _http_exchange(*conn, requests[i % len(requests)], False)
+            latencies.append(time.perf_counter() - start - at)
+            free.put_nowait(conn)
+
+        tasks = []
+        for i, at in enumerate(arrivals):
+            delay = start + at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(one(i, at)))
+        await asyncio.gather(*tasks)
+        for _, writer in pool:
+            writer.close()
+        return latencies
+
+
+class Zmq:
+    """The ZeroMQ side: one DEALER on the scheduler's edge."""
+
+    def __init__(self, endpoint: str, prompts: list[list[int]]) -> None:
+        self.socket = zmq.Context.instance().socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.connect(endpoint)
+        self.prompts = prompts
+        self.counter = 0
+
+    def _send(self, new: int, stream: bool) -> str:
+        self.counter += 1
+        rid = f"z{self.counter}"
+        params = SamplingParamsInput(max_new_tokens=new, stream=stream, ignore_eos=True)
+        prompt = self.prompts[self.counter % len(self.prompts)]
+        self.socket.send(
+            encode(GenerateReqInput(rid=rid, input_ids=prompt, sampling_params=params))
+        )
+        return rid
+
+    def _finished(self, timeout_ms: int) -> list[str]:
+        finished = []
+        if self.socket.poll(timeout_ms):
+            while self.socket.poll(0):
+                msg = decode_server_message(self.socket.recv())
+                if not isinstance(msg, BatchTokenIDOutput):
+                    raise RuntimeError(f"ZeroMQ edge answered {msgspec.to_builtins(msg)}")
+                finished += [
+                    r for r, f in zip(msg.rids, msg.finished_reasons, strict=True) if f is not None
+                ]
+        return finished
+
+    def saturate(self, new: int, stream: bool, concurrency: int, seconds: float) -> int:
+        deadline = time.perf_counter() + seconds
+        live = {self._send(new, stream) for _ in range(concurrency)}
+        done = 0
+        while live:
+            for rid in self._finished(1000):
+                live.discard(rid)
+                done += 1
+                if time.perf_counter() < deadline:
+                    live.add(self._send(new, stream))
+        return done
+
+    def open_loop(self, arrivals: list[float]) -> list[float]:
+        start, sent, latencies, i = time.perf_counter(), {}, [], 0
+        while i < len(arrivals) or sent:
+            now = time.perf_counter() - start
+            while i < len(arrivals) and arrivals[i] <= now:
+                sent[self._send(SHORT, False)] = arrivals[i]
+                i += 1
+            wait = 0 if i >= len(arrivals) else max(0.0, arrivals[i] - now)
+            for rid in self._finished(max(0, int(wait * 1000)) if i < len(arrivals) else 1000):
+                latencies.append(time.perf_counter() - start - sent.pop(rid))
+        return latencies
+
+
+def _mmm(values: list[float], fmt: str = "{:,.0f}") -> str:
+    return " / ".join(fmt.format(v) for v in (min(values), statistics.median(values), max(values)))
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--streams", type=int, default=32)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        overlay = Path(tmp) / "zero_cost.yaml"
+        overlay.write_text("components:\n  model_runner:\n    args:\n      zero_cost: true\n")
+        server, url, ready = start_http_serve("-o", str(overlay))
+    try:
+        front_end = int(
+            Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()[0]
+        )
+        prompts = _prompts(random.Random(0))
+        http, zmq_side = Http(url, prompts), Zmq(ready["requests"], prompts)
+        rows: dict[tuple[str, str], dict[str, list[float]]] = {}
+        for r in range(args.rounds):
+            for side in ("http", "zmq") if r % 2 == 0 else ("zmq", "http"):
+                for kind, new, stream, width in (
+                    ("short", SHORT, False, args.concurrency),
+                    ("stream", STREAM, True, args.streams),
+                ):
+                    pids = [server.pid, front_end] if side == "http" else [server.pid]
+                    cpu0, client0 = sum(map(_cpu, pids)), resource.getrusage(resource.RUSAGE_SELF)
+                    t0 = time.perf_counter()
+                    if side == "http":
+                        done = asyncio.run(http.saturate(new, stream, width, args.seconds))
+                    else:
+                        done = zmq_side.saturate(new, stream, width, args.seconds)
+                    wall = time.perf_counter() - t0
+                    cpu = sum(map(_cpu, pids)) - cpu0
+                    client1 = resource.getrusage(resource.RUSAGE_SELF)
+                    client = (
+                        client1.ru_utime + client1.ru_stime - client0.ru_utime - client0.ru_stime
+                    )
+                    row = rows.setdefault((kind, side), {})
+                    tokens = done * new
+                    for name, value in (
+                        ("req/s", done / wall),
+                        ("tok/s", tokens / wall),
+                        ("server ms/1k tok", 1e6 * cpu / tokens),
+                        ("client ms/1k tok", 1e6 * client / tokens),
+                    ):
+                        row.setdefault(name, []).append(value)
+        print(f"bench_http: {args.rounds} rounds of {args.seconds:g} s per phase, zero-cost runner")
+        print(TARGETS)
+        print(
+            "| phase | edge | requests/s | tokens/s | server CPU ms / 1k tokens "
+            "| client CPU ms / 1k tokens |"
+        )
+        print("|---|---|---|---|---|---|")
+        for (kind, side), row in rows.items():
+            server_cpu = _mmm(row["server ms/1k tok"], "{:.1f}")
+            client_cpu = _mmm(row["client ms/1k tok"], "{:.1f}")
+            print(
+                f"| {kind} | {side} | {_mmm(row['req/s'])} | {_mmm(row['tok/s'])} | "
+                f"{server_cpu} | {client_cpu} |"
+            )
+        for kind in ("short", "stream"):
+            http_cpu = rows[kind, "http"]["server ms/1k tok"]
+            zmq_cpu = rows[kind, "zmq"]["server ms/1k tok"]
+            ratios = [h / z for h, z in zip(http_cpu, zmq_cpu, strict=True)]
+            print(
+                f"{kind}: HTTP / ZMQ server CPU per token (min / median / max): "
+                f"{_mmm(ratios, '{:.2f}')}"
+            )
+        rate = statistics.median(rows["short", "http"]["req/s"]) / 2
+        arrivals, t, rng = [], 0.0, random.Random(1)
+        while t < args.seconds:
+            t += rng.expovariate(rate)
+            arrivals.append(t)
+        lat: dict[str, list[float]] = {"http": [], "zmq": []}
+        for r in range(args.rounds):
+            for side in ("http", "zmq") if r % 2 == 0 else ("zmq", "http"):
+                if side == "http":
+                    lat[side] += asyncio.run(http.open_loop(arrivals))
+                else:
+                    lat[side] += zmq_side.open_loop(arrivals)
+        print(
+            f"latency of short requests at {rate:,.0f} req/s "
+            "(half the saturated HTTP rate), Poisson:"
+        )
+        for q in (0.5, 0.99):
+            h, z = _pct(lat["http"], q) * 1e3, _pct(lat["zmq"], q) * 1e3
+            print(
+                f"  p{int(q * 100)}: HTTP {h:.2f} ms, ZMQ {z:.2f} ms, added by HTTP {h - z:.2f} ms"
+            )
+        zmq_side.socket.close()
+    finally:
+        stop_serve(server)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""``schedkit serve --http HOST:PORT``: the options of the HTTP front end and the wiring overlay
+that adds it (an internal ZeroMQ edge on a private ipc path, metrics on, the wall clock)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+from pathlib import Path
+
+from schedkit.cli.args import number
+from schedkit.http.config import Limits, parse_address
+
+__all__ = ["add_http_args", "http_overlays"]
+
+_OVERLAY = """\
+components:
+  request_receiver:
+    type: zmq_server
+    args:
+      endpoint: {endpoint}
+  output_sender: null
+  output_streamer:
+    args:
+      sender: !ref request_receiver
+  model_runner:
+    args:
+      clock: wall
+  metrics_reporter:
+    args:
+      enable_metrics: true
+      prometheus_port: 0
+  http_server:
+    type: http_server
+    args:
+      scheduler_endpoint: !ref request_receiver.bound_endpoint
+      metrics_port: !ref metrics_reporter.collector.prometheus_port
+      vocab_size: !ref model_runner.vocab_size
+      eos_token_id: !ref model_runner.eos_token_id
+"""
+
+
+def _address(text: str) -> str:
+    try:
+        parse_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def add_http_args(p: argparse.ArgumentParser) -> None:
+    """The front end's options on ``schedkit serve``."""
+    g = p.add_argument_group("HTTP front end (docs/http.md)")
+    g.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        type=_address,
+        help="serve OpenAI-compatible and SGLang-native HTTP routes here (port 0: a free one); "
+        "the ZeroMQ edge then moves to a private ipc:// path",
+    )
+    g.add_argument(
+        "--api-key",
+        action="append",
+        default=[],
+        help="require Authorization: Bearer KEY on every route; repeatable (one key per user: "
+        "admission is fair between keys); also $SCHEDKIT_API_KEY",
+    )
+    g.add_argument(
+        "--admin-api-key",
+        default=os.environ.get("SCHEDKIT_ADMIN_API_KEY"),
+        help="key for pause/continue/flush and for aborting other keys' requests "
+        "(default: $SCHEDKIT_ADMIN_API_KEY)",
+    )
+    g.add_argument("--tokenizer", metavar="FILE", help="a Hugging Face tokenizer.json")
+    g.add_argument("--served-model-name", default="schedkit-sim")
+    g.add_argument("--context-length", type=number(int, minimum=2, allow_minimum=True))
+    g.add_argument(
+        "--http-allow-remote",
+        action="store_true",
+        help="allow --http on a non-loopback address",
+    )
+    g.add_argument(
+        "--http-limit",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help=f"a front-end limit ({', '.join(Limits.__struct_fields__)}); repeatable",
+    )
+
+
+def http_overlays(args: argparse.Namespace, private_dir: Path) -> list[str | Path | dict]:
+    """The overlays that add the front end (empty without ``--http``)."""
+    if args.http is None:
+        return []
+    overlay = private_dir / "http.yaml"
+    overlay.write_text(_OVERLAY.format(endpoint=f"ipc://{private_dir / 'scheduler'}"))
+    limits: dict[str, int | float] = {}
+    for item in args.http_limit:
+        name, sep, value = item.partition("=")
+        if not sep or name not in Limits.__struct_fields__:
+            raise SystemExit(
+                f"schedkit serve: --http-limit {item!r}: expected NAME=VALUE with NAME one of "
+                f"{', '.join(Limits.__struct_fields__)}"
+            )
+        try:
+            limits[name] = int(value) if value.isdigit() else float(value)
+        except ValueError:
+            raise SystemExit(f"schedkit serve: --http-limit {item!r}: not a number") from None
+    # The front end pauses, continues and flushes through the scheduler's ZeroMQ edge, which
+    # takes those only with its admin token: --admin-token's, or one made for this run.
+    token = args.admin_token or secrets.token_urlsafe(24)
+    http_args: dict = {
+        "address": args.http,
+        "scheduler_admin_token": token,
+        "api_keys": [*args.api_key, *filter(None, [os.environ.get("SCHEDKIT_API_KEY")])],
+        "admin_api_key": args.admin_api_key,
+        "tokenizer_path": args.tokenizer,
+        "model_name": args.served_model_name,
+        "allow_remote": args.http_allow_remote,
+        "limits": limits,
+    }
+    if args.context_length is not None:
+        http_args["context_length"] = args.context_length
+    metrics = {"model_name": args.served_model_name}
+    components = {
+        "http_server": {"args": http_args},
+        "metrics_reporter": {"args": metrics},
+        "request_receiver": {"args": {"admin_token": token}},
+    }
+    return [overlay, {"components": components}]

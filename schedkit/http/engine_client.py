@@ -1,0 +1,319 @@
+"""The front end's side of the scheduler's ZeroMQ edge: one DEALER socket, read on the event
+loop, and admission that is fair between API keys.
+
+Requests handed to the scheduler and not yet finished ("forwarded") are bounded in number and
+prompt tokens (``Limits.max_forwarded_*``), and so are those the scheduler has not admitted
+into a batch yet (``max_scheduler_waiting``, estimated from the load the scheduler attaches to
+outputs and from ``get_loads`` polled every ``load_poll_seconds`` while requests are queued
+here, plus what was forwarded since): the scheduler's own queue stays short, so its policy
+cannot put a small request behind a flood. The rest wait here in one queue per key, and a
+freed slot goes to the queued key with the fewest requests in flight, so that a key sending a
+flood cannot hold back a key sending one small request: that request takes the next freed
+slot. Queues are bounded per key and in total.
+
+Control messages (pause, continue, flush, loads, abort) are answered by the scheduler in the
+order they were sent, each with one ``ControlReply`` or an ``ErrorReply`` without rid; replies
+are matched to their futures in that order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import deque
+from itertools import islice
+
+import msgspec
+import zmq
+
+from schedkit.components.io.io_struct import (
+    BatchTokenIDOutput,
+    ControlReply,
+    ControlReq,
+    ErrorReply,
+    GenerateReqInput,
+    SamplingParamsInput,
+    decode_server_message,
+    encode,
+)
+from schedkit.http.config import Limits
+from schedkit.http.request_state import Overloaded, RequestState
+
+__all__ = ["EngineClient", "Overloaded", "RequestState"]
+
+# Control messages the scheduler's zmq_server takes only with its admin token.
+_ADMIN_CONTROLS = frozenset({"pause", "continue", "flush"})
+# Queued keys compared for each freed slot.
+_SCAN = 32
+
+
+class EngineClient:
+    """Requests out and outputs in on one DEALER connected to the scheduler's ``zmq_server``."""
+
+    def __init__(self, endpoint: str, limits: Limits, admin_token: str | None = None) -> None:
+        self.endpoint = endpoint
+        self.admin_token = admin_token
+        self.limits = limits
+        self.states: dict[str, RequestState] = {}
+        self.forwarded = 0
+        self.forwarded_tokens = 0
+        self.queued = 0
+        self.last_receive = 0.0
+        # What the scheduler has not admitted yet: its last report plus what was sent since.
+        self.scheduler_waiting = 0
+        self._polling = False
+        self._queues: dict[str, deque[RequestState]] = {}
+        self._turns: deque[str] = deque()
+        self._in_flight: dict[str, int] = {}
+        self._controls: deque[asyncio.Future] = deque()
+        self._prefix = os.urandom(4).hex()
+        self._counter = 0
+        self._socket: zmq.Socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain_scheduled = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect and start reading on the running loop."""
+        loop = self._loop = asyncio.get_running_loop()
+        socket = zmq.Context.instance().socket(zmq.DEALER)
+        socket.setsockopt(zmq.SNDHWM, 0)  # bounded by the admission limits instead
+        socket.setsockopt(zmq.RCVHWM, 0)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.connect(self.endpoint)
+        self._socket = socket
+        loop.add_reader(socket.getsockopt(zmq.FD), self._drain)
+
+    def close(self) -> None:
+        """Stop reading and close the socket; waiting requests end with an error."""
+        if self._socket is None:
+            return
+        if self._loop is not None:
+            self._loop.remove_reader(self._socket.getsockopt(zmq.FD))
+        self._socket.close(linger=0)
+        self._socket = None
+        for state in list(self.states.values()):
+            state.error = "the server is shutting down"
+            state.wake()
+
+    # -- generation -------------------------------------------------------------------------
+
+    def new_rid(self) -> str:
+        """A request id unique to this front end."""
+        self._counter += 1
+        return f"{self._prefix}-{self._counter}"
+
+    def submit(
+        self,
+        key: str,
+        input_ids: list[int],
+        params: SamplingParamsInput,
+        rid: str | None = None,
+    ) -> RequestState:
+        """Send a request now, or queue it under ``key``; raises ``Overloaded`` or ValueError
+        (a rid already in flight)."""
+        if rid is None:
+            rid = self.new_rid()
+        elif rid in self.states:
+            raise ValueError(f"rid {rid!r} is already in flight")
+        message = encode(GenerateReqInput(rid=rid, input_ids=input_ids, sampling_params=params))
+        state = RequestState(rid, key, message, len(input_ids))
+        if not self._queues and self._fits(state):
+            self.states[rid] = state
+            self._forward(state)
+            return state
+        limits = self.limits
+        queue = self._queues.get(key)
+        if queue is not None and len(queue) >= limits.max_queued_per_key:
+            raise Overloaded(
+                429,
+                f"this key has {len(queue)} requests queued (max_queued_per_key="
+                f"{limits.max_queued_per_key}); send more once some finish",
+            )
+        if self.queued >= limits.max_queued:
+            raise Overloaded(
+                503,
+                f"the server has {self.queued} requests queued (max_queued={limits.max_queued})",
+            )
+        if queue is None:
+            queue = self._queues[key] = deque()
+            self._turns.append(key)
+        queue.append(state)
+        self.queued += 1
+        self.states[rid] = state
+        self._pump()
+        return state
+
+    def abort(self, state: RequestState) -> None:
+        """Drop a request the client no longer wants: unqueue it, or have the scheduler abort
+        it and free its KV."""
+        if state.done:
+            return
+        if not state.forwarded:
+            queue = self._queues.get(state.key)
+            if queue is not None and state in queue:
+                queue.remove(state)
+                self.queued -= 1
+                if not queue:
+                    del self._queues[state.key]
+                    self._turns.remove(state.key)
+            self.states.pop(state.rid, None)
+            state.error = "aborted"
+            return
+        self._controls.append(asyncio.get_running_loop().create_future())
+        self._send(encode(ControlReq(type="abort", rid=state.rid)))
+
+    def _fits(self, state: RequestState) -> bool:
+        if self.forwarded == 0:
+            return True  # one request always fits (the prompt limit bounds its tokens)
+        limits = self.limits
+        return (
+            self.scheduler_waiting < limits.max_scheduler_waiting
+            and self.forwarded < limits.max_forwarded_requests
+            and self.forwarded_tokens + state.prompt_tokens <= limits.max_forwarded_tokens
+        )
+
+    def _forward(self, state: RequestState) -> None:
+        state.forwarded = True
+        self._in_flight[state.key] = self._in_flight.get(state.key, 0) + 1
+        self.forwarded += 1
+        self.scheduler_waiting += 1
+        self.forwarded_tokens += state.prompt_tokens
+        message, state.message = state.message, b""
+        self._send(message)
+
+    def _pump(self) -> None:
+        """Forward queued requests while they fit, each time from the key with the fewest
+        requests in flight among the first ``_SCAN`` keys in turn (the earliest among
+        equals)."""
+        turns, queues, in_flight = self._turns, self._queues, self._in_flight
+        while turns:
+            # The first keys in turn only: without API keys each connection is a key, and
+            # a scan of every queued one would make admission cost grow with the queue.
+            key = min(islice(turns, _SCAN), key=lambda k: in_flight.get(k, 0))
+            queue = queues[key]
+            if not self._fits(queue[0]):
+                return
+            state = queue.popleft()
+            self.queued -= 1
+            turns.remove(key)
+            if queue:
+                turns.append(key)
+            else:
+                del queues[key]
+            self._forward(state)
+        if self._queues and not self._polling:
+            self._polling = True
+            self._loop.create_task(self._poll_loads())
+
+    async def _poll_loads(self) -> None:
+        """Ask the scheduler for its load while requests are queued here: its waiting queue
+        empties as it admits requests, which no output reports."""
+        try:
+            while self._queues and self._socket is not None:
+                await asyncio.sleep(self.limits.load_poll_seconds)
+                try:
+                    reply = await self.control("get_loads", timeout=5.0)
+                except (TimeoutError, ConnectionError):
+                    continue
+                if reply.loads is not None:
+                    self._loaded(reply.loads)
+        finally:
+            self._polling = False
+
+    def _loaded(self, loads: dict) -> None:
+        waiting = loads.get("num_waiting_reqs")
+        if isinstance(waiting, int):
+            self.scheduler_waiting = waiting
+            if self._queues:
+                self._pump()
+
+    def _finished(self, state: RequestState) -> None:
+        self.states.pop(state.rid, None)
+        if state.forwarded:
+            left = self._in_flight[state.key] - 1
+            if left:
+                self._in_flight[state.key] = left
+            else:
+                del self._in_flight[state.key]
+            self.forwarded -= 1
+            self.forwarded_tokens -= state.prompt_tokens
+        if self._queues:
+            self._pump()
+
+    # -- control ----------------------------------------------------------------------------
+
+    async def control(
+        self, kind: str, mode: str = "retract", timeout: float = 10.0
+    ) -> ControlReply:
+        """Send a control message and wait for its reply; raises TimeoutError."""
+        future = asyncio.get_running_loop().create_future()
+        self._controls.append(future)
+        token = self.admin_token if kind in _ADMIN_CONTROLS else None
+        self._send(encode(ControlReq(type=kind, mode=mode, token=token)))
+        # A late reply still pops this future, so replies stay in order after a timeout.
+        return await asyncio.wait_for(asyncio.shield(future), timeout)
+
+    # -- the socket -------------------------------------------------------------------------
+
+    def _send(self, payload: bytes) -> None:
+        socket = self._socket
+        if socket is None:
+            raise ConnectionError("the scheduler connection is closed")
+        socket.send(payload, zmq.NOBLOCK)
+        # libzmq's descriptor signals by edge: a send can take an edge meant for reading.
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._drain_scheduled = False
+        socket = self._socket
+        if socket is None:
+            return
+        dispatch = self._dispatch
+        while socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            try:
+                data = socket.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            dispatch(decode_server_message(data))
+        self.last_receive = self._loop.time()
+
+    def _dispatch(self, msg: msgspec.Struct) -> None:
+        if isinstance(msg, BatchTokenIDOutput):
+            if msg.load is not None:
+                self._loaded(msg.load)
+            states = self.states
+            for i, rid in enumerate(msg.rids):
+                state = states.get(rid)
+                if state is None:
+                    continue
+                state.ids += msg.output_ids[i]
+                reason = msg.finished_reasons[i]
+                if reason is not None:
+                    state.finish = msgspec.to_builtins(reason)
+                    state.prompt_tokens = msg.prompt_tokens[i]
+                    state.completion_tokens = msg.completion_tokens[i]
+                    state.cached_tokens = msg.cached_tokens[i]
+                    self._finished(state)
+                state.wake()
+        elif isinstance(msg, ErrorReply) and msg.rid is not None:
+            state = self.states.get(msg.rid)
+            if state is not None:
+                state.error = msg.message
+                self._finished(state)
+                state.wake()
+        elif isinstance(msg, ControlReply | ErrorReply):
+            self._reply(msg)
+
+    def _reply(self, msg: ControlReply | ErrorReply) -> None:
+        if not self._controls:
+            return
+        future = self._controls.popleft()
+        if future.done():
+            return
+        if isinstance(msg, ErrorReply):
+            msg = ControlReply(type="error", ok=False, message=msg.message)
+        future.set_result(msg)

@@ -1,0 +1,251 @@
+"""What every generation route shares: reading a bounded body, turning prompts into checked
+token ids, following a request to its end while watching for the client leaving, and the
+Server-Sent-Events response that streams it.
+
+A client that disconnects has its request aborted (the scheduler frees its KV), streaming or
+not; a client that stops reading a stream for ``send_timeout`` seconds is disconnected and its
+request aborted the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+import msgspec
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
+
+from schedkit.components.io.io_struct import SamplingParamsInput
+from schedkit.http.config import HttpConfig
+from schedkit.http.engine_client import EngineClient, Overloaded, RequestState
+from schedkit.http.protocol import ApiError
+from schedkit.http.tokenizer import ByteTokenizer, HfTokenizer
+
+__all__ = ["EventStream", "Generator", "SendWatch", "read_json"]
+
+DONE = b"data: [DONE]\n\n"
+
+
+async def read_json(request: Request, decoder: msgspec.json.Decoder, config: HttpConfig):
+    """The body decoded by ``decoder``; ApiError 413 past ``max_body_bytes``, 408 past
+    ``body_timeout``, 400 for bad JSON (naming the place), bad UTF-8 or nesting too deep."""
+    limit = config.limits.max_body_bytes
+    chunks, size = [], 0
+    try:
+        async with asyncio.timeout(config.limits.body_timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise ApiError(413, f"request body over {limit} bytes (max_body_bytes)")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise ApiError(
+            408, f"request body not received within {config.limits.body_timeout:g} s"
+        ) from None
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        if "at `$." in text:
+            param = text.rsplit("at `$.", 1)[1].rstrip("`")
+        elif "unknown field `" in text:
+            param = text.split("unknown field `", 1)[1].split("`", 1)[0]
+        else:
+            param = None
+        raise ApiError(400, text, param) from None
+    except msgspec.DecodeError as exc:
+        raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, f"request body is not valid UTF-8: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "request body nests too deeply") from None
+
+
+class Generator:
+    """Prompts in, finished or streamed requests out, for every generation route."""
+
+    def __init__(
+        self, config: HttpConfig, engine: EngineClient, tokenizer: ByteTokenizer | HfTokenizer
+    ) -> None:
+        self.config = config
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.vocab_size = config.model.vocab_size
+        self.context_length = config.model.context_length
+        self.send_watch = SendWatch(config.limits.send_timeout)
+
+    def token_ids(self, prompt: str | list[int], param: str) -> list[int]:
+        """The checked token ids of a prompt: text is tokenized, ids must be in the
+        vocabulary, and the prompt must leave room in the context."""
+        ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt
+        if not ids:
+            raise ApiError(400, f"{param} is empty; give at least one token", param)
+        if len(ids) >= self.context_length:
+            raise ApiError(
+                400,
+                f"{param} has {len(ids)} tokens; this model's context is {self.context_length} "
+                "tokens, and at least one must be left to generate",
+                param,
+            )
+        if not isinstance(prompt, str) and max(ids) >= self.vocab_size:
+            raise ApiError(
+                400,
+                f"{param} holds token id {max(ids)}; ids must be below the vocabulary size "
+                f"{self.vocab_size}",
+                param,
+            )
+        return ids
+
+    def max_new_tokens(self, requested: int | None, prompt_tokens: int, default: int | None) -> int:
+        """``requested`` (or ``default``, or what the context leaves) checked against the
+        context: a prompt plus its output must fit."""
+        room = self.context_length - prompt_tokens
+        wanted = requested if requested is not None else (default or room)
+        if requested is not None and requested > room:
+            raise ApiError(
+                400,
+                f"max_tokens={requested} plus the prompt's {prompt_tokens} tokens exceed this "
+                f"model's context of {self.context_length} tokens",
+                "max_tokens",
+            )
+        return min(wanted, room)
+
+    def submit(
+        self, key: str, ids: list[int], params: SamplingParamsInput, rid: str | None = None
+    ) -> RequestState:
+        """Hand a request to the engine client; its refusals become ApiErrors."""
+        try:
+            return self.engine.submit(key, ids, params, rid)
+        except Overloaded as exc:
+            raise ApiError(exc.status, str(exc)) from None
+        except ValueError as exc:
+            raise ApiError(400, str(exc), "rid") from None
+
+    async def finish(self, request: Request, states: list[RequestState]) -> None:
+        """Wait until every request is done; a client that leaves first has them aborted."""
+        watcher = asyncio.ensure_future(self._watch(request.receive, states))
+        try:
+            for state in states:
+                await state.wait_done()
+        finally:
+            watcher.cancel()
+
+    async def _watch(self, receive: Receive, states: list[RequestState]) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        for state in states:
+            if not state.done:
+                self.engine.abort(state)
+                state.error = "client disconnected"
+                state.wake()
+
+    def stream(
+        self, request: Request, states: list[RequestState], events: AsyncIterator[bytes]
+    ) -> EventStream:
+        """An SSE response over ``events``; the client leaving aborts ``states``."""
+
+        def abort() -> None:
+            for state in states:
+                if not state.done:
+                    self.engine.abort(state)
+                    state.error = "client disconnected"
+                    state.wake()
+
+        return EventStream(events, abort, self.send_watch)
+
+
+class SendWatch:
+    """Cuts off streams whose client has not taken a send for ``timeout`` seconds: a sweep
+    every ``timeout / 2`` seconds (at most 1 s) over the streams in flight, so that a send
+    costs two clock reads instead of a timer of its own."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.streams: set[EventStream] = set()
+        self._task: asyncio.Task | None = None
+
+    def add(self, stream: EventStream) -> None:
+        """Watch ``stream`` until ``discard``."""
+        self.streams.add(stream)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._sweep())
+
+    def discard(self, stream: EventStream) -> None:
+        """Stop watching ``stream``."""
+        self.streams.discard(stream)
+
+    async def _sweep(self) -> None:
+        try:
+            while self.streams:
+                await asyncio.sleep(min(1.0, self.timeout / 2))
+                now = time.monotonic()
+                for stream in list(self.streams):
+                    since = stream.sending_since
+                    if since and now - since > self.timeout:
+                        stream.stall()
+        finally:
+            self._task = None
+
+
+class EventStream:
+    """A ``text/event-stream`` response: each item of ``events`` is sent as it comes; when the
+    client disconnects or does not take a send within the watch's timeout, ``on_abort`` is
+    called and the stream ends."""
+
+    def __init__(
+        self, events: AsyncIterator[bytes], on_abort: Callable[[], None], watch: SendWatch
+    ) -> None:
+        self.events = events
+        self.on_abort = on_abort
+        self.watch = watch
+        self.sending_since = 0.0
+        self._task: asyncio.Task | None = None
+        self._stalled = False
+
+    def stall(self) -> None:
+        """Give up on a client that stopped reading."""
+        self._stalled = True
+        if self._task is not None:
+            self._task.cancel()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._task = asyncio.current_task()
+        watcher = asyncio.ensure_future(self._watch(receive))
+        self.watch.add(self)
+        clock = time.monotonic
+        try:
+            self.sending_since = clock()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [
+                        (b"content-type", b"text/event-stream; charset=utf-8"),
+                        (b"cache-control", b"no-cache"),
+                    ],
+                }
+            )
+            self.sending_since = 0.0
+            async for chunk in self.events:
+                self.sending_since = clock()
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                self.sending_since = 0.0
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not self._stalled:
+                raise
+            # Too slow a reader: its request is aborted, and uvicorn closes a connection whose
+            # response was left incomplete.
+            self.on_abort()
+        finally:
+            self.watch.discard(self)
+            watcher.cancel()
+            await self.events.aclose()
+
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self.on_abort()

@@ -1,0 +1,127 @@
+"""The ``http_server`` component: starts the HTTP front-end process next to the scheduler and
+stops it at shutdown.
+
+The front end connects to the scheduler's ``zmq_server`` (``scheduler_endpoint``, normally
+``!ref request_receiver.bound_endpoint``) as one client; ``schedkit serve --http HOST:PORT``
+adds this component to the wiring. Its settings reach the child as JSON on its standard input,
+so API keys never appear in a process listing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+
+import attrs
+import msgspec
+
+from schedkit.core.component import at_least, component
+from schedkit.http.config import HttpConfig, Limits, ModelInfo, parse_address
+
+__all__ = ["HttpServer"]
+
+
+def _address(instance: object, attribute: attrs.Attribute, value: str) -> None:
+    parse_address(value)
+
+
+@component("http_server")
+class HttpServer:
+    """The OpenAI-compatible front end as a child process (see docs/http.md); ``url`` is where
+    it listens (port 0 picks a free one)."""
+
+    address: str = attrs.field(default="127.0.0.1:30000", validator=_address)
+    scheduler_endpoint: str
+    scheduler_admin_token: str | None = attrs.field(default=None, repr=False)
+    metrics_port: int | None = None
+    api_keys: list[str] = attrs.Factory(list)
+    admin_api_key: str | None = None
+    allow_remote: bool = False
+    model_name: str = "schedkit-sim"
+    vocab_size: int = attrs.field(default=32000, validator=at_least(256))
+    eos_token_id: int | None = None
+    context_length: int = attrs.field(default=32768, validator=at_least(2))
+    tokenizer_path: str | None = None
+    limits: dict[str, int | float] = attrs.Factory(dict)
+    startup_timeout: float = 30.0
+    url: str = attrs.field(init=False, default="")
+    _process: subprocess.Popen | None = attrs.field(init=False, default=None, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        host, port = parse_address(self.address)
+        if not self.allow_remote and host not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError(
+                f"refusing to listen on {self.address!r}: not a loopback address; use "
+                "127.0.0.1, or set allow_remote: true (--http-allow-remote) to listen on others"
+            )
+        try:
+            limits = msgspec.convert(self.limits, Limits)
+        except msgspec.ValidationError as exc:
+            raise ValueError(
+                f"limits: {exc}; valid keys: {', '.join(Limits.__struct_fields__)}"
+            ) from None
+        config = HttpConfig(
+            host=host,
+            port=port,
+            scheduler_endpoint=self.scheduler_endpoint,
+            scheduler_admin_token=self.scheduler_admin_token,
+            metrics_port=self.metrics_port,
+            api_keys=[key for key in self.api_keys if key],
+            admin_api_key=self.admin_api_key or None,
+            model=ModelInfo(
+                name=self.model_name,
+                vocab_size=self.vocab_size,
+                eos_token_id=self.eos_token_id,
+                context_length=self.context_length,
+                tokenizer_path=self.tokenizer_path,
+            ),
+            limits=limits,
+            allow_remote=self.allow_remote,
+        )
+        self._process = process = subprocess.Popen(
+            [sys.executable, "-m", "schedkit.http"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        process.stdin.write(msgspec.json.encode(config))
+        process.stdin.close()
+        self.url = self._wait_ready(process)
+
+    def _wait_ready(self, process: subprocess.Popen) -> str:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            readable, _, _ = select.select([process.stdout], [], [], 0.1)
+            if readable:
+                line = process.stdout.readline()
+                if line:
+                    return json.loads(line)["http"]
+            if process.poll() is not None:
+                raise ValueError(
+                    f"the HTTP front end on {self.address} exited with status "
+                    f"{process.returncode} (its error is printed above)"
+                )
+        self.close()
+        raise ValueError(f"the HTTP front end did not start within {self.startup_timeout:g} s")
+
+    @property
+    def pid(self) -> int | None:
+        """The front-end process id."""
+        return None if self._process is None else self._process.pid
+
+    def close(self) -> None:
+        """Stop the front end (SIGTERM, then SIGKILL after 5 s)."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        process.stdout.close()

@@ -1,0 +1,189 @@
+"""The front-end process: uvicorn serving ``build_app`` with connection-level guards.
+
+uvicorn bounds idle keep-alive connections; what it leaves open, ``GuardedProtocol`` closes:
+past ``max_connections`` a new connection gets ``503`` with ``Retry-After`` and is closed;
+request headers must arrive within ``header_timeout`` seconds (``408``) and within
+``max_header_bytes`` (``431``), so a client dribbling headers (slowloris) or sending endless
+ones holds a connection for a bounded time and memory.
+
+Run as ``python -m schedkit.http`` with an ``HttpConfig`` as JSON on standard input; prints
+``{"http": "http://HOST:PORT"}`` once listening.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import sys
+
+import msgspec
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from schedkit.http.app import build_app
+from schedkit.http.config import HttpConfig, Limits
+
+__all__ = ["GuardedProtocol", "main", "serve"]
+
+
+def _reply(status: str, message: str, extra: str = "") -> bytes:
+    body = json.dumps(
+        {
+            "error": {
+                "message": message,
+                "type": "connection_error",
+                "param": None,
+                "code": int(status.split()[0]),
+            }
+        }
+    ).encode()
+    head = (
+        f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        f"{extra}connection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a connection limit and header deadline and size."""
+
+    limits = Limits()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        limits = self.limits
+        self._header_bytes = 0
+        self._in_headers = True
+        self._header_timer: asyncio.TimerHandle | None = None
+        if len(self.connections) > limits.max_connections:
+            message = f"over {limits.max_connections} connections (max_connections); retry later"
+            retry = f"retry-after: {limits.retry_after_seconds}\r\n"
+            transport.write(_reply("503 Service Unavailable", message, retry))
+            transport.close()
+            return
+        self._start_header_timer()
+
+    def _start_header_timer(self) -> None:
+        self._header_timer = self.loop.call_later(self.limits.header_timeout, self._header_late)
+
+    def _header_late(self) -> None:
+        self._header_timer = None
+        if self._in_headers and not self.transport.is_closing():
+            message = f"request headers not received within {self.limits.header_timeout:g} s"
+            self.transport.write(_reply("408 Request Timeout", message))
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self._in_headers:
+            self._header_bytes += len(data)
+            if self._header_timer is None:
+                self._start_header_timer()
+            if self._header_bytes > self.limits.max_header_bytes and self._headers_pending(data):
+                message = f"request headers over {self.limits.max_header_bytes} bytes"
+                self.transport.write(_reply("431 Request Header Fields Too Large", message))
+                self.transport.close()
+                return
+        super().data_received(data)
+
+    def _headers_pending(self, data: bytes) -> bool:
+        # The bytes counted may include the start of a body sent with the headers.
+        return b"\r\n\r\n" not in data
+
+    def on_headers_complete(self) -> None:
+        self._in_headers = False
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_headers = True
+        self._header_bytes = 0
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if getattr(self, "_header_timer", None) is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+        super().connection_lost(exc)
+
+
+def serve(config: HttpConfig, ready=None) -> None:
+    """Serve until SIGINT/SIGTERM; ``ready(url)`` is called once listening."""
+    app, _engine = build_app(config)
+    limits = config.limits
+    GuardedProtocol.limits = limits
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((config.host, config.port))
+    sock.listen(4096)
+    sock.set_inheritable(True)
+    port = sock.getsockname()[1]
+    host = f"[{config.host}]" if family == socket.AF_INET6 else config.host
+    uv_config = uvicorn.Config(
+        app,
+        http=GuardedProtocol,
+        loop="uvloop" if _has("uvloop") else "asyncio",
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+        timeout_keep_alive=int(max(1, limits.keep_alive_timeout)),
+        h11_max_incomplete_event_size=limits.max_header_bytes,
+        proxy_headers=False,
+        server_header=False,
+        date_header=False,
+    )
+    server = uvicorn.Server(uv_config)
+    url = f"http://{host}:{port}"
+
+    async def run() -> None:
+        task = asyncio.ensure_future(server.serve(sockets=[sock]))
+        while not server.started and not task.done():
+            await asyncio.sleep(0.01)
+        if server.started and ready is not None:
+            ready(url)
+        await task
+
+    asyncio.run(run()) if not _has("uvloop") else _run_uvloop(run)
+
+
+def _has(module: str) -> bool:
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
+def _run_uvloop(run) -> None:
+    import uvloop
+
+    uvloop.run(run())
+
+
+def main() -> int:
+    """``python -m schedkit.http``: read the config from stdin and serve."""
+    try:
+        config = msgspec.json.decode(sys.stdin.buffer.read(), type=HttpConfig)
+    except msgspec.DecodeError as exc:
+        print(f"schedkit http: bad configuration on stdin: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+
+    def ready(url: str) -> None:
+        print(json.dumps({"http": url}), flush=True)
+
+    try:
+        serve(config, ready)
+    except OSError as exc:
+        print(
+            f"schedkit http: cannot listen on {config.host}:{config.port}: {exc}", file=sys.stderr
+        )
+        return 2
+    except ValueError as exc:
+        print(f"schedkit http: {exc}", file=sys.stderr)
+        return 2
+    return 0

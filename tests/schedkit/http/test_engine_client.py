@@ -1,0 +1,158 @@
+"""The front end's admission alone, against a real ZeroMQ ROUTER standing in for the scheduler:
+requests beyond the forwarded window wait per key and leave in turn, key by key."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import pytest
+import zmq
+from schedkit.components.io.io_struct import (
+    BatchTokenIDOutput,
+    ControlReply,
+    FinishLength,
+    SamplingParamsInput,
+    decode_request,
+    encode,
+)
+
+from schedkit.http.config import Limits
+from schedkit.http.engine_client import EngineClient, Overloaded
+
+
+class Scheduler:
+    """A ROUTER that records the rids it receives and finishes requests on demand."""
+
+    def __init__(self) -> None:
+        self.socket = zmq.Context.instance().socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.bind("tcp://127.0.0.1:0")
+        self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.peer = b""
+        self.received: list[msgspec.Struct] = []
+
+    async def read(self, count: int) -> None:
+        while len(self.received) < count:
+            if self.socket.poll(0):
+                self.peer, data = self.socket.recv_multipart()
+                self.received.append(decode_request(data))
+            else:
+                await asyncio.sleep(0.005)
+
+    def finish(self, rid: str) -> None:
+        msg = BatchTokenIDOutput(
+            rids=[rid],
+            finished_reasons=[FinishLength(1)],
+            output_ids=[[9]],
+            prompt_tokens=[1],
+            completion_tokens=[1],
+            cached_tokens=[0],
+            cached_tokens_details=[None],
+        )
+        self.socket.send_multipart([self.peer, encode(msg)])
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+@pytest.fixture
+def scheduler():
+    s = Scheduler()
+    yield s
+    s.close()
+
+
+PARAMS = SamplingParamsInput(max_new_tokens=1)
+
+
+def test_a_flood_from_one_key_does_not_starve_another(scheduler):
+    async def run() -> list[str]:
+        client = EngineClient(scheduler.endpoint, Limits(max_forwarded_requests=2))
+        client.start()
+        try:
+            flood = [client.submit("flood", [1], PARAMS, f"f{i}") for i in range(6)]
+            small = client.submit("small", [1], PARAMS, "s0")
+            assert client.forwarded == 2 and client.queued == 5
+            order = []
+            for _ in range(7):
+                await scheduler.read(len(order) + 1)
+                rid = scheduler.received[len(order)].rid
+                order.append(rid)
+                scheduler.finish(rid)
+                state = client.states.get(rid)
+                if state is not None:
+                    await state.wait_done()
+            assert all(s.done for s in [*flood, small])
+            assert client.forwarded == 0 and client.queued == 0
+            return order
+        finally:
+            client.close()
+
+    order = asyncio.run(run())
+    # Two went out at once; the small key's request takes the first freed slot.
+    assert order[:3] == ["f0", "f1", "s0"]
+    assert sorted(order) == sorted([f"f{i}" for i in range(6)] + ["s0"])
+
+
+def test_queues_are_bounded_per_key_and_in_total(scheduler):
+    async def run() -> None:
+        limits = Limits(max_forwarded_requests=1, max_queued_per_key=2, max_queued=3)
+        client = EngineClient(scheduler.endpoint, limits)
+        client.start()
+        try:
+            client.submit("a", [1], PARAMS)  # forwarded
+            client.submit("a", [1], PARAMS)
+            client.submit("a", [1], PARAMS)
+            with pytest.raises(Overloaded) as per_key:
+                client.submit("a", [1], PARAMS)
+            assert per_key.value.status == 429
+            client.submit("b", [1], PARAMS)
+            with pytest.raises(Overloaded) as total:
+                client.submit("c", [1], PARAMS)
+            assert total.value.status == 503
+            with pytest.raises(ValueError, match="already in flight"):
+                client.submit("a", [1], PARAMS, next(iter(client.states)))
+        finally:
+            client.close()
+
+    asyncio.run(run())
+
+
+def test_control_replies_are_matched_in_order_even_after_a_timeout(scheduler):
+    async def run() -> None:
+        client = EngineClient(scheduler.endpoint, Limits())
+        client.start()
+        try:
+            with pytest.raises(TimeoutError):
+                await client.control("get_loads", timeout=0.05)
+            second = asyncio.ensure_future(client.control("flush", timeout=5))
+            await scheduler.read(2)
+            for kind in ("get_loads", "flush"):
+                reply = ControlReply(type=kind, ok=True)
+                scheduler.socket.send_multipart([scheduler.peer, encode(reply)])
+            assert (await second).type == "flush"
+        finally:
+            client.close()
+
+    asyncio.run(run())
+
+
+def test_an_unqueued_abort_never_reaches_the_scheduler(scheduler):
+    async def run() -> None:
+        client = EngineClient(scheduler.endpoint, Limits(max_forwarded_requests=1))
+        client.start()
+        try:
+            first = client.submit("a", [1], PARAMS, "r1")
+            queued = client.submit("a", [1], PARAMS, "r2")
+            client.abort(queued)
+            assert queued.done and client.queued == 0
+            await scheduler.read(1)
+            scheduler.finish("r1")
+            await first.wait_done()
+            await asyncio.sleep(0.05)
+            assert not scheduler.socket.poll(0)
+        finally:
+            client.close()
+
+    asyncio.run(run())
