@@ -8,24 +8,47 @@ skipped because they import torch and transformers. The scheduler reads its sett
 plain namespace with the fields of nano-vllm's ``Config`` that its schedulers read (a version
 that reads another is reported as not measurable).
 
+Measured against nano-vllm commit ``NANO_VLLM_COMMIT`` (its chunked-prefill scheduler, whose
+``postprocess(seqs, token_ids, is_prefill)`` takes the step's kind); a checkout whose
+``postprocess`` lacks ``is_prefill`` (older) is reported as not measurable.
+
 The loop is nano-vllm's ``LLMEngine.step`` without the model: ``schedule()``, one token per
-scheduled sequence, ``postprocess()``, until every sequence has finished.
+scheduled sequence, ``postprocess()``, until every sequence has finished. Preemptions are
+counted (``Scheduler.preempt`` wrapped) so that a caller can check that none happened.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 import time
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["NanoVllmUnavailable", "load_nano_vllm", "run_nano_vllm"]
+__all__ = [
+    "NANO_VLLM_COMMIT",
+    "NanoVllmRun",
+    "NanoVllmUnavailable",
+    "load_nano_vllm",
+    "run_nano_vllm",
+]
+
+NANO_VLLM_COMMIT = "bb823b3e06983d71485a8e1f23715ebd87d98ef8"
 
 
 class NanoVllmUnavailable(RuntimeError):
     """The given directory does not hold a usable nano-vllm, or what it imports is missing."""
+
+
+class NanoVllmRun(NamedTuple):
+    """What one run of nano-vllm's scheduler did."""
+
+    cpu: float
+    tokens: int
+    decode_steps: int
+    preemptions: int
 
 
 def load_nano_vllm(checkout: str | Path) -> dict[str, Any]:
@@ -54,6 +77,11 @@ def load_nano_vllm(checkout: str | Path) -> dict[str, Any]:
         sampling = importlib.import_module("nanovllm.sampling_params")
     except ImportError as exc:
         raise NanoVllmUnavailable(f"{checkout}: importing nano-vllm failed: {exc}") from exc
+    if "is_prefill" not in inspect.signature(scheduler.Scheduler.postprocess).parameters:
+        raise NanoVllmUnavailable(
+            f"{checkout}: this nano-vllm's Scheduler.postprocess takes no is_prefill (an older "
+            f"version); check out commit {NANO_VLLM_COMMIT}"
+        )
     return {
         "Scheduler": scheduler.Scheduler,
         "Sequence": sequence.Sequence,
@@ -70,9 +98,10 @@ def run_nano_vllm(
     pool_tokens: int,
     max_num_seqs: int,
     max_num_batched_tokens: int,
-) -> tuple[float, int, int]:
-    """Run ``prompts`` to completion; returns (CPU seconds of the scheduler, generated tokens,
-    decode steps). The stand-in model (one list of tokens per step) is not timed."""
+) -> NanoVllmRun:
+    """Run ``prompts`` to completion; returns the scheduler's CPU seconds, the generated tokens,
+    the decode steps and the preemptions. The stand-in model (one list of tokens per step) is
+    not timed."""
     nano["Sequence"].block_size = block_size
     config = types.SimpleNamespace(
         max_num_seqs=max_num_seqs,
@@ -89,6 +118,15 @@ def run_nano_vllm(
         raise NanoVllmUnavailable(
             f"this nano-vllm's Scheduler reads a setting the harness does not give: {exc}"
         ) from exc
+    preemptions = 0
+    preempt = scheduler.preempt
+
+    def counted_preempt(seq: Any) -> None:
+        nonlocal preemptions
+        preemptions += 1
+        preempt(seq)
+
+    scheduler.preempt = counted_preempt
     params = nano["SamplingParams"](max_tokens=output_len, ignore_eos=True)
     seqs = [nano["Sequence"](prompt, params) for prompt in prompts]
     for seq in seqs:
@@ -103,7 +141,8 @@ def run_nano_vllm(
         middle = clock()
         token_ids = [token] * len(scheduled)
         resume = clock()
-        scheduler.postprocess(scheduled, token_ids)
+        scheduler.postprocess(scheduled, token_ids, is_prefill)
         elapsed += middle - start + clock() - resume
         decode_steps += not is_prefill
-    return elapsed, sum(seq.num_completion_tokens for seq in seqs), decode_steps
+    tokens = sum(seq.num_completion_tokens for seq in seqs)
+    return NanoVllmRun(elapsed, tokens, decode_steps, preemptions)

@@ -109,6 +109,10 @@ class ChatWorkload:
     has 1 to ``max_turns`` turns. A follow-up turn arrives ``think_time`` seconds after the
     previous answer finishes and its prompt is the conversation so far (system prompt, earlier
     user turns and answers, new user turn), so the prefix cache serves most of it.
+
+    Arrival times, the first turns and each follow-up draw from random streams of their own
+    (all derived from ``seed``), so two rates give the same conversations and the same
+    follow-up turns whatever order the answers finish in: only the arrival times differ.
     """
 
     num_requests: int
@@ -126,8 +130,8 @@ class ChatWorkload:
     def __attrs_post_init__(self) -> None:
         self._rng = random.Random(self.seed)
 
-    def _request(self, rid: str, prompt: list[int], time: float) -> Arrival:
-        params = SamplingParams(max_new_tokens=self._rng.randint(*self.output_len), stream=True)
+    def _request(self, rng: random.Random, rid: str, prompt: list[int], time: float) -> Arrival:
+        params = SamplingParams(max_new_tokens=rng.randint(*self.output_len), stream=True)
         return Arrival(time, Req(rid=rid, origin_input_ids=prompt, sampling_params=params))
 
     def initial(self) -> Iterator[Arrival]:
@@ -137,7 +141,7 @@ class ChatWorkload:
             random_tokens(rng, rng.randint(*self.system_prompt_len))
             for _ in range(self.num_system_prompts)
         ]
-        times = arrival_times(self.rate, rng)
+        times = arrival_times(self.rate, random.Random(f"{self.seed}:arrivals"))
         left = self.num_requests
         for i in itertools.count():
             if left <= 0:
@@ -146,7 +150,7 @@ class ChatWorkload:
             left -= n
             prompt = rng.choice(systems) + random_tokens(rng, rng.randint(*self.user_len))
             self._remaining_turns[f"c{i}"] = n - 1
-            yield self._request(f"c{i}-t0", prompt, next(times))
+            yield self._request(rng, f"c{i}-t0", prompt, next(times))
 
     def follow_up(self, req: Req, now: float) -> Arrival | None:
         conversation, _, turn = req.rid.rpartition("-t")
@@ -154,12 +158,14 @@ class ChatWorkload:
         if left <= 0 or req.output_ids == []:
             return None
         self._remaining_turns[conversation] = left - 1
+        rid = f"{conversation}-t{int(turn) + 1}"
+        rng = random.Random(f"{self.seed}:{rid}")
         prompt = [  # the prompt may be packed (array('I')) while it waited at a router
             *req.origin_input_ids,
             *req.output_ids,
-            *random_tokens(self._rng, self._rng.randint(*self.user_len)),
+            *random_tokens(rng, rng.randint(*self.user_len)),
         ]
-        return self._request(f"{conversation}-t{int(turn) + 1}", prompt, now + self.think_time)
+        return self._request(rng, rid, prompt, now + self.think_time)
 
 
 def shared_prefix_workload(

@@ -1,5 +1,5 @@
 """The overload benchmark runs end to end in its quick mode and prints both figures and the
-ratio."""
+ratios; both rates run the same requests."""
 
 import re
 import subprocess
@@ -16,14 +16,24 @@ def test_quick_run_prints_both_costs_and_the_ratio():
     )
     assert result.returncode == 0, result.stderr
     out = result.stdout
+    spread = rf"{NUMBER} / {NUMBER} / {NUMBER}"
+    steps = r"\d+ / \d+ / \d+"
     expected = [
         rf"^calibration: sum\(range\(10\*\*6\)\) takes {NUMBER} ms of CPU here$",
-        rf"^sustainable: chat, 1000 requests, 4 conversations/s: {NUMBER} us CPU per generated "
-        rf"token \(\d+ tokens, ",
-        rf"^overloaded: chat, 1000 requests, 64 conversations/s: {NUMBER} us CPU per generated "
-        rf"token \(\d+ tokens, ",
-        rf"^ratio \(overloaded / sustainable per token\) = {NUMBER}  target <= 1\.3: "
-        r"(met|NOT met)$",
+        rf"^ratio \(overloaded / sustainable per token\), 1 pairs, min / median / max = {spread}  "
+        r"target <= 1\.3 \(median\): (met|NOT met)$",
+        rf"^ratio \(overloaded / sustainable per decode step\) = {spread}$",
     ]
+    for kind, rate in (("sustainable", 4), ("overloaded", 64)):
+        expected.append(
+            rf"^{kind}: chat, 1000 requests, {rate} conversations/s, 1 runs \(CPU, min / median / "
+            rf"max\): {spread} us per generated token, {steps} us per decode step \(median run: "
+            r"(\d+) tokens, "
+        )
     for pattern in expected:
         assert re.search(pattern, out, re.MULTILINE), f"{pattern!r} missing from:\n{out}"
+    tokens = {
+        kind: re.search(rf"^{kind}: .*median run: (\d+) tokens", out, re.MULTILINE).group(1)
+        for kind in ("sustainable", "overloaded")
+    }
+    assert tokens["sustainable"] == tokens["overloaded"]  # the same requests at both rates

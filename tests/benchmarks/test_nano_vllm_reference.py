@@ -1,12 +1,18 @@
-"""The nano-vllm harness loads a checkout's scheduler without its package __init__ or config and
-runs it to completion; here against a small stand-in tree with nano-vllm's interface."""
+"""The nano-vllm harness loads a checkout's scheduler without its package __init__ or config,
+runs it to completion and counts its preemptions; here against a small stand-in tree with
+nano-vllm's interface (``postprocess(seqs, token_ids, is_prefill)``)."""
 
 import sys
 import types
 
 import pytest
 
-from benchmarks.nano_vllm_reference import NanoVllmUnavailable, load_nano_vllm, run_nano_vllm
+from benchmarks.nano_vllm_reference import (
+    NANO_VLLM_COMMIT,
+    NanoVllmUnavailable,
+    load_nano_vllm,
+    run_nano_vllm,
+)
 
 FILES = {
     "nanovllm/__init__.py": "raise ImportError('the package init imports torch')\n",
@@ -34,8 +40,12 @@ FILES = {
         "    def schedule(self):\n        if self.waiting:\n"
         "            batch, self.waiting = self.waiting, []\n"
         "            self.running += batch\n            return batch, True\n"
+        "        if len(self.running) > self.config.max_num_seqs:\n"
+        "            self.preempt(self.running.pop())\n"
         "        return list(self.running), False\n\n"
-        "    def postprocess(self, seqs, token_ids):\n"
+        "    def preempt(self, seq):\n"
+        "        del seq.token_ids[seq.num_prompt_tokens :]\n        self.waiting.append(seq)\n\n"
+        "    def postprocess(self, seqs, token_ids, is_prefill):\n"
         "        for seq, token in zip(seqs, token_ids):\n            seq.token_ids.append(token)\n"
         "            if seq.num_completion_tokens == seq.max_tokens:\n"
         "                self.running.remove(seq)\n"
@@ -58,11 +68,32 @@ def checkout(tmp_path, monkeypatch):
 def test_runs_every_sequence_to_its_last_token(checkout):
     nano = load_nano_vllm(checkout)
     prompts = [[1, 2, 3], [4, 5], [6]]
-    cpu, tokens, decode_steps = run_nano_vllm(
+    run = run_nano_vllm(
         nano, prompts, 5, block_size=16, pool_tokens=1024, max_num_seqs=8, max_num_batched_tokens=64
     )
-    assert (tokens, decode_steps) == (15, 4) and cpu >= 0
+    assert (run.tokens, run.decode_steps, run.preemptions) == (15, 4, 0) and run.cpu >= 0
     assert nano["Sequence"].block_size == 16
+
+
+def test_preemptions_are_counted(checkout):
+    nano = load_nano_vllm(checkout)
+    run = run_nano_vllm(
+        nano,
+        [[1], [2], [3]],
+        3,
+        block_size=16,
+        pool_tokens=64,
+        max_num_seqs=2,
+        max_num_batched_tokens=8,
+    )
+    assert run.preemptions >= 1 and run.tokens == 9
+
+
+def test_an_older_nano_vllm_without_is_prefill_is_named(checkout):
+    path = checkout / "nanovllm/engine/scheduler.py"
+    path.write_text(path.read_text().replace("token_ids, is_prefill)", "token_ids)"))
+    with pytest.raises(NanoVllmUnavailable, match=f"check out commit {NANO_VLLM_COMMIT}"):
+        load_nano_vllm(checkout)
 
 
 def test_a_directory_without_nano_vllm_is_named(tmp_path):

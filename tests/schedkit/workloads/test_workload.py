@@ -117,3 +117,19 @@ def test_jsonl_reports_every_bad_line(tmp_path):
         f"{path}:8: 'input_ids' must be a non-empty list of token ids in [0, 4294967295]"
     )
     assert len(errors) == 7
+
+
+def test_chat_rates_share_conversations_and_follow_ups_do_not_depend_on_finish_order():
+    slow, fast = ChatWorkload(num_requests=40, rate=1.0), ChatWorkload(num_requests=40, rate=64.0)
+    first_slow, first_fast = list(slow.initial()), list(fast.initial())
+    content = [(a.req.origin_input_ids, a.req.sampling_params) for a in first_slow]
+    assert content == [(a.req.origin_input_ids, a.req.sampling_params) for a in first_fast]
+    assert [a.time for a in first_slow] != [a.time for a in first_fast]
+    for a in first_slow + first_fast:
+        a.req.output_ids = [5, 6]
+    follows_slow = [slow.follow_up(a.req, 0.0) for a in first_slow]
+    follows_fast = [fast.follow_up(a.req, 0.0) for a in reversed(first_fast)][::-1]
+    assert any(follows_slow)
+    assert [
+        f and (f.req.rid, f.req.origin_input_ids, f.req.sampling_params) for f in follows_slow
+    ] == [f and (f.req.rid, f.req.origin_input_ids, f.req.sampling_params) for f in follows_fast]
