@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import attrs
 
 from schedkit.core.schedule_batch import FinishAbort, Req
+from schedkit.workloads.order_statistics import order_statistics
 
 __all__ = ["PERCENTILES", "Tally", "Timeline", "cdf_points", "percentiles"]
 
@@ -17,19 +18,19 @@ PERCENTILES = (50, 90, 99)
 
 
 def percentiles(values: Sequence[float], qs: Sequence[float] = PERCENTILES) -> list[float]:
-    """The ``qs``-th percentiles (0-100) of ``values`` by linear interpolation, sorting once;
-    NaN for each when ``values`` is empty."""
-    if not values:
+    """The ``qs``-th percentiles (0-100) of ``values`` by linear interpolation (exact; read in
+    sorted chunks, see ``order_statistics``); NaN for each when ``values`` is empty."""
+    if not len(values):
         return [math.nan] * len(qs)
-    ordered = sorted(values)
-    last = len(ordered) - 1
-    result = []
+    last = len(values) - 1
+    spots = []
     for q in qs:
         pos = last * q / 100
         low = int(pos)
-        high = min(low + 1, last)
-        result.append(ordered[low] + (ordered[high] - ordered[low]) * (pos - low))
-    return result
+        spots.append((low, min(low + 1, last), pos - low))
+    ranks = sorted({rank for low, high, _ in spots for rank in (low, high)})
+    at = dict(zip(ranks, order_statistics(values, ranks), strict=True))
+    return [at[low] + (at[high] - at[low]) * frac for low, high, frac in spots]
 
 
 def cdf_points(values: Sequence[float], max_points: int = 1000) -> tuple[list[float], list[float]]:
@@ -37,15 +38,14 @@ def cdf_points(values: Sequence[float], max_points: int = 1000) -> tuple[list[fl
     to at most ``max_points`` points evenly spread over the ranks (the last one always kept)."""
     if max_points < 2:
         raise ValueError(f"max_points must be at least 2, got {max_points}")
-    ordered = sorted(values)
-    n = len(ordered)
+    n = len(values)
     if n == 0:
         return [], []
     step = max(1, math.ceil(n / max_points))
     ranks = list(range(step - 1, n, step))
     if ranks[-1] != n - 1:
         ranks.append(n - 1)
-    return [ordered[i] for i in ranks], [(i + 1) / n for i in ranks]
+    return order_statistics(values, ranks), [(i + 1) / n for i in ranks]
 
 
 @attrs.define
