@@ -9,7 +9,6 @@ import errno
 import json
 import os
 import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -21,7 +20,7 @@ from typing import Any, TextIO
 import msgspec
 import structlog
 
-from schedkit.assembly.container import Assembly, build
+from schedkit.assembly.container import Assembly, ComponentBuildError, build
 from schedkit.assembly.loading import load_wiring
 from schedkit.assembly.wiring import Wiring
 from schedkit.cli.args import (
@@ -139,14 +138,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 2
         samples = Tally()
     wiring = wiring_from_args(args)
-    busy = _busy_kv_events_overlay(wiring)
-    if busy is not None:
-        wiring = wiring_from_args(args, busy)
     loaded = workload_from_args(args, "run")
     if loaded is None:
         return 2
     workload, total = loaded
-    with build(wiring) as assembly:
+    with _build_on_free_kv_ports(wiring, lambda free: wiring_from_args(args, free)) as assembly:
         publisher = None
         if "kv_events_publisher" in assembly:
             publisher = assembly["kv_events_publisher"]
@@ -191,41 +187,41 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 130 if summary.interrupted else 0
 
 
-def _busy_kv_events_overlay(wiring: Wiring, command: str = "run") -> dict | None:
-    """An overlay moving the KV-event endpoints to free ports when the configured tcp ports
-    are taken (another scheduler runs), or None when they are free."""
+def _build_on_free_kv_ports(
+    wiring: Wiring, with_overlay: Callable[[dict], Wiring], command: str = "run"
+) -> Assembly:
+    """Build ``wiring``; when a KV-event endpoint's tcp port is taken (another scheduler runs
+    there), build ``with_overlay(overlay)`` (the same wiring with one more overlay) with its
+    KV-event endpoints on free ports (port 0, which the bind resolves). The bind itself is the
+    test, so two schedulers started together cannot both take a port found free."""
+    try:
+        return build(wiring)
+    except ComponentBuildError as exc:
+        free = _free_kv_ports_overlay(wiring, exc.__cause__)
+        if free is None:
+            raise
+        taken, overlay = free
+        print(f"schedkit {command}: {taken} in use; KV events move to free ports", file=sys.stderr)
+        return build(with_overlay(overlay))
+
+
+def _free_kv_ports_overlay(wiring: Wiring, error: BaseException | None) -> tuple[str, dict] | None:
+    """(the taken endpoint, an overlay moving its component's tcp KV-event endpoints to port
+    0) when ``error`` is a KV-event bind that found its address in use; else None."""
+    if not isinstance(error, OSError) or error.errno != errno.EADDRINUSE:
+        return None
     for name, spec in wiring.components.items():
         config = spec.args.get("kv_events_config")
         if not isinstance(config, KvEventsConfig) or config.mode != "bind":
             continue
         endpoints = {"endpoint": config.endpoint, "replay_endpoint": config.replay_endpoint}
-        taken = {k: v for k, v in endpoints.items() if v is not None and _tcp_port_taken(v)}
+        tcp = {k: v for k, v in endpoints.items() if v is not None and v.startswith("tcp://")}
+        taken = [v for v in tcp.values() if f"bind to {v}:" in str(error)]
         if taken:
             free = msgspec.structs.asdict(config)
-            free.update({k: f"{v.rpartition(':')[0]}:0" for k, v in taken.items()})
-            print(
-                f"schedkit {command}: {', '.join(taken.values())} in use; KV events move to "
-                "free ports",
-                file=sys.stderr,
-            )
-            return {"components": {name: {"args": {"kv_events_config": free}}}}
+            free.update({k: f"{v.rpartition(':')[0]}:0" for k, v in tcp.items()})
+            return taken[0], {"components": {name: {"args": {"kv_events_config": free}}}}
     return None
-
-
-def _tcp_port_taken(endpoint: str) -> bool:
-    if not endpoint.startswith("tcp://"):
-        return False
-    host, _, port = endpoint[len("tcp://") :].rpartition(":")
-    if not port.isdigit() or int(port) == 0:
-        return False
-    family = socket.AF_INET6 if host.startswith("[") else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host.strip("[]"), int(port)))
-        except OSError:
-            return True
-    return False
 
 
 def _linger(publisher: Any, seconds: float) -> None:
@@ -263,13 +259,12 @@ def _serve(args: argparse.Namespace, private_dir: Path) -> int:
         extra.append(
             {"components": {"request_receiver": {"args": {"admin_token": args.admin_token}}}}
         )
-    busy = _busy_kv_events_overlay(wiring, "serve")
-    if busy is not None:
-        extra.append(busy)
     if extra:
         wiring = load_wiring(file, *overlays, *front_end, *extra)
     stop = threading.Event()
-    with build(wiring) as assembly:
+    with _build_on_free_kv_ports(
+        wiring, lambda free: load_wiring(file, *overlays, *front_end, *extra, free), "serve"
+    ) as assembly:
         if getattr(assembly["request_receiver"], "bound_endpoint", None) is None:
             print(
                 "schedkit serve: the wiring's request_receiver takes no network requests; add "

@@ -1,5 +1,6 @@
 """``schedkit run`` as a router sees it: the endpoints it announces, free ports when the
-configured ones are taken, a stream that stays up after the run, a stable batch count."""
+configured ones are taken (also by a run started at the same moment), a stream that stays up
+after the run, a stable batch count."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from pathlib import Path
 from schedkit.kv_events import AllBlocksCleared, KvEventSubscriber, KvIndex
 
 ROOT = Path(__file__).resolve().parents[3]
+# Pairs of runs started together in the paired-start test (set higher to stress it).
+PAIRED_STARTS = int(os.environ.get("SCHEDKIT_PAIRED_STARTS", "3"))
 
 
 def taken_port() -> socket.socket:
@@ -71,6 +74,46 @@ def test_run_moves_to_free_ports_and_lingers_for_a_router():
     assert proc.returncode == 0
     summary = json.loads(out)
     assert summary["kv_event_batches_published"] == accepted
+
+
+def free_port_pair() -> list[int]:
+    holders = [taken_port(), taken_port()]
+    ports = [h.getsockname()[1] for h in holders]
+    for holder in holders:
+        holder.close()
+    return ports
+
+
+def test_runs_started_together_on_the_same_ports_both_succeed():
+    # Several times, two runs configured for the same KV-event ports start at the same moment:
+    # one binds them, the other finds them taken by its own bind and moves to free ports.
+    command = [sys.executable, "-m", "schedkit.cli", "run", "wiring.yaml", "--json"]
+    command += ["--num-requests", "5"]
+    for _ in range(PAIRED_STARTS):
+        ports = free_port_pair()
+        env = {
+            **os.environ,
+            "SCHEDKIT_KV_EVENTS_ENDPOINT": f"tcp://127.0.0.1:{ports[0]}",
+            "SCHEDKIT_KV_REPLAY_ENDPOINT": f"tcp://127.0.0.1:{ports[1]}",
+        }
+        pair = [
+            subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        announced = []
+        for proc in pair:
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err
+            assert json.loads(out)["requests_done"] == 5
+            announced.append(re.search(r"KV events on ([^\s,]+), replay on (\S+)", err).groups())
+        assert len({e for endpoints in announced for e in endpoints}) == 4, announced
 
 
 def test_the_batch_count_is_the_same_every_run():
