@@ -26,6 +26,7 @@ from schedkit.core.schedule_batch import (
 __all__ = ["BatchResultProcessor"]
 
 _NO_TOKEN = "the model runner returned no token for this request"
+_UNSET = object()
 
 
 def _noop(*_args: object) -> None:
@@ -107,29 +108,40 @@ class BatchResultProcessor:
         if missing:
             reqs, tokens = self._abort_missing(reqs, tokens)
         self.increment_generated_tokens(len(reqs))
-        tree_cache, eos = self.tree_cache, self.eos_token_id
-        check_eos = eos is not None
+        eos = self.eos_token_id
         now = self.now() if self.now is not None else None
-        # Requests that got their last token at the same step share one gap object.
-        last_seen = gap = None
-        for req, tok in zip(reqs, tokens, strict=True):
-            out = req.output_ids
-            out.append(tok)
-            if now is not None:
+        # One pass appends the tokens (and stamps the times); it sets aside, in batch order,
+        # the few requests that may have finished: at their length limit, with stop tokens,
+        # or (checked at C speed afterwards) given the EOS token.
+        maybe_done = []
+        if now is None:
+            for req, tok in zip(reqs, tokens, strict=True):
+                out = req.output_ids
+                out.append(tok)
+                params = req.sampling_params
+                if len(out) >= params.max_new_tokens or params.stop_token_ids:
+                    maybe_done.append(req)
+        else:
+            # Requests whose last token came at the same time share one gap object.
+            last_seen, gap = _UNSET, None
+            for req, tok in zip(reqs, tokens, strict=True):
+                out = req.output_ids
+                out.append(tok)
                 last = req.last_token_time
-                if last is not None:
-                    if last is not last_seen:
-                        last_seen, gap = last, now - last
+                if last is last_seen:
+                    req.itl.append(gap)
+                elif last is not None:
+                    last_seen, gap = last, now - last
                     req.itl.append(gap)
                 req.last_token_time = now
-            params = req.sampling_params
-            # The common case (not finished) without a call to req.check_finished.
-            if (
-                len(out) < params.max_new_tokens
-                and not (check_eos and tok == eos and not params.ignore_eos)
-                and not params.stop_token_ids
-            ):
-                continue
+                params = req.sampling_params
+                if len(out) >= params.max_new_tokens or params.stop_token_ids:
+                    maybe_done.append(req)
+        if eos is not None and eos in tokens:
+            listed = set(maybe_done)
+            maybe_done = [r for r, t in zip(reqs, tokens, strict=True) if t == eos or r in listed]
+        tree_cache = self.tree_cache
+        for req in maybe_done:
             req.check_finished(eos)
             if req.finished_reason is not None:
                 if now is not None and req.finish_time is None:

@@ -107,13 +107,19 @@ def test_runs_started_together_on_the_same_ports_both_succeed():
             )
             for _ in range(2)
         ]
-        announced = []
+        moved = []
         for proc in pair:
             out, err = proc.communicate(timeout=60)
             assert proc.returncode == 0, err
             assert json.loads(out)["requests_done"] == 5
-            announced.append(re.search(r"KV events on ([^\s,]+), replay on (\S+)", err).groups())
-        assert len({e for endpoints in announced for e in endpoints}) == 4, announced
+            endpoints = re.search(r"KV events on ([^\s,]+), replay on (\S+)", err).groups()
+            moved.append((endpoints, "move to free ports" in err))
+        # A run that found the ports taken announces others (a run that started after the
+        # other one ended may take the configured ports itself).
+        (first, first_moved), (second, second_moved) = moved
+        assert not (first_moved and second_moved)
+        if first_moved or second_moved:
+            assert not set(first) & set(second)
 
 
 def test_the_batch_count_is_the_same_every_run():
