@@ -7,15 +7,15 @@ tens of thousands of requests wait). An overloaded scheduler runs bigger batches
 it should cost no more than a sustainable one; any work that grows with the waiting queue shows
 up as a ratio above 1. Target: overloaded <= 1.3x sustainable.
 
-Method. Both rates run the same conversations: the chat workload draws arrival times, first
-turns and each follow-up from random streams of their own, so the rate changes only when
-requests arrive. A pair is one sustainable and one overloaded run in this process, on the same
-seed, in an order that alternates from pair to pair; each pair has its own seed (pair ``i``
-uses seed ``i``). Each run's process CPU time (all threads, ``time.process_time``, not wall
-time) is divided by the tokens it generated, and by its decode steps (per step: the whole
-run's CPU time over the decode steps, so prefill work is spread over them). The ratio is taken
-within each pair; min / median / max over the pairs are printed (``--runs`` pairs, 5 by
-default, at least 5 except with ``--quick``).
+Method. Both rates run the same conversations: the chat workload (``separate_streams``) draws
+arrival times, first turns and each follow-up from random streams of their own, so the rate
+changes only when requests arrive. A pair is one sustainable and one overloaded run in this
+process, on the same seed, in an order that alternates from pair to pair; each pair has its
+own seed (pair ``i`` uses seed ``i``). Each run's process CPU time (all threads,
+``time.process_time``, not wall time) is divided by the tokens it generated, and by its decode
+steps (per step: the whole run's CPU time over the decode steps, so prefill work is spread over
+them). The ratio is taken within each pair; min / median / max over the pairs are printed
+(``--runs`` pairs, 5 by default, at least 5 except with ``--quick``).
 
 Usage: ``python benchmarks/bench_overload.py [--quick] [--num-requests N] [--runs R]``; exits
 0 whether the target is met or not.
@@ -36,7 +36,7 @@ from bench_scheduler import calibration_ms
 import schedkit
 from schedkit.cli.args import number
 from schedkit.sim.driver import drive
-from schedkit.workloads.workload import synthetic
+from schedkit.workloads.workload import ChatWorkload
 
 WIRING = Path(__file__).resolve().parents[1] / "wiring.yaml"
 SUSTAINABLE_RATE = 4.0
@@ -63,7 +63,7 @@ RATES = {"sustainable": SUSTAINABLE_RATE, "overloaded": OVERLOADED_RATE}
 def run(num_requests: int, rate: float, seed: int) -> dict:
     """One ``chat`` run at ``rate``: CPU and wall seconds, tokens, decode steps and latency
     figures."""
-    workload = synthetic("chat", num_requests, rate, seed)
+    workload = ChatWorkload(num_requests=num_requests, rate=rate, seed=seed, separate_streams=True)
     with schedkit.build(schedkit.load_wiring(WIRING, OVERLAY)) as assembly:
         gc.collect()
         cpu, wall = time.process_time(), time.perf_counter()

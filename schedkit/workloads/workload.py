@@ -110,9 +110,11 @@ class ChatWorkload:
     previous answer finishes and its prompt is the conversation so far (system prompt, earlier
     user turns and answers, new user turn), so the prefix cache serves most of it.
 
-    Arrival times, the first turns and each follow-up draw from random streams of their own
-    (all derived from ``seed``), so two rates give the same conversations and the same
-    follow-up turns whatever order the answers finish in: only the arrival times differ.
+    With ``separate_streams`` arrival times, the first turns and each follow-up draw from random
+    streams of their own (all derived from ``seed``), so two rates give the same conversations
+    and the same follow-up turns whatever order the answers finish in: only the arrival times
+    differ. Without it (the default) one stream serves all, as the built-in ``chat`` workload
+    has always drawn it.
     """
 
     num_requests: int
@@ -124,6 +126,7 @@ class ChatWorkload:
     output_len: tuple[int, int] = (16, 256)
     max_turns: int = 4
     think_time: float = 1.0
+    separate_streams: bool = False
     _rng: random.Random = attrs.field(init=False)
     _remaining_turns: dict[str, int] = attrs.field(init=False, factory=dict)
 
@@ -141,7 +144,9 @@ class ChatWorkload:
             random_tokens(rng, rng.randint(*self.system_prompt_len))
             for _ in range(self.num_system_prompts)
         ]
-        times = arrival_times(self.rate, random.Random(f"{self.seed}:arrivals"))
+        times = arrival_times(
+            self.rate, random.Random(f"{self.seed}:arrivals") if self.separate_streams else rng
+        )
         left = self.num_requests
         for i in itertools.count():
             if left <= 0:
@@ -159,7 +164,7 @@ class ChatWorkload:
             return None
         self._remaining_turns[conversation] = left - 1
         rid = f"{conversation}-t{int(turn) + 1}"
-        rng = random.Random(f"{self.seed}:{rid}")
+        rng = random.Random(f"{self.seed}:{rid}") if self.separate_streams else self._rng
         prompt = [  # the prompt may be packed (array('I')) while it waited at a router
             *req.origin_input_ids,
             *req.output_ids,

@@ -120,7 +120,8 @@ def test_jsonl_reports_every_bad_line(tmp_path):
 
 
 def test_chat_rates_share_conversations_and_follow_ups_do_not_depend_on_finish_order():
-    slow, fast = ChatWorkload(num_requests=40, rate=1.0), ChatWorkload(num_requests=40, rate=64.0)
+    slow = ChatWorkload(num_requests=40, rate=1.0, separate_streams=True)
+    fast = ChatWorkload(num_requests=40, rate=64.0, separate_streams=True)
     first_slow, first_fast = list(slow.initial()), list(fast.initial())
     content = [(a.req.origin_input_ids, a.req.sampling_params) for a in first_slow]
     assert content == [(a.req.origin_input_ids, a.req.sampling_params) for a in first_fast]
