@@ -113,6 +113,9 @@ class RunSummary:
     queue_time_p90: float = math.nan
     queue_time_p99: float = math.nan
     prefix_cache_hit_rate: float
+    # The hit rate split by tier (device; loaded back from the host-memory tier).
+    prefix_cache_hit_rate_device: float = math.nan
+    prefix_cache_hit_rate_host: float = math.nan
     kv_events_published: int
     kv_events_dropped: int
     peak_running_requests: int
@@ -164,6 +167,10 @@ class RunSummary:
             ),
             ("prefix-cache hit rate", f"{self.prefix_cache_hit_rate:.1%}"),
             (
+                "  of which device | host",
+                f"{self.prefix_cache_hit_rate_device:.1%} | {self.prefix_cache_hit_rate_host:.1%}",
+            ),
+            (
                 "KV event batches published / dropped",
                 f"{self.kv_events_published} / {self.kv_events_dropped}",
             ),
@@ -198,6 +205,7 @@ def summarize(
     publisher (no figure from the metrics reporter, so swapping it changes none)."""
     scheduler = assembly["scheduler"]
     cached = scheduler.prefill_tokens_cached
+    host = scheduler.prefill_tokens_cached_host
     seen = cached + scheduler.prefill_tokens_computed
     return RunSummary(
         requests_done=tally.done,
@@ -213,6 +221,8 @@ def summarize(
             for q, value in zip((50, 90, 99), percentiles(getattr(tally, name)), strict=True)
         },
         prefix_cache_hit_rate=cached / seen if seen else math.nan,
+        prefix_cache_hit_rate_device=(cached - host) / seen if seen else math.nan,
+        prefix_cache_hit_rate_host=host / seen if seen else math.nan,
         kv_events_published=_counter(assembly, "kv_events_publisher", "accepted"),
         kv_events_dropped=_counter(assembly, "kv_events_publisher", "dropped"),
         peak_running_requests=scheduler.peak_running_requests,
