@@ -43,11 +43,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         small = Path(tmp) / "small_pool.yaml"
-        small.write_text(f"components:\n  allocator:\n    args:\n      size: {args.device_tokens}\n")
+        small.write_text(
+            f"components:\n  allocator:\n    args:\n      size: {args.device_tokens}\n"
+        )
         rows = [("radix_cache (no host tier)", run([small]))]
         for ratio in args.ratios:
             host = Path(tmp) / f"host_{ratio}.yaml"
-            host.write_text(f"components:\n  tree_cache:\n    args:\n      hicache_ratio: {ratio}\n")
+            host.write_text(
+                f"components:\n  tree_cache:\n    args:\n      hicache_ratio: {ratio}\n"
+            )
             host_tokens = int(args.device_tokens * ratio)
             label = f"hiradix_cache, host {host_tokens} tokens"
             rows.append((label, run([small, ROOT / "examples" / "hicache.yaml", host])))
