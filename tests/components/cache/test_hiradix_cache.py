@@ -85,7 +85,7 @@ def test_device_eviction_keeps_the_host_copy_and_match_reports_a_host_hit():
     assert cache.evict(16) == 16
     assert cache.take_events() == [BlockRemoved(page_hashes(A, 4), "GPU")]
     assert cache.allocator.available_size() == 16 and cache.host_used_size() == 16
-    match = cache.match_prefix(A + [1, 2, 3, 4])
+    match = cache.match_prefix([*A, 1, 2, 3, 4])
     assert match.device_indices == [] and match.last_node is cache.root
     assert match.host_hit_length == 16 and match.last_host_node.host_value is not None
     slots_accounted(cache)
@@ -219,3 +219,49 @@ def test_events_decode_with_sglang_structs_and_feed_one_index_per_medium():
     assert gpu.match(A, 4) == {0: 4} and gpu.match(B[:8], 4) == {0: 0}
     assert cpu.match(A, 4) == {0: 4} and cpu.match(B[:8], 4) == {0: 2}
     assert cpu.owners(page_hashes(B, 4)[0]) == {0: "CPU_PINNED"}
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_back"])
+def test_random_operations_keep_every_slot_accounted(policy):
+    import random
+
+    rng = random.Random(7)
+    cache = make_cache(
+        device=64, hicache_ratio=1.5, hicache_write_policy=policy, load_back_threshold=4
+    )
+    prefixes = [[rng.randrange(50) for _ in range(8)] for _ in range(4)]
+    for _ in range(400):
+        tokens = rng.choice(prefixes) + [rng.randrange(5) for _ in range(rng.choice([4, 8, 12]))]
+        op = rng.random()
+        if op < 0.5:
+            match = cache.match_prefix(tokens)
+            slots, node = list(match.device_indices), match.last_node
+            if match.host_hit_length:
+                loaded, node = cache.init_load_back(match.last_host_node)
+                slots += loaded
+            need = len(tokens) - len(slots)
+            cache.inc_lock_ref(node)  # the matched prefix stays while making room
+            if cache.allocator.available_size() < need:
+                cache.evict(need - cache.allocator.available_size())
+            new = cache.allocator.alloc(need)
+            cache.dec_lock_ref(node)
+            if new is not None:
+                cache.insert(tokens, slots + new)
+        elif op < 0.8:
+            cache.evict(rng.choice([4, 8, 16]))
+        else:
+            cache.evict_host(rng.choice([4, 8]))
+        slots_accounted(cache)
+    gpu, cpu = KvIndex(medium="GPU"), KvIndex(medium="CPU_PINNED")
+    wire = encode_batch(KVEventBatch(ts=0.0, events=cache.take_events()))
+    for index in (gpu, cpu):
+        index.apply(decode_batch(wire))
+    device_pages = host_pages = 0
+    stack = list(cache.root.children.values())
+    while stack:
+        node = stack.pop()
+        device_pages += len(node.value or []) // 4
+        host_pages += len(node.host_value or []) // 4
+        stack.extend(node.children.values())
+    assert gpu.num_blocks(0) == device_pages and cpu.num_blocks(0) == host_pages
+    assert cache.loaded_back_tokens > 0 and cache.backed_up_tokens > 0
