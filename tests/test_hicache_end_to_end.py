@@ -76,6 +76,23 @@ def test_host_tier_serves_hits_the_device_pool_lost_and_its_events_replay_per_me
         assert summary.prefix_cache_hit_rate == (
             summary.prefix_cache_hit_rate_device + summary.prefix_cache_hit_rate_host
         )
+        # The output stream reports each request's hits by tier, as SGLang's does.
+        reported = {}
+        for msg in assembly["output_sender"].messages:
+            for rid, reason, details in zip(
+                msg.rids, msg.finished_reasons, msg.cached_tokens_details, strict=True
+            ):
+                if reason is not None:
+                    reported[rid] = details
+        by_rid = {r.rid: r for r in reqs}
+        assert any(d and d["host"] > 0 for d in reported.values())
+        for rid, details in reported.items():
+            req = by_rid[rid]
+            if req.cached_tokens:
+                assert details == {
+                    "device": req.cached_tokens_device,
+                    "host": req.cached_tokens_host,
+                }
         assert cache.protected_size() == 0
         device_pool = assembly["allocator"]
         assert device_pool.available_size() + cache.total_size() == device_pool.size
