@@ -94,6 +94,7 @@ def test_host_tier_serves_hits_the_device_pool_lost_and_its_events_replay_per_me
                     "host": req.cached_tokens_host,
                 }
         assert cache.protected_size() == 0
+        cache.sanity_check()
         device_pool = assembly["allocator"]
         assert device_pool.available_size() + cache.total_size() == device_pool.size
 

@@ -284,6 +284,48 @@ class HiRadixCache(RadixCache):
         if host:
             self.host_allocator.free(host)
 
+    def sanity_check(self) -> None:
+        """Check the tree against the cache's counters (AssertionError naming a mismatch): the
+        shared checks, plus host copies sized as their keys and no device node below a
+        host-only one."""
+        device = protected = 0
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            size = len(node.key)
+            if node.host_value is not None and len(node.host_value) != size:
+                raise AssertionError(f"{node!r}: host_value/key sizes")
+            if node.value is None:
+                if node.host_value is None:
+                    raise AssertionError(f"{node!r}: in the tree with neither device nor host KV")
+                if node.lock_ref:
+                    raise AssertionError(f"{node!r}: host-only but locked")
+                for child in node.children.values():
+                    if child.value is not None:
+                        raise AssertionError(f"{child!r}: on the device below a host-only node")
+            else:
+                if len(node.value) != size:
+                    raise AssertionError(f"{node!r}: value/key sizes")
+                device += size
+                protected += size if node.lock_ref else 0
+            stack.extend(node.children.values())
+        if (device - protected, protected) != (self.evictable_size(), self.protected_size()):
+            raise AssertionError(
+                f"evictable / protected sizes {self.evictable_size()} / {self.protected_size()}"
+                f" but the device nodes hold {device - protected} / {protected}"
+            )
+
+    def all_values_flatten(self) -> list[int]:
+        """Every device KV slot the cache holds, depth-first (host-only nodes hold none)."""
+        values: list[int] = []
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            if node is not self.root and node.value is not None:
+                values += node.value
+            stack.extend(reversed(node.children.values()))
+        return values
+
     def _insert_below(self, node, key, end, value, priority, namespace, owned=False):
         """``RadixCache._insert_below``; a host-only node on the path takes the inserted
         slots (or new ones) and is back on the device; with write-through every device node on

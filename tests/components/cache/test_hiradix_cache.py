@@ -52,6 +52,7 @@ def slots_accounted(cache: HiRadixCache) -> None:
     assert len(set(host)) == len(host)
     assert len(host) + cache.host_allocator.available_size() == cache.host_allocator.size
     assert cache.total_size() == len(device)
+    assert sorted(cache.all_values_flatten()) == sorted(device)
 
 
 def test_registered_and_sized_like_sglang():
@@ -252,6 +253,7 @@ def test_random_operations_keep_every_slot_accounted(policy):
         else:
             cache.evict_host(rng.choice([4, 8]))
         slots_accounted(cache)
+        cache.sanity_check()
     gpu, cpu = KvIndex(medium="GPU"), KvIndex(medium="CPU_PINNED")
     wire = encode_batch(KVEventBatch(ts=0.0, events=cache.take_events()))
     for index in (gpu, cpu):
@@ -265,3 +267,16 @@ def test_random_operations_keep_every_slot_accounted(policy):
         stack.extend(node.children.values())
     assert gpu.num_blocks(0) == device_pages and cpu.num_blocks(0) == host_pages
     assert cache.loaded_back_tokens > 0 and cache.backed_up_tokens > 0
+
+
+def test_sanity_check_names_a_device_node_below_a_host_only_one():
+    cache = make_cache(device=32)
+    insert_fresh(cache, A)
+    cache.evict(16)
+    slots = insert_fresh(cache, A + B)  # A back on the device, B below it
+    upper = cache.match_prefix(A).last_node
+    cache.sanity_check()
+    upper.value = None  # as if A had left the device while B stayed
+    with pytest.raises(AssertionError, match="on the device below a host-only node"):
+        cache.sanity_check()
+    upper.value = slots[:16]
