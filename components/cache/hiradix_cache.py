@@ -18,6 +18,9 @@ With KV events on, a host copy is announced as ``BlockStored`` with medium ``CPU
 (SGLang's ``StorageMedium.CPU``) and withdrawn as ``BlockRemoved`` on the same medium; a device
 eviction that keeps the host copy withdraws the pages from ``GPU`` only, and a load-back
 announces them on ``GPU`` again.
+
+(Over 300 lines: the two eviction heaps, eviction on both tiers and load-back share invariants
+that read best together; the node is in ``hi_tree_node``, the checks in ``introspection``.)
 """
 
 from __future__ import annotations
@@ -28,6 +31,14 @@ from typing import Literal
 
 import attrs
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
+from schedkit.components.cache.hi_tree_node import (
+    H100_PCIE5_HOST_BANDWIDTH,
+    LLAMA3_8B_KV_BYTES_PER_TOKEN,
+    HiTreeNode,
+    check_positive,
+    check_write_policy,
+)
+from schedkit.components.cache.introspection import device_values_flatten, hicache_sanity_check
 from schedkit.components.cache.radix_cache import MatchResult, RadixCache
 from schedkit.components.cache.radix_tree import RadixTree
 from schedkit.components.cache.tree_node import TreeNode
@@ -36,50 +47,6 @@ from schedkit.core.component import at_least, component
 from schedkit.kv_events.structs import MEDIUM_CPU, MEDIUM_GPU
 
 __all__ = ["HiRadixCache", "HiTreeNode"]
-
-WRITE_POLICIES = ("write_through", "write_back")
-# Llama-3.1-8B in 16-bit: 2 (K, V) x 32 layers x 8 KV heads x 128 dims x 2 bytes.
-LLAMA3_8B_KV_BYTES_PER_TOKEN = 131072
-# Host-to-device copy rate achieved over PCIe Gen5 x16 (64 GB/s raw) on an H100.
-H100_PCIE5_HOST_BANDWIDTH = 50e9
-
-
-class HiTreeNode(TreeNode):
-    """A tree node that may also hold its KV in host memory (``host_value``)."""
-
-    __slots__ = ("host_ref_counter", "host_value")
-
-    def __init__(self, key: list[int], value: list[int] | None, parent, namespace, t: int):
-        super().__init__(key, value, parent, namespace, t)
-        self.host_value: list[int] | None = None
-        self.host_ref_counter = 0
-
-    @property
-    def backuped(self) -> bool:
-        """Whether the node's KV has a copy in host memory."""
-        return self.host_value is not None
-
-    def protect_host(self) -> None:
-        """Keep the host copy from host eviction until ``release_host``."""
-        self.host_ref_counter += 1
-
-    def release_host(self) -> None:
-        """Undo one ``protect_host``."""
-        if self.host_ref_counter <= 0:
-            raise ValueError(f"release_host on {self!r}, whose host copy is not protected")
-        self.host_ref_counter -= 1
-
-
-def _known_write_policy(instance: object, attribute: attrs.Attribute, value: object) -> None:
-    if value not in WRITE_POLICIES:
-        raise ValueError(
-            f"unknown hicache_write_policy {value!r}; valid: {', '.join(WRITE_POLICIES)}"
-        )
-
-
-def _positive(instance: object, attribute: attrs.Attribute, value: float) -> None:
-    if not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
 
 
 @component("hiradix_cache")
@@ -95,16 +62,16 @@ class HiRadixCache(RadixCache):
 
     node_type = HiTreeNode
 
-    hicache_ratio: float = attrs.field(default=2.0, validator=_positive)
+    hicache_ratio: float = attrs.field(default=2.0, validator=check_positive)
     hicache_size: int = attrs.field(default=0, validator=at_least(0))
     hicache_write_policy: Literal["write_through", "write_back"] = attrs.field(
-        default="write_through", validator=_known_write_policy
+        default="write_through", validator=check_write_policy
     )
     load_back_threshold: int = attrs.field(default=10, validator=at_least(0))
     kv_bytes_per_token: int = attrs.field(
         default=LLAMA3_8B_KV_BYTES_PER_TOKEN, validator=at_least(1)
     )
-    host_bandwidth: float = attrs.field(default=H100_PCIE5_HOST_BANDWIDTH, validator=_positive)
+    host_bandwidth: float = attrs.field(default=H100_PCIE5_HOST_BANDWIDTH, validator=check_positive)
 
     host_allocator: TokenToKVPoolAllocator = attrs.field(init=False, repr=False, default=None)
     # Tokens copied device -> host and host -> device since construction.
@@ -285,46 +252,12 @@ class HiRadixCache(RadixCache):
             self.host_allocator.free(host)
 
     def sanity_check(self) -> None:
-        """Check the tree against the cache's counters (AssertionError naming a mismatch): the
-        shared checks, plus host copies sized as their keys and no device node below a
-        host-only one."""
-        device = protected = 0
-        stack = list(self.root.children.values())
-        while stack:
-            node = stack.pop()
-            size = len(node.key)
-            if node.host_value is not None and len(node.host_value) != size:
-                raise AssertionError(f"{node!r}: host_value/key sizes")
-            if node.value is None:
-                if node.host_value is None:
-                    raise AssertionError(f"{node!r}: in the tree with neither device nor host KV")
-                if node.lock_ref:
-                    raise AssertionError(f"{node!r}: host-only but locked")
-                for child in node.children.values():
-                    if child.value is not None:
-                        raise AssertionError(f"{child!r}: on the device below a host-only node")
-            else:
-                if len(node.value) != size:
-                    raise AssertionError(f"{node!r}: value/key sizes")
-                device += size
-                protected += size if node.lock_ref else 0
-            stack.extend(node.children.values())
-        if (device - protected, protected) != (self.evictable_size(), self.protected_size()):
-            raise AssertionError(
-                f"evictable / protected sizes {self.evictable_size()} / {self.protected_size()}"
-                f" but the device nodes hold {device - protected} / {protected}"
-            )
+        """Check the tree against the cache's counters (``introspection.hicache_sanity_check``)."""
+        hicache_sanity_check(self)
 
     def all_values_flatten(self) -> list[int]:
         """Every device KV slot the cache holds, depth-first (host-only nodes hold none)."""
-        values: list[int] = []
-        stack = [self.root]
-        while stack:
-            node = stack.pop()
-            if node is not self.root and node.value is not None:
-                values += node.value
-            stack.extend(reversed(node.children.values()))
-        return values
+        return device_values_flatten(self)
 
     def _insert_below(self, node, key, end, value, priority, namespace, owned=False):
         """``RadixCache._insert_below``; a host-only node on the path takes the inserted
