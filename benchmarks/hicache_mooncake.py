@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{s['prefix_cache_hit_rate']:.1%}",
             f"{s['prefix_cache_hit_rate_device']:.1%}",
             f"{s['prefix_cache_hit_rate_host']:.1%}",
-            *(f"{s[f'ttft_p{q}'] * 1000:.1f}" for q in (50, 90, 99)),
+            *(f"{s[f'ttft_p{q}_s'] * 1000:.1f}" for q in (50, 90, 99)),
         ]
         print("| " + " | ".join(cells) + " |")
     return 0

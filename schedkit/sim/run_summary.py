@@ -66,6 +66,16 @@ JSON_KEYS: dict[str, tuple[str, str, str]] = {
         "fraction 0-1",
         "prompt tokens served from the prefix cache / prompt tokens of every prefill batch",
     ),
+    "prefix_cache_hit_rate_device": (
+        "prefix_cache_hit_rate_device",
+        "fraction 0-1",
+        "of the hit rate, the prompt tokens found on the device",
+    ),
+    "prefix_cache_hit_rate_host": (
+        "prefix_cache_hit_rate_host",
+        "fraction 0-1",
+        "of the hit rate, the prompt tokens loaded back from the host-memory tier",
+    ),
     "kv_events_published": (
         "kv_event_batches_published",
         "batches",
