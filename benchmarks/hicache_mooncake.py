@@ -36,6 +36,11 @@ def run(overlays: list[Path]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def percent(rate: float | None) -> str:
+    """A rate as a percentage; "n/a" for a figure the run has none of (null in its JSON)."""
+    return "n/a" if rate is None else f"{rate:.1%}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device-tokens", type=int, default=32768)
@@ -66,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         cells = [
             label,
             f"{s['prefix_cache_hit_rate']:.1%}",
-            f"{s['prefix_cache_hit_rate_device']:.1%}",
-            f"{s['prefix_cache_hit_rate_host']:.1%}",
+            percent(s["prefix_cache_hit_rate_device"]),
+            percent(s["prefix_cache_hit_rate_host"]),
             *(f"{s[f'ttft_p{q}_s'] * 1000:.1f}" for q in (50, 90, 99)),
         ]
         print("| " + " | ".join(cells) + " |")
