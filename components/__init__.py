@@ -28,6 +28,7 @@ COMPONENT_MODULES: dict[str, str] = {
     "token_to_kv_pool_allocator": "schedkit.components.cache.allocator",
     "radix_cache": "schedkit.components.cache.radix_cache",
     "swa_radix_cache": "schedkit.components.cache.swa_radix_cache",
+    "hiradix_cache": "schedkit.components.cache.hiradix_cache",
     # io/
     "inproc_request_receiver": "schedkit.components.io.request_receiver",
     "zmq_server": "schedkit.components.io.zmq_server",

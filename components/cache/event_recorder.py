@@ -111,8 +111,6 @@ class EventRecorder:
 
         ``raw`` is ``pack(node.key)``; ``node.parent`` must already carry its digests and hashes.
         """
-        parent = node.parent
-        key = node.key
         joined = self.hash_pages(node, raw)
         n = len(joined) // 32
         unpack = self._unpack.get(n)
@@ -124,19 +122,27 @@ class EventRecorder:
             unpack = self._unpack[n] = Struct(">" + layout * n).unpack
         hashes = list(unpack(joined))
         namespace = node.namespace
-        salt = None
-        if namespace is not None:
-            salt = namespace[1]
-            if self._dynamo:
-                seed = self._seeds.get(namespace)
-                if seed is None:
-                    if len(self._seeds) > 4096:
-                        self._seeds.clear()
-                    seed = self._seeds[namespace] = namespace_seed(*namespace)
-                hashes = [namespaced_hash(seed, h) for h in hashes]
+        if namespace is not None and self._dynamo:
+            seed = self._seeds.get(namespace)
+            if seed is None:
+                if len(self._seeds) > 4096:
+                    self._seeds.clear()
+                seed = self._seeds[namespace] = namespace_seed(*namespace)
+            hashes = [namespaced_hash(seed, h) for h in hashes]
         node.digests = joined
         node.hashes = hashes
-        parent_hash = parent.hashes[-1] if parent.hashes else None
+        self._queue_stored(node, MEDIUM_GPU)
+
+    def announce(self, node: Any, medium: str) -> None:
+        """Queue a BlockStored of ``node``'s already hashed pages on ``medium`` (a copy of them
+        that appeared on another tier, or came back to the device)."""
+        self._queue_stored(node, medium)
+
+    def _queue_stored(self, node: Any, medium: str) -> None:
+        hashes, key = node.hashes, node.key
+        salt = node.namespace[1] if node.namespace is not None else None
+        parent_hashes = node.parent.hashes
+        parent_hash = parent_hashes[-1] if parent_hashes else None
         queue = self._queue
         if queue:
             tail = queue[-1]
@@ -146,7 +152,7 @@ class EventRecorder:
                 and parent_hash is not None
                 and tail.block_hashes[-1] == parent_hash
                 and tail.cache_salt == salt
-                and tail.medium == MEDIUM_GPU
+                and tail.medium == medium
                 and tail.lora_id is None
                 and tail.session_id is None
                 and tail.lora_name is None
@@ -154,17 +160,18 @@ class EventRecorder:
                 tail.block_hashes = tail.block_hashes + hashes
                 tail.token_ids = tail.token_ids + key
                 return
-        queue.append(BlockStored(hashes, parent_hash, key, self.page_size, None, MEDIUM_GPU, salt))
+        queue.append(BlockStored(hashes, parent_hash, key, self.page_size, None, medium, salt))
 
-    def removed(self, node: Any) -> None:
-        """Queue the withdrawal of ``node``'s pages (merged into a BlockRemoved at the tail)."""
+    def removed(self, node: Any, medium: str = MEDIUM_GPU) -> None:
+        """Queue the withdrawal of ``node``'s pages from ``medium`` (merged into a BlockRemoved
+        of the same medium at the tail)."""
         queue = self._queue
         if queue:
             tail = queue[-1]
-            if type(tail) is BlockRemoved and tail.medium == MEDIUM_GPU:
+            if type(tail) is BlockRemoved and tail.medium == medium:
                 tail.block_hashes = tail.block_hashes + node.hashes
                 return
-        queue.append(BlockRemoved(node.hashes, MEDIUM_GPU))
+        queue.append(BlockRemoved(node.hashes, medium))
 
     def cleared(self) -> None:
         """Queue ``AllBlocksCleared``."""

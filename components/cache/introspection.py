@@ -10,6 +10,8 @@ from typing import Any, TextIO
 __all__ = [
     "all_values_flatten",
     "available_and_evictable_str",
+    "device_values_flatten",
+    "hicache_sanity_check",
     "pretty_print",
     "sanity_check",
     "swa_available_and_evictable_str",
@@ -148,3 +150,47 @@ def swa_sanity_check(cache: Any) -> None:
         swa_locked == cache.swa_protected_size(),
         f"swa protected size {cache.swa_protected_size()} but the tree holds {swa_locked}",
     )
+
+
+def hicache_sanity_check(cache: Any) -> None:
+    """A host-tier cache's ``sanity_check``: AssertionError naming the first mismatch of the
+    device sizes with the cache's counters, of a host copy with its key, or a device node below
+    a host-only one."""
+    device = protected = 0
+    stack = list(cache.root.children.values())
+    while stack:
+        node = stack.pop()
+        size = len(node.key)
+        if node.host_value is not None and len(node.host_value) != size:
+            raise AssertionError(f"{node!r}: host_value/key sizes")
+        if node.value is None:
+            if node.host_value is None:
+                raise AssertionError(f"{node!r}: in the tree with neither device nor host KV")
+            if node.lock_ref:
+                raise AssertionError(f"{node!r}: host-only but locked")
+            for child in node.children.values():
+                if child.value is not None:
+                    raise AssertionError(f"{child!r}: on the device below a host-only node")
+        else:
+            if len(node.value) != size:
+                raise AssertionError(f"{node!r}: value/key sizes")
+            device += size
+            protected += size if node.lock_ref else 0
+        stack.extend(node.children.values())
+    if (device - protected, protected) != (cache.evictable_size(), cache.protected_size()):
+        raise AssertionError(
+            f"evictable / protected sizes {cache.evictable_size()} / {cache.protected_size()}"
+            f" but the device nodes hold {device - protected} / {protected}"
+        )
+
+
+def device_values_flatten(cache: Any) -> list[int]:
+    """Every device KV slot a host-tier cache holds, depth-first (host-only nodes hold none)."""
+    values: list[int] = []
+    stack = [cache.root]
+    while stack:
+        node = stack.pop()
+        if node is not cache.root and node.value is not None:
+            values += node.value
+        stack.extend(reversed(node.children.values()))
+    return values

@@ -196,7 +196,10 @@ class RadixTree:
 
     def _split(self, child: TreeNode, m: int) -> TreeNode:
         """Cut ``child`` after ``m`` tokens; returns the upper part (``child`` keeps the rest)."""
-        upper = type(child)(child.key[:m], child.value[:m], child.parent, child.namespace, 0)
+        value = child.value  # None for a node whose KV left the device (host tier)
+        upper = type(child)(
+            child.key[:m], None if value is None else value[:m], child.parent, child.namespace, 0
+        )
         upper.ckey = child.ckey
         upper.lock_ref = child.lock_ref
         upper.last_access_time = child.last_access_time
@@ -212,7 +215,7 @@ class RadixTree:
         upper.children[child.ckey] = child
         child.parent.children[upper.ckey] = upper
         child.key = child.key[m:]
-        child.value = child.value[m:]
+        child.value = None if value is None else value[m:]
         child.parent = upper
         child.last_access_time = self._tick()
         self._num_nodes += 1

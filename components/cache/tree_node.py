@@ -114,12 +114,16 @@ class MatchResult:
     """The longest cached prefix of a key: its KV slots and the tree node that ends it.
 
     ``swa_indices`` is set by the sliding-window cache only: one sliding-window slot per
-    matched token, None where that token's sliding-window KV was evicted.
+    matched token, None where that token's sliding-window KV was evicted. ``host_hit_length``
+    and ``last_host_node`` are set by the host-tier cache only: the matched tokens past
+    ``device_indices`` whose KV is in host memory, and the node that ends them.
     """
 
     device_indices: list[int]
     last_node: TreeNode
     swa_indices: list[int | None] | None = None
+    last_host_node: TreeNode | None = None
+    host_hit_length: int = 0
 
     @property
     def prefix_len(self) -> int:

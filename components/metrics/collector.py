@@ -36,6 +36,9 @@ class SchedulerStats(msgspec.Struct):
     gen_throughput: float = 0.0
     input_throughput: float = 0.0
     cache_hit_rate: float = 0.0
+    # The hit rate split by tier: hits on the device, and hits loaded back from host memory.
+    cache_hit_rate_device: float = 0.0
+    cache_hit_rate_host: float = 0.0
     # Mean queue time (left the queue - entered it) of the last prefill batch's requests.
     avg_request_queue_latency: float = 0.0
     # Mean time the requests waiting now have waited so far.

@@ -65,6 +65,7 @@ class MetricsReporter:
     last_input_throughput: float = attrs.field(init=False, default=0.0)
     total_prefill_tokens: int = attrs.field(init=False, default=0)
     total_cached_tokens: int = attrs.field(init=False, default=0)
+    total_cached_tokens_host: int = attrs.field(init=False, default=0)
     last_prefill_stats_tic: float = attrs.field(init=False, default=0.0)
     last_decode_stats_tic: float = attrs.field(init=False, default=0.0)
     collector: MetricsCollector = attrs.field(init=False, default=None)
@@ -137,6 +138,11 @@ class MetricsReporter:
         stats = self.stats
         stats.input_throughput = self.last_input_throughput
         stats.cache_hit_rate = self.total_cached_tokens / seen if seen else 0.0
+        if batch.host_hit_tokens:
+            self.total_cached_tokens_host += batch.host_hit_tokens
+        host = self.total_cached_tokens_host
+        stats.cache_hit_rate_host = host / seen if seen else 0.0
+        stats.cache_hit_rate_device = (self.total_cached_tokens - host) / seen if seen else 0.0
         if self.enable_metrics:
             reqs = batch.reqs
             stats.avg_request_queue_latency = (

@@ -206,23 +206,31 @@ class PrefillAdder:
             req.origin_input_ids = req.origin_input_ids.tolist()
         seqlen = req.seqlen
         match = tree_cache.match_prefix(prefix_match_key(req, kv.page_size))
-        pre = len(match.device_indices)
+        device, last_node, loaded = match.device_indices, match.last_node, 0
+        if match.host_hit_length:  # host-tier pages: copy them back to the device first
+            new, last_node = tree_cache.init_load_back(match.last_host_node)
+            if new:
+                device, loaded = device + new, len(new)
+        pre = len(device)
         ext = seqlen - pre
         if ext > self.rem_input and self.batch.reqs:
             return False
-        lock = tree_cache.inc_lock_ref(match.last_node)
+        lock = tree_cache.inc_lock_ref(last_node)
         room = kv.room() - self.reserved
         if ext > self.rem_chunk:
             ext = self.rem_chunk - self.rem_chunk % kv.page_size
-        req.kv_indices = match.device_indices
+        req.kv_indices = device
         if seqlen - pre + remaining_new_tokens(req) > room or ext <= 0 or not kv.extend(req, ext):
             req.kv_indices = []
-            tree_cache.dec_lock_ref(match.last_node, lock)
+            tree_cache.dec_lock_ref(last_node, lock)
             return False
         # A retracted request counts its re-used prefix again, as in SGLang.
-        req.last_node, req.swa_uuid_for_lock, req.prefix_len = match.last_node, lock, pre
+        req.last_node, req.swa_uuid_for_lock, req.prefix_len = last_node, lock, pre
         req.cached_tokens += pre
-        req.cached_tokens_device += pre
+        req.cached_tokens_device += pre - loaded
+        if loaded:
+            req.cached_tokens_host += loaded
+            self.batch.host_hit_tokens += loaded
         self._add(req, pre, ext, pre)
         return True
 

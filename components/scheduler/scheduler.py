@@ -75,7 +75,8 @@ class Scheduler:
     aborted), after its final output went out. The waiting queue is a ``WaitingQueue``: it
     keeps the waiting-token totals that ``get_loads`` reports. ``prefill_tokens_computed``
     and ``prefill_tokens_cached`` count the prompt tokens of every prefill batch (a chunk's
-    own earlier chunks are computed, not cached): the prefix-cache hit rate of a run.
+    own earlier chunks are computed, not cached): the prefix-cache hit rate of a run;
+    ``prefill_tokens_cached_host`` is the part of the cached tokens loaded back from a host tier.
     """
 
     request_receiver: RequestReceiver
@@ -114,6 +115,7 @@ class Scheduler:
     # Prompt tokens of every prefill batch: computed, and served from the prefix cache.
     prefill_tokens_computed: int = attrs.field(init=False, default=0)
     prefill_tokens_cached: int = attrs.field(init=False, default=0)
+    prefill_tokens_cached_host: int = attrs.field(init=False, default=0)
     finished_count: int = attrs.field(init=False, default=0)
     _page_size: int = attrs.field(init=False, default=1)
     _kv: KVSlots = attrs.field(init=False, repr=False)
@@ -400,6 +402,7 @@ class Scheduler:
         self.processed_prefill_tokens += sum(batch.extend_lens)
         self.prefill_tokens_computed += sum(batch.extend_lens)
         self.prefill_tokens_cached += sum(batch.cache_hit_lens)
+        self.prefill_tokens_cached_host += batch.host_hit_tokens
         return batch
 
     def update_running_batch(self) -> ScheduleBatch | None:

@@ -339,6 +339,8 @@ class _Checker:
         if refs:
             return
         if _is_callable_type(tp) and tp is not Any:
+            if value is None and type(None) in typing.get_args(tp):
+                return  # an optional callable left unset
             self.add(
                 spec,
                 key,

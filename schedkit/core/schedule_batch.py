@@ -210,6 +210,8 @@ class ScheduleBatch:
     prefix_lens: list[int] = attrs.Factory(list)
     extend_lens: list[int] = attrs.Factory(list)
     cache_hit_lens: list[int] = attrs.Factory(list)
+    # Of the cache hits, the tokens loaded back from the host-memory tier.
+    host_hit_tokens: int = 0
 
     def is_empty(self) -> bool:
         return not self.reqs

@@ -27,7 +27,9 @@ class KvIndex:
     """Block hash -> {rank: medium}, plus each rank's set of hashes.
 
     Fed with event batches (``apply``), it answers how many leading pages of a token sequence
-    each rank holds (``match``), hashing pages exactly as the caches do.
+    each rank holds (``match``), hashing pages exactly as the caches do. With ``medium`` (e.g.
+    ``"GPU"``, or ``"CPU_PINNED"`` for SGLang's host tier) it follows only the BlockStored and
+    BlockRemoved events of that medium, so a router keeps one index per tier.
 
     A rank holds at most its pool: ``set_capacity(rank, pages)`` (from its config or its
     ``KvMetrics.kv_total_blocks``), else ``max_pages``. A page stored past it is not kept and
@@ -43,6 +45,7 @@ class KvIndex:
         "_owners",
         "_violations",
         "max_pages",
+        "medium",
         "violation_threshold",
     )
 
@@ -51,11 +54,13 @@ class KvIndex:
         *,
         max_pages: int = DEFAULT_MAX_PAGES,
         violation_threshold: int = DEFAULT_VIOLATION_THRESHOLD,
+        medium: str | None = None,
     ) -> None:
         if max_pages < 1 or violation_threshold < 1:
             raise ValueError("max_pages and violation_threshold must be >= 1")
         self.max_pages = max_pages
         self.violation_threshold = violation_threshold
+        self.medium = medium
         self._owners: dict[int, dict[int, str | None]] = {}
         self._blocks: dict[int, set[int]] = {}
         self._capacity: dict[int, int] = {}
@@ -86,8 +91,15 @@ class KvIndex:
         blocks = self._blocks.setdefault(rank, set())
         capacity = self._capacity.get(rank, self.max_pages)
         excess = 0
+        only = self.medium
         for event in batch.events:
             kind = type(event)
+            if (
+                only is not None
+                and (kind is BlockStored or kind is BlockRemoved)
+                and event.medium != only
+            ):
+                continue
             if kind is BlockStored:
                 medium = event.medium
                 if medium is not None:

@@ -26,6 +26,7 @@ import msgspec
 
 __all__ = [
     "MAX_BATCH_BYTES",
+    "MEDIUM_CPU",
     "MEDIUM_GPU",
     "PROFILES",
     "AllBlocksCleared",
@@ -47,6 +48,8 @@ MEDIUM_GPU = "GPU"
 # bigger messages on the socket (ZMQ_MAXMSGSIZE). A 128k-token prefill at page size 1 sends
 # about 1.8 MB.
 MAX_BATCH_BYTES = 4 << 20
+# SGLang's StorageMedium.CPU: the host-memory tier (HiCache).
+MEDIUM_CPU = "CPU_PINNED"
 
 ProfileName = Literal["sglang", "sglang-array", "vllm"]
 

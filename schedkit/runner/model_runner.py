@@ -31,6 +31,8 @@ coefficients by shape and datasheet; ``schedkit calibrate`` fits them to your ow
 step times.
 
 ``zero_cost`` (or all coefficients 0) makes every step free, for measuring the scheduler itself.
+``transfer_seconds`` (the host-tier cache's ``take_transfer_seconds``) adds the time of KV copied
+back from host memory to the prefill step that uses it.
 With ``clock="virtual"`` ``now()`` advances by each step's modelled time and nothing sleeps;
 with ``clock="wall"`` each step sleeps its modelled time and ``now()`` is ``time.monotonic()``
 relative to construction. ``wait_until(t)`` lets an idle driver move the clock to the next
@@ -51,6 +53,7 @@ from __future__ import annotations
 import hashlib
 import random
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 import attrs
@@ -94,6 +97,8 @@ class SimulatedModelRunner:
     decode_per_kv_token: float = 4.651e-8
     step_overhead: float = 0.0
     request_overhead: float = 0.0
+    # Seconds of KV transfers to add to the next prefill step (the host tier's load-backs).
+    transfer_seconds: Callable[[], float] | None = None
 
     _time: float = attrs.field(init=False, default=0.0)
     _start: float = attrs.field(init=False, default=0.0)
@@ -184,6 +189,8 @@ class SimulatedModelRunner:
                 for req, pre, ext in zip(reqs, batch.prefix_lens, batch.extend_lens, strict=True)
             ]
             cost = 0.0 if self.zero_cost else self.prefill_cost(batch)
+            if self.transfer_seconds is not None and not self.zero_cost:
+                cost += self.transfer_seconds()
         else:
             return GenerationBatchResult(next_token_ids=[], elapsed=0.0)
         if self.clock == "virtual":

@@ -66,6 +66,16 @@ JSON_KEYS: dict[str, tuple[str, str, str]] = {
         "fraction 0-1",
         "prompt tokens served from the prefix cache / prompt tokens of every prefill batch",
     ),
+    "prefix_cache_hit_rate_device": (
+        "prefix_cache_hit_rate_device",
+        "fraction 0-1",
+        "of the hit rate, the prompt tokens found on the device (host-tier caches only)",
+    ),
+    "prefix_cache_hit_rate_host": (
+        "prefix_cache_hit_rate_host",
+        "fraction 0-1",
+        "of the hit rate, the prompt tokens loaded back from host memory (host-tier caches only)",
+    ),
     "kv_events_published": (
         "kv_event_batches_published",
         "batches",
@@ -113,6 +123,9 @@ class RunSummary:
     queue_time_p90: float = math.nan
     queue_time_p99: float = math.nan
     prefix_cache_hit_rate: float
+    # The hit rate split by tier (device; loaded back from the host-memory tier).
+    prefix_cache_hit_rate_device: float = math.nan
+    prefix_cache_hit_rate_host: float = math.nan
     kv_events_published: int
     kv_events_dropped: int
     peak_running_requests: int
@@ -172,6 +185,14 @@ class RunSummary:
             ("simulated | wall seconds", f"{self.simulated_seconds:.2f} | {self.wall_seconds:.2f}"),
             ("peak memory (RSS, MiB)", f"{self.peak_rss_mb:.0f}"),
         ]
+        if not math.isnan(self.prefix_cache_hit_rate_host):
+            split = (
+                f"{self.prefix_cache_hit_rate_device:.1%} | {self.prefix_cache_hit_rate_host:.1%}"
+            )
+            rows.insert(
+                rows.index(("prefix-cache hit rate", f"{self.prefix_cache_hit_rate:.1%}")) + 1,
+                ("  of which device | host", split),
+            )
         if self.interrupted:
             rows.insert(0, ("interrupted", "yes: figures cover the requests finished so far"))
         width = max(len(name) for name, _ in rows)
@@ -198,6 +219,9 @@ def summarize(
     publisher (no figure from the metrics reporter, so swapping it changes none)."""
     scheduler = assembly["scheduler"]
     cached = scheduler.prefill_tokens_cached
+    host = scheduler.prefill_tokens_cached_host
+    # The split by tier is a figure of caches with a host tier only (NaN otherwise).
+    tiered = "tree_cache" in assembly and hasattr(assembly["tree_cache"], "init_load_back")
     seen = cached + scheduler.prefill_tokens_computed
     return RunSummary(
         requests_done=tally.done,
@@ -213,6 +237,8 @@ def summarize(
             for q, value in zip((50, 90, 99), percentiles(getattr(tally, name)), strict=True)
         },
         prefix_cache_hit_rate=cached / seen if seen else math.nan,
+        prefix_cache_hit_rate_device=(cached - host) / seen if seen and tiered else math.nan,
+        prefix_cache_hit_rate_host=host / seen if seen and tiered else math.nan,
         kv_events_published=_counter(assembly, "kv_events_publisher", "accepted"),
         kv_events_dropped=_counter(assembly, "kv_events_publisher", "dropped"),
         peak_running_requests=scheduler.peak_running_requests,

@@ -44,7 +44,9 @@ def test_every_declared_name_resolves_to_a_component_of_its_module():
 
 
 @pytest.mark.parametrize(
-    "overlays", [(), ("examples/serve.yaml",), ("examples/swa.yaml",)], ids=str
+    "overlays",
+    [(), ("examples/serve.yaml",), ("examples/swa.yaml",), ("examples/hicache.yaml",)],
+    ids=str,
 )
 def test_no_eager_edge_of_a_shipped_wiring_is_typed_any(overlays):
     wiring = load_wiring(ROOT / "wiring.yaml", *(ROOT / o for o in overlays))

@@ -153,3 +153,23 @@ def test_medium_names_past_the_bounds_are_kept_as_none_and_counted():
         index.apply(at(0, BlockStored([100 + i], None, [], 1, None, f"tier{i}")))
     assert index.owners(100) == {0: "tier0"} and index.owners(119) == {0: None}
     assert index.violations(0) == 1 + 4  # 16 distinct names are kept
+
+
+def test_an_index_per_medium_follows_only_its_medium():
+    tokens = list(range(8))
+    gpu, cpu = KvIndex(medium="GPU"), KvIndex(medium="CPU_PINNED")
+    hashes = page_hashes(tokens, 4)
+    batch = at(
+        0,
+        *stored(tokens, 4),
+        *stored(tokens, 4, medium="CPU_PINNED"),
+        BlockRemoved(hashes[1:], "GPU"),
+    )
+    for index in (gpu, cpu):
+        index.apply(batch)
+    assert gpu.match(tokens, 4) == {0: 1} and cpu.match(tokens, 4) == {0: 2}
+    assert cpu.owners(hashes[1]) == {0: "CPU_PINNED"}
+    cpu.apply(at(0, AllBlocksCleared()))
+    assert cpu.num_blocks(0) == 0
+    with pytest.raises(TypeError, match="unknown KV event"):
+        gpu.apply(KVEventBatch(ts=0.0, events=["nope"]))

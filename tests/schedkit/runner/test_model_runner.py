@@ -189,3 +189,23 @@ def test_scheduler_overhead_is_added_per_step_and_per_request():
 def test_negative_overhead_is_refused(name):
     with pytest.raises(ValueError, match=f"{name} must be >= 0"):
         SimulatedModelRunner(**{name: -1e-6})
+
+
+def test_transfer_seconds_are_added_to_prefill_steps_only():
+    pending = [0.25, 0.5]
+    runner = SimulatedModelRunner(
+        prefill_fixed=1.0,
+        prefill_per_token=0.0,
+        attention_coeff=0.0,
+        decode_fixed=2.0,
+        decode_per_seq=0.0,
+        decode_per_kv_token=0.0,
+        transfer_seconds=lambda: pending.pop(0),
+    )
+    r = req("a", prompt_len=4)
+    assert runner.forward(extend_batch([r], [0], [4])).elapsed == 1.25
+    r.output_ids.append(1)
+    assert runner.forward(decode_batch(r)).elapsed == 2.0
+    assert pending == [0.5]
+    free = SimulatedModelRunner(zero_cost=True, transfer_seconds=lambda: pending.pop(0))
+    assert free.forward(extend_batch([req("b", prompt_len=4)], [0], [4])).elapsed == 0.0

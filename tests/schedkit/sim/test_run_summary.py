@@ -38,3 +38,20 @@ def test_run_summary_json_is_strict_json_and_the_table_says_it_was_interrupted()
     table = summary(interrupted=True).table().splitlines()
     assert table[0].startswith("interrupted") and "finished so far" in table[0]
     assert any(line.startswith("TTFT p50 / p90 / p99 (ms)") and "250.0" in line for line in table)
+
+
+def test_the_hit_rate_by_tier_shows_only_for_a_cache_with_a_host_tier():
+    plain = summary(prefix_cache_hit_rate=0.5).table()
+    assert "device | host" not in plain
+    assert summary().to_dict()["prefix_cache_hit_rate_host"] is None
+    tiered = (
+        summary(
+            prefix_cache_hit_rate=0.5,
+            prefix_cache_hit_rate_device=0.4,
+            prefix_cache_hit_rate_host=0.1,
+        )
+        .table()
+        .splitlines()
+    )
+    at = next(i for i, line in enumerate(tiered) if line.startswith("prefix-cache hit rate"))
+    assert tiered[at + 1].split() == ["of", "which", "device", "|", "host", "40.0%", "|", "10.0%"]

@@ -1,0 +1,410 @@
+"""The radix prefix cache with a host-memory tier, after SGLang's HiCache (``HiRadixCache``).
+
+Every node may hold its pages' KV on the device (``value``), in a bounded host pool
+(``host_value``), or both. Device eviction keeps a node whose KV has a host copy in the tree
+(``value`` None, host copy kept); a match walks through such host-only nodes and reports them
+as a host hit (``MatchResult.host_hit_length`` / ``last_host_node``); ``init_load_back``, run by
+admission, copies them back into device slots. When the host pool is full, host-only leaves are
+dropped, least recently used first (``evict_host``).
+
+Copies to the host follow ``hicache_write_policy``: ``write_through`` backs a node up when it
+enters the cache, ``write_back`` when the device evicts it. Device-to-host copies overlap the
+forward pass (SGLang runs them on a separate stream) and cost no simulated time; the
+host-to-device copies of a load-back are charged in full: ``take_transfer_seconds`` reports the
+time of the pages loaded since its last call at ``host_bandwidth``, and the model runner adds it
+to the next prefill step.
+
+With KV events on, a host copy is announced as ``BlockStored`` with medium ``CPU_PINNED``
+(SGLang's ``StorageMedium.CPU``) and withdrawn as ``BlockRemoved`` on the same medium; a device
+eviction that keeps the host copy withdraws the pages from ``GPU`` only, and a load-back
+announces them on ``GPU`` again.
+
+(Over 300 lines: the two eviction heaps, eviction on both tiers and load-back share invariants
+that read best together; the node is in ``hi_tree_node``, the checks in ``introspection``.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from heapq import heapify, heappop, heappush
+from typing import Literal
+
+import attrs
+from schedkit.components.cache.allocator import TokenToKVPoolAllocator
+from schedkit.components.cache.hi_tree_node import (
+    H100_PCIE5_HOST_BANDWIDTH,
+    LLAMA3_8B_KV_BYTES_PER_TOKEN,
+    HiTreeNode,
+    check_positive,
+    check_write_policy,
+)
+from schedkit.components.cache.introspection import device_values_flatten, hicache_sanity_check
+from schedkit.components.cache.radix_cache import MatchResult, RadixCache
+from schedkit.components.cache.radix_tree import RadixTree
+from schedkit.components.cache.tree_node import TreeNode
+
+from schedkit.core.component import at_least, component
+from schedkit.kv_events.structs import MEDIUM_CPU, MEDIUM_GPU
+
+__all__ = ["HiRadixCache", "HiTreeNode"]
+
+
+@component("hiradix_cache")
+class HiRadixCache(RadixCache):
+    """``RadixCache`` with SGLang's host-memory tier.
+
+    The host pool holds ``hicache_size`` tokens, or (``hicache_size`` 0) ``hicache_ratio``
+    times the device pool; it must be at least as large as the device pool, as SGLang
+    requires. Host-only pages shorter than ``load_back_threshold`` tokens are not loaded back
+    (SGLang's threshold, 10). ``kv_bytes_per_token`` and ``host_bandwidth`` (bytes/s) price a
+    load-back.
+    """
+
+    node_type = HiTreeNode
+
+    hicache_ratio: float = attrs.field(default=2.0, validator=check_positive)
+    hicache_size: int = attrs.field(default=0, validator=at_least(0))
+    hicache_write_policy: Literal["write_through", "write_back"] = attrs.field(
+        default="write_through", validator=check_write_policy
+    )
+    load_back_threshold: int = attrs.field(default=10, validator=at_least(0))
+    kv_bytes_per_token: int = attrs.field(
+        default=LLAMA3_8B_KV_BYTES_PER_TOKEN, validator=at_least(1)
+    )
+    host_bandwidth: float = attrs.field(default=H100_PCIE5_HOST_BANDWIDTH, validator=check_positive)
+
+    host_allocator: TokenToKVPoolAllocator = attrs.field(init=False, repr=False, default=None)
+    # Tokens copied device -> host and host -> device since construction.
+    backed_up_tokens: int = attrs.field(init=False, repr=False, default=0)
+    loaded_back_tokens: int = attrs.field(init=False, repr=False, default=0)
+    _pending_load_tokens: int = attrs.field(init=False, repr=False, default=0)
+    # Host-only leaves, lazily maintained as the device heap: (last access, seq, node).
+    _host_heap: list = attrs.field(init=False, repr=False, factory=list)
+
+    def __attrs_post_init__(self) -> None:
+        self._setup()
+        device = self.allocator.size
+        host = self.hicache_size or int(device * self.hicache_ratio)
+        host -= host % self.page_size
+        if host < device:
+            raise ValueError(
+                f"the host pool ({host} tokens from hicache_size={self.hicache_size}, "
+                f"hicache_ratio={self.hicache_ratio}) must be at least the device pool "
+                f"({device} tokens)"
+            )
+        self.host_allocator = TokenToKVPoolAllocator(size=host, page_size=self.page_size)
+        self.reset()
+
+    def match_prefix(self, key) -> MatchResult:
+        """The longest cached whole-page prefix of ``key``: ``device_indices`` and
+        ``last_node`` cover its device-resident part, ``host_hit_length`` and
+        ``last_host_node`` the host-only pages after it."""
+        node = self.root
+        if self.disable:
+            return MatchResult([], node)
+        namespace = getattr(key, "namespace", None)
+        if type(key) is not list:
+            key = list(key)
+        tick, child_of = self._tick, self._child
+        end = len(key) - len(key) % self.page_size
+        pos = host = 0
+        indices: list[int] = []
+        last_device = node
+        while pos < end:
+            child, m = child_of(node, key, pos, end, namespace)
+            if child is None:
+                break
+            child.last_access_time = tick()
+            child.hit_count += 1
+            if child.value is None:
+                host += m
+            else:
+                indices += child.value
+                last_device = child
+            node = child
+            pos += m
+        return MatchResult(indices, last_device, last_host_node=node, host_hit_length=host)
+
+    def init_load_back(
+        self, last_host_node: TreeNode, host_hit_length: int = 0, mem_quota: int | None = None
+    ) -> tuple[list[int], TreeNode]:
+        """Copy the host-only nodes ending at ``last_host_node`` back into device slots, all or
+        nothing; returns the new device slots and the node that now ends the device prefix.
+        Nothing is loaded below ``load_back_threshold`` tokens, above ``mem_quota`` or when the
+        device pool cannot supply the slots even after evicting."""
+        node, nodes = last_host_node, []
+        while node.value is None:
+            if node.host_value is None:
+                raise ValueError(f"{node!r} is no longer in the cache; match again")
+            nodes.append(node)
+            node = node.parent
+        if not nodes:
+            return [], node
+        nodes.reverse()
+        n = sum(len(x.host_value) for x in nodes)
+        if n < self.load_back_threshold or (mem_quota is not None and n > mem_quota):
+            return [], node
+        for x in nodes:
+            x.protect_host()
+        self._lock(node)
+        try:
+            short = n - self.allocator.available_size()
+            if short > 0:
+                self.evict(short)
+            slots = self.allocator.alloc(n)
+        finally:
+            self._unlock(node)
+            for x in nodes:
+                x.release_host()
+        if slots is None:
+            return [], node
+        offset = 0
+        for x in nodes:
+            k = len(x.host_value)
+            x.value = slots[offset : offset + k]
+            offset += k
+            if self._events is not None:
+                self._events.announce(x, MEDIUM_GPU)
+        self._evictable_size += n
+        self._pending_load_tokens += n
+        self.loaded_back_tokens += n
+        self._push(nodes[-1])
+        return slots, nodes[-1]
+
+    def take_transfer_seconds(self) -> float:
+        """Seconds the load-backs since the last call take at ``host_bandwidth``; resets."""
+        tokens, self._pending_load_tokens = self._pending_load_tokens, 0
+        return tokens * self.kv_bytes_per_token / self.host_bandwidth
+
+    def host_used_size(self) -> int:
+        """Tokens held in the host pool."""
+        return self.host_allocator.size - self.host_allocator.available_size()
+
+    def write_backup(self, node: HiTreeNode) -> int:
+        """Copy ``node``'s device KV to the host pool (evicting host-only leaves if it is
+        full); returns the tokens copied, 0 if the host pool cannot hold them."""
+        n = len(node.value)
+        host = self.host_allocator.alloc(n)
+        if host is None:
+            self.evict_host(n - self.host_allocator.available_size())
+            host = self.host_allocator.alloc(n)
+            if host is None:
+                return 0
+        node.host_value = host
+        self.backed_up_tokens += n
+        if self._events is not None:
+            self._events.announce(node, MEDIUM_CPU)
+        return n
+
+    def evict(self, num_tokens: int) -> int:
+        """Free at least ``num_tokens`` device slots from unlocked device leaves, LRU first (by
+        ``eviction_policy``): a node with a host copy stays in the tree as host-only, one
+        without (write-back: after copying it to the host if there is room) leaves it."""
+        if self.disable or num_tokens <= 0:
+            return 0
+        evicted = 0
+        write_back = self.hicache_write_policy == "write_back"
+        for leaf in self._evictable_leaves():
+            if write_back and leaf.host_value is None:
+                self.write_backup(leaf)
+            if leaf.host_value is not None:
+                evicted += self._evict_backuped(leaf)
+            else:
+                evicted += self._evict_regular(leaf)
+            if evicted >= num_tokens:
+                break
+        return evicted
+
+    def evict_host(self, num_tokens: int) -> int:
+        """Drop host-only leaves not protected by ``protect_host``, least recently used
+        first, until ``num_tokens`` host slots are freed; returns the tokens freed."""
+        heap, evicted, held = self._host_heap, 0, []
+        while heap and evicted < num_tokens:
+            queued, _, node = heappop(heap)
+            if node.host_value is None or node.value is not None or node.children:
+                continue  # stale: dropped, back on the device, or not a leaf
+            if queued != node.last_access_time:
+                self._push_host(node)
+                continue
+            if node.host_ref_counter:
+                held.append(node)
+                continue
+            evicted += self._drop_host(node)
+        for node in held:
+            self._push_host(node)
+        return evicted
+
+    def reset(self) -> None:
+        """Drop every entry from both pools and announce ``AllBlocksCleared`` (events on)."""
+        slots: list[int] = []
+        host: list[int] = []
+        for node in self._clear(self.node_type([], [], None, None, self._tick())):
+            if node.value:
+                slots += node.value
+            if node.host_value:
+                host += node.host_value
+            node.value = node.host_value = None
+        self._host_heap = []
+        self._pending_load_tokens = 0
+        if slots:
+            self.allocator.free(slots)
+        if host:
+            self.host_allocator.free(host)
+
+    def sanity_check(self) -> None:
+        """Check the tree against the cache's counters (``introspection.hicache_sanity_check``)."""
+        hicache_sanity_check(self)
+
+    def all_values_flatten(self) -> list[int]:
+        """Every device KV slot the cache holds, depth-first (host-only nodes hold none)."""
+        return device_values_flatten(self)
+
+    def _insert_below(self, node, key, end, value, priority, namespace, owned=False):
+        """``RadixCache._insert_below``; a host-only node on the path takes the inserted
+        slots (or new ones) and is back on the device; with write-through every device node on
+        the path without a host copy gets one."""
+        tick, child_of = self._tick, self._child
+        write_through = self.hicache_write_policy == "write_through"
+        to_free: list[int] = []
+        pos = 0
+        while pos < end:
+            child, m = child_of(node, key, pos, end, namespace)
+            if child is None:
+                break
+            child.last_access_time = tick()
+            if priority > child.priority:
+                child.priority = priority
+            if child.value is None:
+                self._revive(node, child, None if value is None else value[pos : pos + m])
+            elif value is not None:
+                given = value[pos : pos + m]
+                if given != child.value:
+                    to_free += [v for v, own in zip(given, child.value, strict=True) if v != own]
+            if write_through and child.host_value is None:
+                self.write_backup(child)
+            node = child
+            pos += m
+        cached = pos
+        if pos < end:
+            whole = owned and pos == 0 and end == len(key)
+            new_key = key if whole else key[pos:end]
+            raw = self._pack(new_key)
+            if value is None:
+                new_value = self._alloc(node, end - pos)
+            else:
+                new_value = value if whole else value[pos:end]
+            leaf = HiTreeNode(new_key, new_value, node, namespace, tick())
+            leaf.priority = priority
+            node = self._attach(leaf, raw)
+            if write_through:
+                self.write_backup(leaf)
+        return node, cached, to_free
+
+    def _revive(self, parent: HiTreeNode, child: HiTreeNode, given: list[int] | None) -> None:
+        """Put host-only ``child`` back on the device with the ``given`` slots (None: new)."""
+        if given is None:
+            child.protect_host()
+            try:
+                given = self._alloc(parent, len(child.key))
+            finally:
+                child.release_host()
+        child.value = given
+        self._evictable_size += len(given)
+        if self._events is not None:
+            self._events.announce(child, MEDIUM_GPU)
+        self._push(child)
+
+    def _evict_backuped(self, leaf: HiTreeNode) -> int:
+        """Free a device leaf's slots, keeping it in the tree with its host copy."""
+        n = len(leaf.value)
+        if self._events is not None:
+            self._events.removed(leaf, MEDIUM_GPU)
+        self.allocator.free(leaf.value)
+        leaf.value = None
+        self._evictable_size -= n
+        if not leaf.children:
+            self._push_host(leaf)
+        self._push_if_device_leaf(leaf.parent)
+        return n
+
+    def _evict_regular(self, leaf: HiTreeNode) -> int:
+        """Take a device leaf without a host copy out of the tree (its host-only subtree
+        too)."""
+        n = len(leaf.value)
+        for child in list(leaf.children.values()):
+            self._drop_host_subtree(child)
+        parent = self._detach(leaf)
+        self._push_if_device_leaf(parent)
+        return n
+
+    def _drop_host_subtree(self, node: HiTreeNode) -> None:
+        for child in list(node.children.values()):
+            self._drop_host_subtree(child)
+        self._drop_host(node)
+
+    def _drop_host(self, node: HiTreeNode) -> int:
+        """Take a host-only leaf out of the tree and free its host slots."""
+        n = len(node.host_value)
+        if self._events is not None:
+            self._events.removed(node, MEDIUM_CPU)
+        self.host_allocator.free(node.host_value)
+        node.host_value = None
+        parent = node.parent
+        del parent.children[node.ckey]
+        self._num_nodes -= 1
+        if parent is not self.root and parent.value is None and not parent.children:
+            self._push_host(parent)
+        return n
+
+    def _is_device_leaf(self, node: TreeNode) -> bool:
+        if node.value is None or node is self.root:
+            return False
+        return all(child.value is None for child in node.children.values())
+
+    def _push_if_device_leaf(self, node: TreeNode) -> None:
+        if node.lock_ref == 0 and self._is_device_leaf(node):
+            self._push(node)
+
+    def _push_host(self, node: HiTreeNode) -> None:
+        heap = self._host_heap
+        if len(heap) > 2 * self._num_nodes + 64:
+            heap[:] = [
+                (n.last_access_time, self._seq(), n)
+                for n in self._nodes()
+                if n.value is None and n.host_value is not None and not n.children
+            ]
+            heapify(heap)
+        heappush(heap, (node.last_access_time, self._seq(), node))
+
+    def _push(self, node: TreeNode) -> None:
+        heap, key = self._heap, self._evict_key
+        if len(heap) > 2 * self._num_nodes + 64:
+            heap[:] = [
+                (key(n), self._seq(), n)
+                for n in self._nodes()
+                if not n.lock_ref and self._is_device_leaf(n)
+            ]
+            heapify(heap)
+        heappush(heap, (key(node), self._seq(), node))
+
+    def _unlock(self, node: TreeNode) -> int:
+        if node is not self.root and node.lock_ref == 1 and node.children:  # noqa: SIM102
+            if self._is_device_leaf(node):
+                self._push(node)  # its children are host-only: a device leaf from now on
+        return RadixTree._unlock(self, node)
+
+    def _evictable_leaves(self) -> Iterator[HiTreeNode]:
+        heap, key = self._heap, self._evict_key
+        while heap:
+            queued, _, leaf = heappop(heap)
+            if leaf.value is None or leaf.lock_ref or not self._is_device_leaf(leaf):
+                continue
+            if queued != key(leaf):
+                self._push(leaf)
+                continue
+            yield leaf
+
+    def _split_extra(self, upper: TreeNode, lower: TreeNode, m: int) -> None:
+        if lower.host_value is not None:
+            upper.host_value, lower.host_value = lower.host_value[:m], lower.host_value[m:]
+        upper.host_ref_counter = lower.host_ref_counter
