@@ -146,7 +146,7 @@ def run_demo(out: Callable[[str], None] = print) -> list[tuple[str, Route]]:
     decisions: list[tuple[str, Route]] = []
 
     def send(name: str, token_ids: list[int]) -> None:
-        loads = {r: router.load(r) for r in router.ranks}
+        loads = {r: router.loads[r].requests for r in router.ranks}
         route = router.route(token_ids)
         decisions.append((name, route))
         out(describe(name, route, loads))
@@ -297,7 +297,7 @@ def run_schedulers(
 
         for family, req in requests:
             router.sync(in_sync)
-            loads = {r: router.load(r) for r in router.ranks}
+            loads = {r: router.loads[r].requests for r in router.ranks}
             route = router.route(req.origin_input_ids)
             ranks[route.rank]["scheduler"].submit(req)
             for rank in ranks:

@@ -43,9 +43,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--router",
-        choices=sorted(POLICIES),
         default="kv",
-        help="routing policy (default kv: SGLang's cache-aware rule)",
+        metavar="POLICY",
+        help=f"routing policy: {', '.join(sorted(POLICIES))}, or module:Class of one's own "
+        "(default kv: SGLang's cache-aware rule over the KV events; docs/router.md)",
+    )
+    p.add_argument(
+        "--router-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        type=_router_arg,
+        help="a setting of the routing policy (repeatable), e.g. --router-arg temperature=0.5",
     )
     kv = p.add_argument_group("kv router settings (SGLang model gateway's cache-aware rule)")
     kv.add_argument(
@@ -185,6 +194,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     problem = _refused_options(args)
     names = ("cache_threshold", "balance_abs_threshold", "balance_rel_threshold")
     args.settings = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    args.settings.update(args.router_arg)
     try:
         make_policy(args.router, **args.settings)
         args.admission = _admission(args)
@@ -311,3 +321,16 @@ def _offline(args: argparse.Namespace, workload: Workload, total: int) -> FleetS
             record=args.record,
             cap_workers=not args.no_worker_cap,
         )
+
+
+def _router_arg(text: str) -> tuple[str, int | float | str]:
+    """``KEY=VALUE`` as a policy setting: the value as an int, else a float, else text."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    for kind in (int, float):
+        try:
+            return key.replace("-", "_"), kind(value)
+        except ValueError:
+            pass
+    return key.replace("-", "_"), value

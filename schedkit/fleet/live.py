@@ -127,7 +127,16 @@ class LiveFleet(LiveWorkers):
             self.admission,
             num_workers,
             live_ranks=lambda: self.router.ranks,
-            route=lambda req, ranks: self.router.route(req.origin_input_ids, ranks).rank,
+            route=lambda req, ranks: (
+                self.router.route(
+                    req.origin_input_ids,
+                    among=ranks,
+                    rid=req.rid,
+                    session=req.routing_key,
+                    extra_key=req.extra_key,
+                    cache_salt=req.cache_salt,
+                ).rank
+            ),
             deliver=self._deliver,
             abort=self._abort,
             closed=self._dispatcher_closed,
@@ -154,7 +163,6 @@ class LiveFleet(LiveWorkers):
                 topic=first["topic"],
                 profile=first["profile"],
                 policy=policy,
-                load=self._load.__getitem__,
             )
         elif policy.uses_prefix:
             raise WorkerStartError(
@@ -162,7 +170,7 @@ class LiveFleet(LiveWorkers):
                 f"kv_events_publisher a kv_events_config ({self.file})"
             )
         else:
-            self.router = Router(range(self.num_workers), page_size, policy, self._load.__getitem__)
+            self.router = Router(range(self.num_workers), page_size, policy)
 
     # ---- driving a workload -------------------------------------------------------------
 
@@ -276,6 +284,8 @@ class LiveFleet(LiveWorkers):
 
     def _end(self, req: Req, rank: int | None, outcome: Outcome) -> None:
         req.finished_output = True
+        if self.router is not None:
+            self.router.finished(req.rid)
         if rank is not None and outcome in ("done", "failed"):
             self._tallies[rank].add(req)
             if outcome == "done":
@@ -306,6 +316,12 @@ class LiveFleet(LiveWorkers):
             self._outputs(rank, msg, now)
         elif isinstance(msg, ControlReply):
             if msg.type == "get_loads" and msg.loads:
+                if self.router is not None:
+                    self.router.report(
+                        rank,
+                        kv_usage=msg.loads.get("token_usage"),
+                        waiting=msg.loads.get("num_waiting_reqs"),
+                    )
                 self._tallies[rank].timeline.add(
                     now,
                     int(msg.loads.get("num_running_reqs", 0)),
@@ -337,6 +353,8 @@ class LiveFleet(LiveWorkers):
                 last = req.last_token_time
                 if last is None:
                     req.first_token_time = now
+                    if self.router is not None:
+                        self.router.prefilled(rid)
                     req.itl.extend([0.0] * (len(tokens) - 1))
                 else:
                     req.itl.extend([(now - last) / len(tokens)] * len(tokens))

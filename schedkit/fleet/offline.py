@@ -5,8 +5,10 @@ events go out through the ``queue`` publisher (``schedkit.fleet.events``), encod
 wire, and the router decodes them into its ``KvIndex``. Time moves as a discrete-event
 simulation over the workers' virtual clocks: the busy worker furthest behind steps next, and
 an arrival is routed once every busy worker's clock has reached it (idle workers' clocks
-jump there), so the router sees every event published up to then (and, from a busy worker
-whose last step ended after the arrival, those of that step too). Admission control
+jump there). The router learns what a step did (its KV events, first tokens, finished
+requests, the worker's KV usage and queue) at the step's end time: a request is routed on what
+happened up to then, not on a step that another worker's clock has run past it (a worker in
+the middle of a long prefill does not look idle). Admission control
 (``schedkit.fleet.admission``) acts at the same moments: a request waiting at the router is
 sent when a worker's request ends, at that worker's time, once every busy worker has reached
 it; a timeout falls due like an arrival. The same wiring, workload and seed give the same
@@ -17,6 +19,7 @@ numbers. The wiring's model runner should run on the virtual clock
 from __future__ import annotations
 
 import contextlib
+import heapq
 import itertools
 import math
 import os
@@ -191,31 +194,89 @@ class OfflineFleet:
             page_size = publishers[0].page_size
         steppers = self.steppers
         self.router = Router(
-            range(n),
-            page_size,
-            make_policy(policy, **(settings or {})),
-            lambda rank: len(steppers[rank].inflight),
+            range(n), page_size, make_policy(policy, **(settings or {})), clock=lambda: self.now
         )
+        self._usage = [_kv_usage(a) for a in assemblies]
+        self._awaiting: list[set[str]] = [set() for _ in assemblies]  # no first token seen yet
+        self._deferred: list = []  # what steps told the router, by the time they ended
+        self._order = itertools.count()
         self.dispatcher = Dispatcher(
             self.admission,
             n,
             live_ranks=lambda: self.router.ranks,
-            route=lambda req, ranks: self.router.route(req.origin_input_ids, ranks).rank,
+            route=lambda req, ranks: (
+                self.router.route(
+                    req.origin_input_ids,
+                    among=ranks,
+                    rid=req.rid,
+                    session=req.routing_key,
+                    extra_key=req.extra_key,
+                    cache_salt=req.cache_salt,
+                ).rank
+            ),
             deliver=self._deliver,
             abort=lambda rank, req: steppers[rank].scheduler.abort_request(req.rid),
             closed=self._closed,
         )
 
+    def _after_step(self, rank: int, finished: list) -> None:
+        """Note what the step of worker ``rank`` that just ran told the router: its KV events,
+        the requests that got their first token and those that ended, and the worker's KV
+        usage and waiting requests, all as of the step's end (``_catch_up`` applies them)."""
+        awaiting = self._awaiting[rank]
+        scheduler = self.steppers[rank].scheduler
+        prefilled = []
+        if awaiting:
+            for req in scheduler.running_batch.reqs:
+                if req.rid in awaiting and req.output_ids:
+                    awaiting.discard(req.rid)
+                    prefilled.append(req.rid)
+        ended = [req.rid for req in finished]
+        awaiting.difference_update(ended)
+        batches = []
+        if self.channels:
+            decode = self.decode
+            batches = [decode(payload) for _, payload in self.channels[rank].take()]
+        heapq.heappush(
+            self._deferred,
+            (
+                self.steppers[rank].elapsed(),
+                next(self._order),
+                rank,
+                batches,
+                prefilled,
+                ended,
+                self._usage[rank](),
+                len(scheduler.waiting_queue),
+            ),
+        )
+
     def _take_events(self, rank: int) -> None:
+        """Apply the KV events worker ``rank`` published and nobody took yet, now."""
         apply, decode = self.router.index.apply, self.decode
         for _, payload in self.channels[rank].take():
             apply(decode(payload), rank)
+
+    def _catch_up(self, now: float) -> None:
+        """Apply to the router what the workers told it up to ``now`` (seconds)."""
+        deferred, router = self._deferred, self.router
+        apply = router.index.apply
+        while deferred and deferred[0][0] <= now:
+            _, _, rank, batches, prefilled, ended, usage, waiting = heapq.heappop(deferred)
+            for batch in batches:
+                apply(batch, rank)
+            for rid in prefilled:
+                router.prefilled(rid)
+            for rid in ended:
+                router.finished(rid)
+            router.report(rank, kv_usage=usage, waiting=waiting)
 
     def _deliver(self, rank: int, req: Req) -> bool:
         """Hand ``req`` to worker ``rank`` (its ``arrival_time`` still seconds from the start:
         the stepper puts it on the worker's clock)."""
         self.routed[rank] += 1
         self.steppers[rank].submit(req.arrival_time, req)
+        self._awaiting[rank].add(req.rid)
         return True
 
     def _closed(self, req: Req, rank: int | None, outcome: Outcome) -> None:
@@ -224,6 +285,7 @@ class OfflineFleet:
         routed there, as a live worker's refusal does."""
         if rank is not None:
             self.routed[rank] += 1
+            self.router.finished(req.rid)
         self._end(req, rank, outcome, self.now, start=0.0)
 
     def _end(self, req: Req, rank: int | None, outcome: Outcome, now: float, start: float) -> None:
@@ -258,18 +320,19 @@ class OfflineFleet:
                 if behind is None and due == math.inf:
                     break
                 if behind is not None and behind.elapsed() < due:
+                    self._catch_up(behind.elapsed())  # no request is routed before this
                     rank = steppers.index(behind)
                     started = time.perf_counter()
                     _, finished = behind.step()
                     self.step_wall[rank] += time.perf_counter() - started
-                    if self.channels:
-                        self._take_events(rank)
+                    self._after_step(rank, finished)
                     for req in finished:
                         self._worker_ended(rank, req)
                     if finished and dispatcher.pump_due:
                         pump_at = min(pump_at, behind.elapsed())
                     continue
                 self.now = due
+                self._catch_up(due)
                 for stepper in steppers:
                     if not stepper.inflight:
                         stepper.wait_until(due)
@@ -279,6 +342,7 @@ class OfflineFleet:
                     dispatcher.arrive(arrival.req)
                 dispatcher.pump()
                 pump_at = math.inf
+            self._catch_up(math.inf)
         except KeyboardInterrupt:
             interrupted = True
         finally:
@@ -329,3 +393,13 @@ class OfflineFleet:
             wall_seconds=wall,
             interrupted=interrupted,
         )
+
+
+def _kv_usage(assembly: Assembly) -> Callable[[], float]:
+    """The worker's KV-pool usage as its load reports give it (``LoadInquirer``'s
+    ``token_usage``: slots held by requests or locked in the cache), 0 without an inquirer."""
+    if "load_inquirer" not in assembly:
+        return lambda: 0.0
+    inquirer = assembly["load_inquirer"]
+    size = inquirer.allocator.size or 1
+    return lambda: inquirer.num_used_tokens() / size

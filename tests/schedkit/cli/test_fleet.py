@@ -57,7 +57,7 @@ def test_bad_workload_file_is_reported(tmp_path, capsys):
     ("option", "message"),
     [
         (["--workers", "0"], "expected a whole number > 0"),
-        (["--router", "random"], "invalid choice: 'random'"),
+        (["--router-arg", "no-equals"], "expected KEY=VALUE, got 'no-equals'"),
         (["--cache-threshold", "-1"], "expected a number >= 0"),
     ],
 )
@@ -146,3 +146,21 @@ def test_a_speedup_sweep_prints_a_row_per_run(tmp_path, capsys):
     assert [line.split()[:2] for line in lines[head + 1 :]] == [["1", "30"], ["4", "30"]]
     assert main([*args, "--concurrency", "2", "--speedup", "2"]) == 2
     assert "--concurrency replays in a closed loop" in capsys.readouterr().err
+
+
+def test_router_names_and_settings_are_checked_before_anything_runs(capsys):
+    assert main(["fleet", WIRING, "--offline", "--router", "random"]) == 2
+    assert "unknown routing policy 'random'; valid: dynamo, kv" in capsys.readouterr().err
+    bad = ["--router", "dynamo", "--router-arg", "temprature=0.5"]
+    assert main(["fleet", WIRING, "--offline", *bad]) == 2
+    assert "'dynamo' takes no 'temprature'; it takes overlap_score_weight" in (
+        capsys.readouterr().err
+    )
+
+
+def test_offline_run_with_router_settings(capsys):
+    small = ["--synthetic", "shared-prefix", "--num-requests", "12", "--rate", "40"]
+    policy = ["--router", "dynamo", "--router-arg", "temperature=0.5", "--workers", "2"]
+    assert main(["fleet", WIRING, "--offline", "--json", *policy, *small]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["policy"], data["fleet"]["requests_done"]) == ("dynamo", 12)
