@@ -117,7 +117,7 @@ def plot(results: dict[tuple[str, str], dict], path: str) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--requests", type=number(int), default=1000, help="per trace")
     parser.add_argument("--quick", action="store_true", help="600 requests per trace")
     parser.add_argument("--mooncake-rate", type=number(float), default=8.0)
