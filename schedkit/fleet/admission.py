@@ -28,6 +28,7 @@ from typing import Literal
 import attrs
 
 from schedkit.core.schedule_batch import FinishAbort, Req
+from schedkit.router import Router
 
 __all__ = [
     "AdmissionLimits",
@@ -43,6 +44,28 @@ Outcome = Literal["done", "refused", "timed_out", "failed"]
 TIMED_OUT = "timed out: no first token within the admission timeout"
 NO_WORKER = "no live worker to route to"
 MAX_REQUEUES = 8  # times one request may go back to the router queue after a refusal
+
+
+def route_by(router: Callable[[], Router]) -> Callable[[Req, Sequence[int]], int]:
+    """The dispatcher's ``route``: the rank the router (bound late: ``router()``) picks for a
+    request among ``ranks``, with what the request carries for the policy (its id,
+    conversation key and namespace)."""
+
+    def route(req: Req, ranks: Sequence[int]) -> int:
+        return (
+            router()
+            .route(
+                req.origin_input_ids,
+                among=ranks,
+                rid=req.rid,
+                session=req.routing_key,
+                extra_key=req.extra_key,
+                cache_salt=req.cache_salt,
+            )
+            .rank
+        )
+
+    return route
 
 
 def pack_prompt(req: Req) -> Req:

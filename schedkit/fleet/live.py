@@ -52,7 +52,13 @@ from schedkit.components.io.io_struct import (
     encode,
 )
 from schedkit.core.schedule_batch import FinishAbort, Req
-from schedkit.fleet.admission import AdmissionLimits, Dispatcher, Outcome, describe_admission
+from schedkit.fleet.admission import (
+    AdmissionLimits,
+    Dispatcher,
+    Outcome,
+    describe_admission,
+    route_by,
+)
 from schedkit.fleet.launch import LAUNCHERS, WorkerStartError
 from schedkit.fleet.records import RecordRequest
 from schedkit.fleet.summary import FleetSummary, RouterFigures, WorkerTotals, fleet_summary
@@ -127,16 +133,7 @@ class LiveFleet(LiveWorkers):
             self.admission,
             num_workers,
             live_ranks=lambda: self.router.ranks,
-            route=lambda req, ranks: (
-                self.router.route(
-                    req.origin_input_ids,
-                    among=ranks,
-                    rid=req.rid,
-                    session=req.routing_key,
-                    extra_key=req.extra_key,
-                    cache_salt=req.cache_salt,
-                ).rank
-            ),
+            route=route_by(lambda: self.router),
             deliver=self._deliver,
             abort=self._abort,
             closed=self._dispatcher_closed,

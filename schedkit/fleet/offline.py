@@ -33,7 +33,13 @@ from schedkit.assembly.container import Assembly, build
 from schedkit.assembly.loading import load_wiring
 from schedkit.assembly.wiring import Wiring, WiringError
 from schedkit.core.schedule_batch import Req
-from schedkit.fleet.admission import AdmissionLimits, Dispatcher, Outcome, describe_admission
+from schedkit.fleet.admission import (
+    AdmissionLimits,
+    Dispatcher,
+    Outcome,
+    describe_admission,
+    route_by,
+)
 from schedkit.fleet.capacity import check_offline_workers, current_rss_mib
 from schedkit.fleet.events import attach
 from schedkit.fleet.records import RecordRequest
@@ -204,16 +210,7 @@ class OfflineFleet:
             self.admission,
             n,
             live_ranks=lambda: self.router.ranks,
-            route=lambda req, ranks: (
-                self.router.route(
-                    req.origin_input_ids,
-                    among=ranks,
-                    rid=req.rid,
-                    session=req.routing_key,
-                    extra_key=req.extra_key,
-                    cache_salt=req.cache_salt,
-                ).rank
-            ),
+            route=route_by(lambda: self.router),
             deliver=self._deliver,
             abort=lambda rank, req: steppers[rank].scheduler.abort_request(req.rid),
             closed=self._closed,
