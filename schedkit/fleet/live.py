@@ -61,7 +61,7 @@ from schedkit.fleet.admission import (
 )
 from schedkit.fleet.launch import LAUNCHERS, WorkerStartError
 from schedkit.fleet.records import RecordRequest
-from schedkit.fleet.summary import FleetSummary, RouterFigures, WorkerTotals, fleet_summary
+from schedkit.fleet.summary import FleetSummary, WorkerTotals, fleet_summary, router_figures
 from schedkit.fleet.workers import LiveWorkers
 from schedkit.router import KvRouter, Router, make_policy
 from schedkit.sim.driver import Tally
@@ -462,14 +462,7 @@ class LiveFleet(LiveWorkers):
             replay=self.replay,
             admission=describe_admission(self.admission),
             workers=workers,
-            router=RouterFigures(
-                requests_refused=d.router_refused,
-                requests_timed_out=d.router_timed_out,
-                requests_failed=d.router_failed,
-                peak_queued_requests=d.router_peak_requests,
-                peak_queued_prompt_tokens=d.router_peak_tokens,
-                requests_requeued=sum(d.requeued),
-            ),
+            router=router_figures(d),
             run_seconds=wall,
             simulated_seconds=math.nan,
             wall_seconds=wall,

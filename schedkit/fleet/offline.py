@@ -43,7 +43,7 @@ from schedkit.fleet.admission import (
 from schedkit.fleet.capacity import check_offline_workers, current_rss_mib
 from schedkit.fleet.events import attach
 from schedkit.fleet.records import RecordRequest
-from schedkit.fleet.summary import FleetSummary, RouterFigures, WorkerTotals, fleet_summary
+from schedkit.fleet.summary import FleetSummary, WorkerTotals, fleet_summary, router_figures
 from schedkit.kv_events import KvEventsConfig
 from schedkit.kv_events.structs import get_profile
 from schedkit.router import Router, make_policy
@@ -377,14 +377,7 @@ class OfflineFleet:
             replay=self.replay,
             admission=describe_admission(self.admission),
             workers=workers,
-            router=RouterFigures(
-                requests_refused=d.router_refused,
-                requests_timed_out=d.router_timed_out,
-                requests_failed=d.router_failed,
-                peak_queued_requests=d.router_peak_requests,
-                peak_queued_prompt_tokens=d.router_peak_tokens,
-                requests_requeued=sum(d.requeued),
-            ),
+            router=router_figures(d),
             run_seconds=simulated,
             simulated_seconds=simulated,
             wall_seconds=wall,

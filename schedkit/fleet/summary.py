@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from schedkit.sim.run_summary import json_figures
 from schedkit.workloads.samples import PERCENTILES, Tally, Timeline, percentiles
+
+if TYPE_CHECKING:
+    from schedkit.fleet.admission import Dispatcher
 
 __all__ = [
     "FleetSummary",
@@ -172,6 +175,18 @@ class RouterFigures:
     peak_queued_requests: int = 0
     peak_queued_prompt_tokens: int = 0
     requests_requeued: int = 0
+
+
+def router_figures(d: Dispatcher) -> RouterFigures:
+    """What ended at the router, as a fleet's dispatcher counted it."""
+    return RouterFigures(
+        requests_refused=d.router_refused,
+        requests_timed_out=d.router_timed_out,
+        requests_failed=d.router_failed,
+        peak_queued_requests=d.router_peak_requests,
+        peak_queued_prompt_tokens=d.router_peak_tokens,
+        requests_requeued=sum(d.requeued),
+    )
 
 
 @attrs.define(kw_only=True)
