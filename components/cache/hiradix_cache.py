@@ -259,46 +259,23 @@ class HiRadixCache(RadixCache):
         """Every device KV slot the cache holds, depth-first (host-only nodes hold none)."""
         return device_values_flatten(self)
 
-    def _insert_below(self, node, key, end, value, priority, namespace, owned=False):
-        """``RadixCache._insert_below``; a host-only node on the path takes the inserted
-        slots (or new ones) and is back on the device; with write-through every device node on
-        the path without a host copy gets one."""
-        tick, child_of = self._tick, self._child
-        write_through = self.hicache_write_policy == "write_through"
-        to_free: list[int] = []
-        pos = 0
-        while pos < end:
-            child, m = child_of(node, key, pos, end, namespace)
-            if child is None:
-                break
-            child.last_access_time = tick()
-            if priority > child.priority:
-                child.priority = priority
-            if child.value is None:
-                self._revive(node, child, None if value is None else value[pos : pos + m])
-            elif value is not None:
-                given = value[pos : pos + m]
-                if given != child.value:
-                    to_free += [v for v, own in zip(given, child.value, strict=True) if v != own]
-            if write_through and child.host_value is None:
-                self.write_backup(child)
-            node = child
-            pos += m
-        cached = pos
-        if pos < end:
-            whole = owned and pos == 0 and end == len(key)
-            new_key = key if whole else key[pos:end]
-            raw = self._pack(new_key)
-            if value is None:
-                new_value = self._alloc(node, end - pos)
-            else:
-                new_value = value if whole else value[pos:end]
-            leaf = HiTreeNode(new_key, new_value, node, namespace, tick())
-            leaf.priority = priority
-            node = self._attach(leaf, raw)
-            if write_through:
-                self.write_backup(leaf)
-        return node, cached, to_free
+    def _through(self, parent: HiTreeNode, child: HiTreeNode, given: list[int] | None) -> list[int]:
+        """As ``RadixCache._through``; a host-only node takes the given slots (or new ones)
+        and is back on the device, and with write-through a device node without a host copy
+        gets one."""
+        if child.value is None:
+            self._revive(parent, child, given)
+            duplicates = []
+        else:
+            duplicates = super()._through(parent, child, given)
+        if self.hicache_write_policy == "write_through" and child.host_value is None:
+            self.write_backup(child)
+        return duplicates
+
+    def _stored(self, leaf: HiTreeNode) -> None:
+        """With write-through, a new node gets its host copy at once."""
+        if self.hicache_write_policy == "write_through":
+            self.write_backup(leaf)
 
     def _revive(self, parent: HiTreeNode, child: HiTreeNode, given: list[int] | None) -> None:
         """Put host-only ``child`` back on the device with the ``given`` slots (None: new)."""

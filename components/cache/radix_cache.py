@@ -191,10 +191,9 @@ class RadixCache(RadixTree):
             child.last_access_time = tick()
             if priority > child.priority:
                 child.priority = priority
-            if value is not None:
-                given = value[pos : pos + m]
-                if given != child.value:
-                    to_free += [v for v, own in zip(given, child.value, strict=True) if v != own]
+            duplicates = self._through(node, child, None if value is None else value[pos : pos + m])
+            if duplicates:
+                to_free += duplicates
             node = child
             pos += m
         cached = pos
@@ -209,7 +208,19 @@ class RadixCache(RadixTree):
             leaf = self.node_type(new_key, new_value, node, namespace, tick())
             leaf.priority = priority
             node = self._attach(leaf, raw)
+            self._stored(leaf)
         return node, cached, to_free
+
+    def _through(self, parent: TreeNode, child: TreeNode, given: list[int] | None) -> list[int]:
+        """An insert passes through ``child`` (below ``parent``) with ``given`` slots for its
+        tokens (None: the cache allocates): the given slots the node already holds as others,
+        for the caller to free."""
+        if given is None or given == child.value:
+            return []
+        return [v for v, own in zip(given, child.value, strict=True) if v != own]
+
+    def _stored(self, leaf: TreeNode) -> None:
+        """An insert attached ``leaf``; nothing more to do for a device-only cache."""
 
     def _free(self, tail: list[int], duplicates: list[int]) -> None:
         """Free what an insert does not keep: a trailing partial page, then duplicates."""
