@@ -157,6 +157,7 @@ def calibrate() -> str:
     import tempfile
 
     from schedkit.core.schedule_batch import ForwardMode, Req, SamplingParams, ScheduleBatch
+    from schedkit.runner.calibrate import TERMS
     from schedkit.runner.model_runner import SimulatedModelRunner
     from schedkit.runner.presets import GPUS, MODELS, runner_args
 
@@ -203,14 +204,7 @@ def calibrate() -> str:
         ]
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     fitted = "\n\n".join(out.split("\n\n")[:2]).strip()
-    names = (
-        "prefill_fixed",
-        "prefill_per_token",
-        "attention_coeff",
-        "decode_fixed",
-        "decode_per_seq",
-        "decode_per_kv_token",
-    )
+    names = [name for terms in TERMS.values() for name, _ in terms]
     made = ", ".join(f"{name} {truth[name]:.4g} s" for name in names)
     return f"{fitted}\n\nmade by: {made}"
 
