@@ -237,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{case:<30} {fa3 * 1e3:9.2f} {fa2 * 1e3:9.2f} {preset * 1e3:10.2f} {ratio:11.3f}")
     print(f"largest deviation {worst:.1%} (tolerance {TOLERANCE:.0%})")
     print("fitted:", ", ".join(f"{k} {v:.4g}" for k, v in fitted_coefficients().items()))
+    for mode in fit(reference_steps()).modes.values():
+        print(f"fit error {mode.mode}: mean {mode.mean_relative_error:.1%} over {mode.rows} steps")
     return 0 if worst <= TOLERANCE else 1
 
 
