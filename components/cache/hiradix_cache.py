@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from heapq import heapify, heappop, heappush
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
@@ -43,7 +43,7 @@ from schedkit.components.cache.radix_cache import MatchResult, RadixCache
 from schedkit.components.cache.radix_tree import RadixTree
 from schedkit.components.cache.tree_node import TreeNode
 
-from schedkit.core.component import at_least, component
+from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.kv_events.structs import MEDIUM_CPU, MEDIUM_GPU
 
 __all__ = ["HiRadixCache", "HiTreeNode"]
@@ -81,17 +81,29 @@ class HiRadixCache(RadixCache):
     # Host-only leaves, lazily maintained as the device heap: (last access, seq, node).
     _host_heap: list = attrs.field(init=False, repr=False, factory=list)
 
+    @classmethod
+    def host_pool_size(cls, args: Any) -> int:
+        """Tokens of the host pool: ``hicache_size``, or the device pool times the ratio, in
+        whole pages."""
+        host = args.hicache_size or int(args.allocator.size * args.hicache_ratio)
+        return host - host % args.page_size
+
+    @classmethod
+    def check_arguments(cls, args: Any) -> None:
+        """Argument checks that need no build (``schedkit validate`` runs them too)."""
+        device, host = args.allocator.size, cls.host_pool_size(args)
+        if host < device:
+            raise ArgumentError(
+                "hicache_size" if args.hicache_size else "hicache_ratio",
+                f"the host pool ({host} tokens from hicache_size={args.hicache_size}, "
+                f"hicache_ratio={args.hicache_ratio}) must be at least the device pool "
+                f"({device} tokens)",
+            )
+
     def __attrs_post_init__(self) -> None:
         self._setup()
-        device = self.allocator.size
-        host = self.hicache_size or int(device * self.hicache_ratio)
-        host -= host % self.page_size
-        if host < device:
-            raise ValueError(
-                f"the host pool ({host} tokens from hicache_size={self.hicache_size}, "
-                f"hicache_ratio={self.hicache_ratio}) must be at least the device pool "
-                f"({device} tokens)"
-            )
+        self.check_arguments(self)
+        host = self.host_pool_size(self)
         self.host_allocator = TokenToKVPoolAllocator(size=host, page_size=self.page_size)
         self.reset()
 

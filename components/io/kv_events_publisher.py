@@ -19,10 +19,11 @@ import msgspec
 import structlog
 import zmq
 
-from schedkit.core.component import at_least, component
+from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.core.parallel_state import ParallelState
 from schedkit.kv_events import EventPublisher, KVEventBatch, KvEventsConfig, create_publisher
 from schedkit.kv_events.config import parse_kv_events_config
+from schedkit.kv_events.factory import check_publisher_config
 from schedkit.kv_events.structs import KvMetrics
 
 __all__ = ["EventSource", "KvEventsPublisher", "kv_events_dp_rank"]
@@ -82,7 +83,32 @@ class KvEventsPublisher:
     _discard: bool = attrs.field(init=False, default=False, repr=False)
     _shut_down: bool = attrs.field(init=False, default=False, repr=False)
 
+    @classmethod
+    def check_arguments(cls, args: Any) -> None:
+        """Argument checks that need no build (``schedkit validate`` runs them too): the
+        config parses, its publisher exists and could open its endpoints, and
+        ``metrics_endpoint`` is a ZeroMQ endpoint."""
+        try:
+            config = parse_kv_events_config(args.kv_events_config)
+        except ValueError as exc:
+            raise ArgumentError("kv_events_config", str(exc)) from None
+        if config is not None:
+            try:
+                check_publisher_config(config)
+            except ArgumentError as exc:
+                raise ArgumentError(
+                    f"kv_events_config.{exc.argument}", f"kv_events_config.{exc.argument}: {exc}"
+                ) from None
+        endpoint = args.metrics_endpoint
+        if endpoint is not None and not endpoint.startswith(("tcp://", "ipc://", "inproc://")):
+            raise ArgumentError(
+                "metrics_endpoint",
+                f"metrics_endpoint {endpoint!r} is not a ZeroMQ endpoint; use tcp://host:port, "
+                "ipc://path or inproc://name",
+            )
+
     def __attrs_post_init__(self) -> None:
+        self.check_arguments(self)
         take_events = getattr(self.tree_cache, "take_events", None)
         if not callable(take_events):
             raise ValueError(
@@ -108,12 +134,6 @@ class KvEventsPublisher:
             self._open_metrics_socket(self.metrics_endpoint)
 
     def _open_metrics_socket(self, endpoint: str) -> None:
-        if not endpoint.startswith(("tcp://", "ipc://", "inproc://")):
-            self._publisher.shutdown(timeout=0)
-            raise ValueError(
-                f"metrics_endpoint {endpoint!r} is not a ZeroMQ endpoint; use tcp://host:port, "
-                "ipc://path or inproc://name"
-            )
         self._context = zmq.Context()
         self._metrics = self._context.socket(zmq.PUSH)
         try:

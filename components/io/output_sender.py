@@ -7,7 +7,7 @@ pushes the encoded messages to a detokenizer over a ZeroMQ PUSH socket.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 import zmq
@@ -19,7 +19,7 @@ from schedkit.components.io.io_struct import (
     encode,
 )
 
-from schedkit.core.component import component
+from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.core.schedule_batch import FinishReason
 
 __all__ = ["InprocOutputCollector", "OutputTally", "ZmqOutputSender"]
@@ -132,19 +132,23 @@ class ZmqOutputSender:
     endpoint: str
     mode: Literal["connect", "bind"] = "connect"
     allow_remote: bool = False
-    linger_ms: int = 1000
-    sndhwm: int = 0
+    linger_ms: int = attrs.field(default=1000, validator=at_least(0))
+    sndhwm: int = attrs.field(default=0, validator=at_least(0))
     bound_endpoint: str = attrs.field(init=False, default="")
     _socket: zmq.Socket = attrs.field(init=False, default=None, repr=False)
 
+    @classmethod
+    def check_arguments(cls, args: Any) -> None:
+        """Argument checks that need no build (``schedkit validate`` runs them too)."""
+        if args.mode not in ("connect", "bind"):
+            raise ArgumentError("mode", f"mode must be 'connect' or 'bind', got {args.mode!r}")
+        try:
+            check_endpoint(args.endpoint, bind=args.mode == "bind", allow_remote=args.allow_remote)
+        except ValueError as exc:
+            raise ArgumentError("endpoint", str(exc)) from None
+
     def __attrs_post_init__(self) -> None:
-        if self.mode not in ("connect", "bind"):
-            raise ValueError(f"mode must be 'connect' or 'bind', got {self.mode!r}")
-        check_endpoint(self.endpoint, bind=self.mode == "bind", allow_remote=self.allow_remote)
-        if self.linger_ms < 0 or self.sndhwm < 0:
-            raise ValueError(
-                f"linger_ms and sndhwm must be >= 0, got {self.linger_ms} and {self.sndhwm}"
-            )
+        self.check_arguments(self)
         socket = zmq.Context.instance().socket(zmq.PUSH)
         socket.setsockopt(zmq.SNDHWM, self.sndhwm)
         try:

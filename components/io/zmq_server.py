@@ -18,6 +18,7 @@ nowhere; a ``pause`` it sent ``while_connected`` ends. Use it as both the schedu
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import attrs
 import msgspec
@@ -46,7 +47,7 @@ from schedkit.components.io.io_struct import (
 from schedkit.components.io.waiting_limits import WaitingLimits
 from schedkit.components.io.zmtp import ZmtpMessage
 
-from schedkit.core.component import at_least, component
+from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.core.schedule_batch import Req
 
 __all__ = ["ZmqServer"]
@@ -94,8 +95,24 @@ class ZmqServer:
         init=False, factory=RateLimitedWarnings, repr=False
     )
 
+    @classmethod
+    def check_arguments(cls, args: Any) -> None:
+        """Argument checks that need no build (``schedkit validate`` runs them too): the
+        endpoint is one it can listen on (tcp or ipc; tcp on loopback unless ``allow_remote``)."""
+        endpoint = args.endpoint
+        try:
+            check_endpoint(endpoint, bind=True, allow_remote=args.allow_remote)
+        except ValueError as exc:
+            raise ArgumentError("endpoint", str(exc)) from None
+        if endpoint.startswith("inproc://"):
+            raise ArgumentError(
+                "endpoint",
+                f"zmq_server listens on tcp://HOST:PORT or ipc://PATH, got {endpoint!r} "
+                "(it speaks ZMTP on its own sockets; inproc:// belongs to libzmq)",
+            )
+
     def __attrs_post_init__(self) -> None:
-        check_endpoint(self.endpoint, bind=True, allow_remote=self.allow_remote)
+        self.check_arguments(self)
         self._limits = WaitingLimits(
             per_client_requests=self.max_waiting_requests_per_client,
             per_client_tokens=self.max_waiting_tokens_per_client,

@@ -21,7 +21,7 @@ from schedkit.components.scheduler.schedule_policy import (
     match_waiting_prefixes,
 )
 
-from schedkit.core.component import component
+from schedkit.core.component import ArgumentError, component
 from schedkit.core.protocols import PrefixCache
 from schedkit.core.schedule_batch import Req
 
@@ -128,9 +128,17 @@ class ShortestPrefillFirstPolicy:
     in_batch_check_threshold: int = IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD
     in_batch_deprioritize_threshold: int = IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD
 
+    @classmethod
+    def check_arguments(cls, args: Any) -> None:
+        """Argument checks that need no build (``schedkit validate`` runs them too)."""
+        if args.tree_cache.disable:
+            raise ArgumentError(
+                "tree_cache",
+                "shortest-prefill-first requires prefix caching (tree_cache.disable)",
+            )
+
     def __attrs_post_init__(self) -> None:
-        if self.tree_cache.disable:
-            raise ValueError("shortest-prefill-first requires prefix caching (tree_cache.disable)")
+        self.check_arguments(self)
 
     def calc_priority(self, waiting_queue: list[Req]) -> None:
         """Sort by uncached prefill work, least first."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from schedkit.components.cache.cache_keys import prefix_match_key
 
-from schedkit.core.component import component
+from schedkit.core.component import ArgumentError, component
 from schedkit.core.protocols import PrefixCache, SchedulePolicy
 from schedkit.core.schedule_batch import Req
 
@@ -98,22 +98,30 @@ class LPMPolicy:
     in_batch_check_threshold: int = IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD
     in_batch_deprioritize_threshold: int = IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD
 
-    def __attrs_post_init__(self) -> None:
-        if self.max_queue_for_prefix_match < 0:
-            raise ValueError(
-                f"max_queue_for_prefix_match must be >= 0, got {self.max_queue_for_prefix_match}"
+    @classmethod
+    def check_arguments(cls, args: Any) -> None:
+        """Argument checks that need no build (``schedkit validate`` runs them too)."""
+        if args.max_queue_for_prefix_match < 0:
+            raise ArgumentError(
+                "max_queue_for_prefix_match",
+                f"max_queue_for_prefix_match must be >= 0, got {args.max_queue_for_prefix_match}",
             )
-        if not isinstance(self.in_batch_check_threshold, int) or self.in_batch_check_threshold < 0:
-            raise ValueError(
-                "in_batch_check_threshold must be an integer >= 0 (tokens), got "
-                f"{self.in_batch_check_threshold!r}"
+        threshold = args.in_batch_check_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 0:
+            raise ArgumentError(
+                "in_batch_check_threshold",
+                f"in_batch_check_threshold must be an integer >= 0 (tokens), got {threshold!r}",
             )
-        threshold = self.in_batch_deprioritize_threshold
-        if not isinstance(threshold, int) or threshold < 1:
-            raise ValueError(
+        threshold = args.in_batch_deprioritize_threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
+            raise ArgumentError(
+                "in_batch_deprioritize_threshold",
                 f"in_batch_deprioritize_threshold must be an integer >= 1 (tokens), got "
-                f"{threshold!r}"
+                f"{threshold!r}",
             )
+
+    def __attrs_post_init__(self) -> None:
+        self.check_arguments(self)
 
     def calc_priority(self, waiting_queue: list[Req]) -> None:
         """Sort by cached prefix length, longest first, requests that share an uncached

@@ -78,7 +78,6 @@ def run_argument_checks(
         except UnknownArgument:
             continue
         except ArgumentError as exc:
-            key = exc.argument if exc.argument in spec.args else None
-            add(spec, key, f".args.{exc.argument}", str(exc))
+            add(spec, spec.located_key(exc.argument), f".args.{exc.argument}", str(exc))
         except (ValueError, TypeError) as exc:
             add(spec, None, "", str(exc))

@@ -131,14 +131,26 @@ class ComponentSpec:
 
     def where(self, key: str | None = None) -> str:
         """``FILE:LINE`` of the entry, of its ``type`` (key ``"type"``) or of an argument
-        (``"name"``, or ``"name.key"`` for a key of a mapping argument)."""
+        (``"name"``, or ``"name.key"`` for a key of a mapping argument; a key no file set is
+        placed at the mapping that holds it)."""
+        key = self.located_key(key)
         if key == "type":
             file, line = self.type_loc
-        elif key is not None and key in self.arg_locs:
+        elif key is not None:
             file, line = self.arg_locs[key]
         else:
             file, line = self.file, self.line
         return file if line is None or file == "<mapping>" else f"{file}:{line}"
+
+    def located_key(self, key: str | None) -> str | None:
+        """``key``, or the longest ``.``-prefix of it that a file set (None if none did)."""
+        if key is None or key == "type":
+            return key
+        while key not in self.arg_locs:
+            key, dot, _ = key.rpartition(".")
+            if not dot:
+                return None
+        return key
 
 
 @attrs.define

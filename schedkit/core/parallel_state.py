@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
-from schedkit.core.component import component
+from schedkit.core.component import ArgumentError, component
 
 __all__ = ["ParallelState"]
 
@@ -37,21 +39,33 @@ class ParallelState:
     attn_dp_rank: int = attrs.field(init=False)
     attn_dp_size: int = attrs.field(init=False)
 
-    def __attrs_post_init__(self) -> None:
+    @classmethod
+    def check_arguments(cls, args: Any) -> None:
+        """Argument checks that need no build (``schedkit validate`` runs them too)."""
         for name, rank, size in (
-            ("tp", self.tp_rank, self.tp_size),
-            ("pp", self.pp_rank, self.pp_size),
+            ("tp", args.tp_rank, args.tp_size),
+            ("pp", args.pp_rank, args.pp_size),
         ):
             if size < 1 or not 0 <= rank < size:
-                raise ValueError(f"{name}_rank must be in [0, {name}_size), got {rank}/{size}")
-        if self.dp_rank is not None and not 0 <= self.dp_rank < self.dp_size:
-            raise ValueError(f"dp_rank must be in [0, dp_size), got {self.dp_rank}/{self.dp_size}")
-        dp = self.dp_size if self.enable_dp_attention else 1
-        if self.cp_size < 1 or self.tp_size % (dp * self.cp_size):
-            raise ValueError(
-                f"tp_size {self.tp_size} is not divisible by attention dp_size {dp} x "
-                f"cp_size {self.cp_size}"
+                raise ArgumentError(
+                    f"{name}_rank", f"{name}_rank must be in [0, {name}_size), got {rank}/{size}"
+                )
+        dp_rank, dp_size = args.dp_rank, args.dp_size
+        if dp_rank is not None and not 0 <= dp_rank < dp_size:
+            raise ArgumentError(
+                "dp_rank", f"dp_rank must be in [0, dp_size), got {dp_rank}/{dp_size}"
             )
+        dp = dp_size if args.enable_dp_attention else 1
+        if args.cp_size < 1 or args.tp_size % (dp * args.cp_size):
+            raise ArgumentError(
+                "tp_size",
+                f"tp_size {args.tp_size} is not divisible by attention dp_size {dp} x "
+                f"cp_size {args.cp_size}",
+            )
+
+    def __attrs_post_init__(self) -> None:
+        self.check_arguments(self)
+        dp = self.dp_size if self.enable_dp_attention else 1
         attn_tp_size = self.tp_size // dp // self.cp_size
         derived = {
             "attn_tp_size": attn_tp_size,

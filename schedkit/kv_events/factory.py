@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from schedkit.core.component import ArgumentError
 from schedkit.kv_events.config import EventPublisher, KvEventsConfig, parse_kv_events_config
 from schedkit.kv_events.zmq_publisher import NullEventPublisher, ZmqEventPublisher
 
-__all__ = ["create_publisher", "register_publisher"]
+__all__ = ["check_publisher_config", "create_publisher", "register_publisher"]
 
 
 _FACTORIES: dict[str, Callable[[KvEventsConfig, int], EventPublisher]] = {
@@ -31,11 +32,25 @@ def register_publisher(
     _FACTORIES[name] = factory
 
 
+def _factory(name: str) -> Callable[[KvEventsConfig, int], EventPublisher]:
+    factory = _FACTORIES.get(name)
+    if factory is None:
+        raise ArgumentError(
+            "publisher", f"unknown KV-event publisher {name!r}; valid: {', '.join(_FACTORIES)}"
+        )
+    return factory
+
+
+def check_publisher_config(config: KvEventsConfig) -> None:
+    """Refuse a config its publisher could not be built from, building nothing: an unknown
+    ``publisher``, or what the publisher's own ``check_config`` refuses (``ArgumentError``
+    naming the config key)."""
+    check = getattr(_factory(config.publisher), "check_config", None)
+    if check is not None:
+        check(config)
+
+
 def create_publisher(config: Any, dp_rank: int = 0) -> EventPublisher:
     """The publisher a config asks for (None or a falsy config gives the ``null`` publisher)."""
     config = parse_kv_events_config(config)
-    name = "null" if config is None else config.publisher
-    factory = _FACTORIES.get(name)
-    if factory is None:
-        raise ValueError(f"unknown KV-event publisher {name!r}; valid: {', '.join(_FACTORIES)}")
-    return factory(config, dp_rank)
+    return _factory("null" if config is None else config.publisher)(config, dp_rank)

@@ -22,7 +22,8 @@ from collections import deque
 import structlog
 import zmq
 
-from schedkit.endpoints import unpredictable_routing_ids
+from schedkit.core.component import ArgumentError
+from schedkit.endpoints import check_endpoint, unpredictable_routing_ids
 from schedkit.kv_events.config import (
     KvEventsConfig,
     bind_or_connect,
@@ -146,6 +147,7 @@ class ZmqEventPublisher:
     ) -> None:
         if dp_rank < 0:
             raise ValueError(f"dp_rank must be >= 0, got {dp_rank}")
+        self.check_config(config, dp_rank)
         self.config = config
         self.dp_rank = dp_rank
         self.accepted = 0
@@ -218,6 +220,25 @@ class ZmqEventPublisher:
             raise
         if start:
             self.start()
+
+    @classmethod
+    def check_config(cls, config: KvEventsConfig, dp_rank: int = 0) -> None:
+        """Refuse endpoints this publisher could not open, opening nothing (``schedkit
+        validate`` runs it too): ``ArgumentError`` names the config key."""
+        for key, endpoint, mode in (
+            ("endpoint", config.endpoint, config.mode),
+            ("replay_endpoint", config.replay_endpoint, "bind"),
+        ):
+            if endpoint is None:
+                continue
+            try:
+                check_endpoint(
+                    offset_endpoint(endpoint, dp_rank),
+                    bind=mode == "bind",
+                    allow_remote=config.allow_remote,
+                )
+            except ValueError as exc:
+                raise ArgumentError(key, str(exc)) from None
 
     def _open(self, sock: zmq.Socket, endpoint: str, mode: str) -> str:
         return bind_or_connect(

@@ -37,6 +37,79 @@ CASES = {
         4,
         "components.scheduler.args.chunked_prefill_size: chunked_prefill_size must be None",
     ),
+    "kv_events_endpoint": (
+        "  kv_events_publisher:\n    args:\n      kv_events_config:\n"
+        "        endpoint: tcp://0.0.0.0:5557\n",
+        5,
+        "components.kv_events_publisher.args.kv_events_config.endpoint: "
+        "kv_events_config.endpoint: refusing to bind 'tcp://0.0.0.0:5557': not a loopback address",
+    ),
+    "kv_events_replay_endpoint": (
+        "  kv_events_publisher:\n    args:\n      kv_events_config:\n"
+        "        replay_endpoint: http://127.0.0.1:5657\n",
+        5,
+        "components.kv_events_publisher.args.kv_events_config.replay_endpoint: "
+        "kv_events_config.replay_endpoint: unsupported KV-events endpoint 'http://127.0.0.1:5657'",
+    ),
+    "kv_events_publisher_name": (
+        "  kv_events_publisher:\n    args:\n      kv_events_config:\n        publisher: zmqq\n",
+        5,
+        "components.kv_events_publisher.args.kv_events_config.publisher: "
+        "kv_events_config.publisher: unknown KV-event publisher 'zmqq'; valid: ",
+    ),
+    "kv_events_json_string": (
+        "  kv_events_publisher:\n    args:\n      kv_events_config: '{\"endpoint\": '\n",
+        4,
+        "components.kv_events_publisher.args.kv_events_config: KV-events config is not valid JSON",
+    ),
+    "metrics_endpoint": (
+        "  kv_events_publisher:\n    args:\n      metrics_endpoint: localhost:5558\n",
+        4,
+        "components.kv_events_publisher.args.metrics_endpoint: metrics_endpoint 'localhost:5558' "
+        "is not a ZeroMQ endpoint",
+    ),
+    "zmq_server_remote": (
+        "  request_receiver:\n    type: zmq_server\n    args:\n"
+        "      endpoint: tcp://0.0.0.0:30010\n",
+        5,
+        "components.request_receiver.args.endpoint: refusing to bind 'tcp://0.0.0.0:30010'",
+    ),
+    "zmq_server_inproc": (
+        "  request_receiver:\n    type: zmq_server\n    args:\n      endpoint: inproc://edge\n",
+        5,
+        "components.request_receiver.args.endpoint: zmq_server listens on tcp://HOST:PORT or "
+        "ipc://PATH, got 'inproc://edge'",
+    ),
+    "zmq_output_sender": (
+        "  output_sender: !replace\n    type: zmq_output_sender\n    args:\n"
+        "      endpoint: tcp://10.0.0.1:5560\n      mode: bind\n",
+        5,
+        "components.output_sender.args.endpoint: refusing to bind 'tcp://10.0.0.1:5560'",
+    ),
+    "parallel_state": (
+        "  parallel_state:\n    args:\n      tp_size: 2\n      tp_rank: 2\n",
+        5,
+        "components.parallel_state.args.tp_rank: tp_rank must be in [0, tp_size), got 2/2",
+    ),
+    "lpm": (
+        "  policy:\n    args:\n      in_batch_deprioritize_threshold: 0\n",
+        4,
+        "components.policy.args.in_batch_deprioritize_threshold: in_batch_deprioritize_threshold"
+        " must be an integer >= 1 (tokens), got 0",
+    ),
+    "shortest_prefill_first": (
+        "  tree_cache:\n    args:\n      disable: true\n"
+        "  policy: !replace\n    type: shortest-prefill-first\n"
+        "    args: {tree_cache: !ref tree_cache}\n",
+        7,
+        "components.policy.args.tree_cache: shortest-prefill-first requires prefix caching",
+    ),
+    "hiradix_cache": (
+        "  tree_cache:\n    type: hiradix_cache\n    args:\n      hicache_size: 4096\n",
+        5,
+        "components.tree_cache.args.hicache_size: the host pool (4096 tokens from "
+        "hicache_size=4096, hicache_ratio=2.0) must be at least the device pool (65536 tokens)",
+    ),
 }
 
 
@@ -51,13 +124,18 @@ def test_validate_reports_what_build_would_at_the_overlay_line(write, case):
 
 
 def test_nothing_is_built_by_validate(write, monkeypatch):
+    import socket
+    import threading
+
     import zmq
 
     def no_sockets(*args, **kwargs):
-        raise AssertionError("validate made a ZeroMQ context")
+        raise AssertionError("validate made a socket, a ZeroMQ context or a thread")
 
-    monkeypatch.setattr(zmq, "Context", no_sockets)
-    wiring = read_wiring(WIRING)
+    for owner, name in ((zmq, "Context"), (socket, "socket"), (threading.Thread, "start")):
+        monkeypatch.setattr(owner, name, no_sockets)
+    # Every argument check of the shipped wiring and the serve edge runs on these values.
+    wiring = read_wiring(WIRING, ROOT / "examples" / "serve.yaml")
     assert validate(wiring) == []
 
 
