@@ -23,6 +23,7 @@ import msgspec
 from dependency_injector import containers
 
 from schedkit.assembly.argument_checks import run_argument_checks
+from schedkit.assembly.signatures import call_problem, signature_problems
 from schedkit.assembly.wiring import INVALID, ComponentSpec, EnvStr, Ref, Wiring, iter_refs
 from schedkit.core.component import (
     entry_point_modules,
@@ -226,6 +227,17 @@ def _has_attribute(cls: type, name: str) -> bool:
     return name in attrs.fields_dict(cls) or hasattr(cls, name)
 
 
+def _conformance(protocol: type, cls: type) -> str | None:
+    """What ``cls`` lacks of ``protocol`` ("it lacks ...") or which of its methods cannot be
+    called as the protocol declares them; None when it conforms."""
+    members = protocol_members(protocol)
+    missing = [m for m in members if not _has_attribute(cls, m)]
+    if missing:
+        return f"it lacks {', '.join(missing)}"
+    wrong = signature_problems(protocol, cls, members)
+    return f"its {'; its '.join(wrong)}" if wrong else None
+
+
 class _Checker:
     def __init__(self, wiring: Wiring) -> None:
         self.wiring = wiring
@@ -250,16 +262,16 @@ class _Checker:
         protocol = COMPONENT_PROTOCOLS.get(spec.name)
         if protocol is None or spec.cls is None:
             return
-        missing = [m for m in protocol_members(protocol) if not _has_attribute(spec.cls, m)]
-        if missing:
+        problem = _conformance(protocol, spec.cls)
+        if problem:
             self.not_conforming.add(spec.name)
             self.add(
                 spec,
                 "type",
                 ".type",
                 f"{spec.cls.__name__} does not implement {protocol.__name__}, the interface "
-                f"the rest of the assembly uses under the key {spec.name!r}: it lacks "
-                f"{', '.join(missing)} (see docs/components.md)",
+                f"the rest of the assembly uses under the key {spec.name!r}: {problem} "
+                "(see docs/components.md)",
             )
 
     def check_ref(self, spec: ComponentSpec, key: str, r: Ref) -> type | None:
@@ -312,16 +324,14 @@ class _Checker:
                     )
                 protocol = _required_protocol(tp)
                 if target_cls is not None and protocol is not None and not value.attrs:
-                    missing = [
-                        m for m in protocol_members(protocol) if not _has_attribute(target_cls, m)
-                    ]
-                    if missing:
+                    problem = _conformance(protocol, target_cls)
+                    if problem:
                         self.add(
                             spec,
                             key,
                             path,
                             f"expects a {protocol.__name__}, but {value} is a "
-                            f"{target_cls.__name__}, which lacks {', '.join(missing)}",
+                            f"{target_cls.__name__}, which {problem.removeprefix('it ')}",
                         )
             elif not _is_callable_type(tp):
                 self.add(
@@ -332,6 +342,10 @@ class _Checker:
                     f"{_type_name(tp)}; use !ref for an object, or declare the field "
                     f"as Callable",
                 )
+            elif value.kind == "call" and target_cls is not None and len(value.attrs) == 1:
+                problem = call_problem(target_cls, value.attrs[0], tp)
+                if problem:
+                    self.add(spec, key, path, f"{value}: {problem}")
             return
         refs = list(iter_refs(value))
         for r in refs:

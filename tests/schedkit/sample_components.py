@@ -149,3 +149,14 @@ class HalfReporter:
 
     def report_prefill_stats(self, batch: object) -> None:
         return None
+
+
+@component("sample_wrong_arity_reporter")
+class WrongArityReporter(CountingReporter):
+    """A metrics reporter with every member, two of them not callable as the protocol says."""
+
+    def report_decode_stats(self) -> None:
+        self._count("report_decode_stats")
+
+    def increment_generated_tokens(self, n: int, step: int) -> None:
+        self._count("increment_generated_tokens")

@@ -51,6 +51,41 @@ def test_a_swapped_in_class_lacking_members_is_named_at_its_type_line(write):
     )
 
 
+def test_a_swapped_in_class_with_a_wrong_signature_is_named_at_its_type_line(write):
+    overlay = write(
+        "o.yaml",
+        "plugins: [tests.schedkit.sample_components]\ncomponents:\n"
+        "  metrics_reporter: !replace\n    type: sample_wrong_arity_reporter\n",
+    )
+    with pytest.raises(WiringError) as info:
+        load_wiring(WIRING, overlay)
+    [error] = info.value.errors
+    assert error == (
+        f"{overlay}:4: components.metrics_reporter.type: WrongArityReporter does not implement "
+        "MetricsReporterComponent, the interface the rest of the assembly uses under the key "
+        "'metrics_reporter': its increment_generated_tokens(n, step) requires 'step', which "
+        "callers do not pass (the protocol: increment_generated_tokens(n)); its "
+        "report_decode_stats() takes 0 positional argument(s); callers pass up to 1 ('batch' "
+        "has no place) (the protocol: report_decode_stats(batch)) (see docs/components.md)"
+    )
+
+
+def test_a_late_call_bound_to_a_method_of_another_arity_is_named_at_its_line(write):
+    overlay = write(
+        "o.yaml",
+        "components:\n  batch_result_processor:\n    args:\n"
+        "      report_decode_stats: !call metrics_reporter.on_pause\n",
+    )
+    with pytest.raises(WiringError) as info:
+        load_wiring(WIRING, overlay)
+    [error] = info.value.errors
+    assert error == (
+        f"{overlay}:4: components.batch_result_processor.args.report_decode_stats: "
+        "!call metrics_reporter.on_pause: the field calls it with 1 positional argument(s), "
+        "which MetricsReporter.on_pause() cannot take; bind a method of that arity"
+    )
+
+
 def _figures(*overlays) -> dict:
     with build(load_wiring(WIRING, *overlays)) as assembly:
         workload = synthetic("chat", 120, 16.0, 0)
