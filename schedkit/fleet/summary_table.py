@@ -58,6 +58,10 @@ def _fleet_rows(s: FleetSummary) -> list[tuple[str, str]]:
             "simulated | wall seconds",
             f"{_shown(s.simulated_seconds, '.2f')} | {s.wall_seconds:.2f}",
         ),
+        (
+            f"workers {'built' if s.mode == 'offline' else 'started'} before the run (wall s)",
+            _shown(s.setup_seconds, ".2f"),
+        ),
         ("peak memory (RSS, MiB)", _shown(f.peak_rss_mib, ".0f")),
     ]
     if s.interrupted:

@@ -57,6 +57,7 @@ def test_fleet_figures_table_and_json():
         run_seconds=3.0,
         simulated_seconds=math.nan,
         wall_seconds=3.0,
+        setup_seconds=1.5,
     )
     fleet = summary.fleet
     assert fleet.requests_done == 3
@@ -71,6 +72,8 @@ def test_fleet_figures_table_and_json():
     assert lines[3].split()[-7:] == ["3", "/", "3", "/", "1", "/", "1"]
     assert lines[4].split()[-7:] == ["2", "/", "0", "/", "0", "/", "0"]
     assert "TTFT p50 / p90 / p99 (ms)" in fleet_table(summary)
+    [setup] = [line for line in lines if line.startswith("workers started before the run")]
+    assert setup.split()[-1] == "1.50" and "(wall s)" in setup
     rows = lines[lines.index("") + 1 :]
     assert rows[0].split()[:3] == ["worker", "routed", "done"]
     assert rows[1].split()[:6] == ["0", "2", "1", "1", "0", "0"]
