@@ -170,6 +170,25 @@ def test_a_build_error_names_the_argument_and_the_line_that_set_it(write):
     assert ":4: components.model_runner.args.eos_probability: " in message
 
 
+def test_a_build_error_inside_a_mapping_argument_names_the_line_of_its_key(write):
+    from schedkit.kv_events.config import KvEventsConfig
+
+    overlay = write(
+        "o.yaml",
+        "components:\n  kv_events_publisher:\n    args:\n      kv_events_config:\n"
+        "        topic: t\n        endpoint: tcp://127.0.0.1:0\n",
+    )
+    wiring = load_wiring(WIRING, overlay)
+    # A value that validation never saw: the publisher's own check reports it at build.
+    spec = wiring.components["kv_events_publisher"]
+    spec.args["kv_events_config"] = KvEventsConfig(endpoint="tcp://0.0.0.0:0")
+    with pytest.raises(WiringError) as info:
+        build(wiring)
+    assert str(info.value).startswith(
+        f"{overlay}:6: components.kv_events_publisher.args.kv_events_config.endpoint: "
+    )
+
+
 def test_a_plugin_that_cannot_be_imported_gives_a_path_hint_and_no_guess(write):
     overlay = write(
         "o.yaml",
