@@ -70,8 +70,13 @@ def method_problem(expected: inspect.Signature, actual: inspect.Signature) -> st
             index += 1
             used.add(have.name)
             may_be_named = want.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and optional
-            if may_be_named and have.name != want.name and not var_kwargs:
-                return f"names its parameter {index} {have.name!r}; callers may pass {want.name!r}"
+            if may_be_named and not var_kwargs:
+                if have.name != want.name:
+                    return (
+                        f"names its parameter {index} {have.name!r}; callers may pass {want.name!r}"
+                    )
+                if have.kind is inspect.Parameter.POSITIONAL_ONLY:
+                    return f"takes {have.name!r} by position only; callers may pass it by name"
         else:  # keyword-only
             have = by_name.get(want.name)
             if have is None:

@@ -14,6 +14,9 @@ def _sig(function) -> inspect.Signature:
 def declared(batch, limit=8, *, include=("core",)): ...
 
 
+def _positional_only(batch, limit=8, /, *, include=("core",)): ...
+
+
 @pytest.mark.parametrize(
     "method",
     [
@@ -34,6 +37,7 @@ def test_methods_every_call_binds_to_fit(method):
         (lambda batch, cap=8, *, include=(): None, "names its parameter 2 'cap'; callers may"),
         (lambda batch, limit, *, include=(): None, "requires 'limit', which callers may leave"),
         (lambda batch, limit=8: None, "takes no argument 'include'"),
+        (_positional_only, "takes 'limit' by position only; callers may pass it by name"),
         (lambda batch, limit=8, *, include=(), step: None, "requires 'step', which callers do"),
     ],
 )
