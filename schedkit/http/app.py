@@ -1,5 +1,5 @@
-"""The front end's ASGI application: Starlette routes over the OpenAI and native handlers, behind a
-guard that checks API keys and the declared body size before a route runs.
+"""The front end's ASGI application: a guard that checks API keys and the declared body size,
+then the generation routes served straight from ASGI, then Starlette's router for the rest.
 
 Starlette rather than FastAPI on top of it: bodies are decoded and checked with msgspec in the
 handlers, so FastAPI's models and OpenAPI schema go unused, and its extra middleware cost 27%
@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from schedkit.http.config import HttpConfig
 from schedkit.http.control_routes import ControlRoutes
 from schedkit.http.engine_client import EngineClient
-from schedkit.http.generation import Generator
+from schedkit.http.generation import Call, Generator
 from schedkit.http.native_routes import NativeRoutes
 from schedkit.http.openai_routes import OpenAIRoutes, error_response
 from schedkit.http.protocol import ApiError
@@ -38,12 +38,12 @@ ADMIN_PATHS = frozenset({"/pause_generation", "/continue_generation", "/flush_ca
 
 
 class FastRoutes:
-    """ASGI: the generation routes served straight from the guard, without the router and the
-    exception layers (their errors are ApiErrors, answered here); every other route goes on to
-    ``app``."""
+    """ASGI: the generation routes served straight from the guard, without Starlette's
+    application, router, request and exception layers (their errors are ApiErrors, answered
+    here); every other route goes on to ``app``."""
 
     def __init__(
-        self, app: ASGIApp, routes: dict[str, Callable[[Request], Awaitable[Response]]]
+        self, app: ASGIApp, routes: dict[str, Callable[[Call], Awaitable[ASGIApp]]]
     ) -> None:
         self.app = app
         self.routes = routes
@@ -56,7 +56,7 @@ class FastRoutes:
             await self.app(scope, receive, send)
             return
         try:
-            response = await handler(Request(scope, receive))
+            response = await handler(Call(scope, receive))
         except ApiError as error:
             response = error_response(error)
         await response(scope, receive, send)
@@ -126,7 +126,7 @@ def _handler(
     return endpoint
 
 
-def build_app(config: HttpConfig) -> tuple[Starlette, EngineClient]:
+def build_app(config: HttpConfig) -> tuple[ASGIApp, EngineClient]:
     """The application for ``config`` and its engine client (started with the app)."""
     engine = EngineClient(config.scheduler_endpoint, config.limits, config.scheduler_admin_token)
     model = config.model
@@ -180,6 +180,4 @@ def build_app(config: HttpConfig) -> tuple[Starlette, EngineClient]:
         "/v1/chat/completions": openai.chat_completions,
         "/generate": native.generate,
     }
-    app.add_middleware(FastRoutes, routes=fast)
-    app.add_middleware(Guard, config=config)
-    return app, engine
+    return Guard(FastRoutes(app, fast), config), engine

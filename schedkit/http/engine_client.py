@@ -118,7 +118,7 @@ class EngineClient:
         elif rid in self.states:
             raise ValueError(f"rid {rid!r} is already in flight")
         message = encode(GenerateReqInput(rid=rid, input_ids=input_ids, sampling_params=params))
-        state = RequestState(rid, key, message, len(input_ids))
+        state = RequestState(rid, key, message, len(input_ids), params.stream)
         if not self._queues and self._fits(state):
             self.states[rid] = state
             self._forward(state)
@@ -298,7 +298,9 @@ class EngineClient:
                     state.completion_tokens = msg.completion_tokens[i]
                     state.cached_tokens = msg.cached_tokens[i]
                     self._finished(state)
-                state.wake()
+                    state.wake()
+                elif state.stream:
+                    state.wake()
         elif isinstance(msg, ErrorReply) and msg.rid is not None:
             state = self.states.get(msg.rid)
             if state is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 
 import msgspec
 from starlette.requests import Request
@@ -23,28 +24,49 @@ from schedkit.http.engine_client import EngineClient, Overloaded, RequestState
 from schedkit.http.protocol import ApiError
 from schedkit.http.tokenizer import ByteTokenizer, HfTokenizer
 
-__all__ = ["EventStream", "Generator", "SendWatch", "read_json"]
+__all__ = ["Call", "EventStream", "Generator", "SendWatch", "read_json"]
 
 DONE = b"data: [DONE]\n\n"
 
 
-async def read_json(request: Request, decoder: msgspec.json.Decoder, config: HttpConfig):
-    """The body decoded by ``decoder``; ApiError 413 past ``max_body_bytes``, 408 past
-    ``body_timeout``, 400 for bad JSON (naming the place), bad UTF-8 or nesting too deep."""
+class Call:
+    """One HTTP request as the routes read it: its ASGI scope and ``receive`` (a Starlette
+    ``Request`` has the same two attributes)."""
+
+    __slots__ = ("receive", "scope")
+
+    def __init__(self, scope: Scope, receive: Receive) -> None:
+        self.scope = scope
+        self.receive = receive
+
+
+async def read_json(request: Call | Request, decoder: msgspec.json.Decoder, config: HttpConfig):
+    """The body decoded by ``decoder``; ApiError 413 past ``max_body_bytes``, 400 for bad JSON
+    (naming the place), bad UTF-8 or nesting too deep. (``body_timeout`` is kept by the
+    server's protocol, which answers 408 and closes the connection: ``receive`` then reports
+    the disconnect.)"""
     limit = config.limits.max_body_bytes
-    chunks, size = [], 0
-    try:
-        async with asyncio.timeout(config.limits.body_timeout):
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise ApiError(413, f"request body over {limit} bytes (max_body_bytes)")
-                chunks.append(chunk)
-    except TimeoutError:
-        raise ApiError(
-            408, f"request body not received within {config.limits.body_timeout:g} s"
-        ) from None
-    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    receive = request.receive
+    message = await receive()
+    if message["type"] != "http.request":
+        raise ApiError(400, "the client disconnected before its body arrived")
+    body = message.get("body", b"")
+    if message.get("more_body", False):
+        chunks, size = [body], len(body)
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                raise ApiError(400, "the client disconnected before its body arrived")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"request body over {limit} bytes (max_body_bytes)")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+    elif len(body) > limit:
+        raise ApiError(413, f"request body over {limit} bytes (max_body_bytes)")
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as exc:
@@ -124,18 +146,18 @@ class Generator:
         except ValueError as exc:
             raise ApiError(400, str(exc), "rid") from None
 
-    async def finish(self, request: Request, states: list[RequestState]) -> None:
-        """Wait until every request is done; a client that leaves first has them aborted."""
-        watcher = asyncio.ensure_future(self._watch(request.receive, states))
+    async def finish(self, request: Call, states: list[RequestState]) -> None:
+        """Wait until every request is done; a client that leaves first has them aborted (the
+        server's protocol calls ``schedkit.on_disconnect``)."""
+        scope = request.scope
+        scope["schedkit.on_disconnect"] = partial(self._abort, states)
         try:
             for state in states:
                 await state.wait_done()
         finally:
-            watcher.cancel()
+            scope["schedkit.on_disconnect"] = None
 
-    async def _watch(self, receive: Receive, states: list[RequestState]) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
+    def _abort(self, states: list[RequestState]) -> None:
         for state in states:
             if not state.done:
                 self.engine.abort(state)
@@ -143,18 +165,10 @@ class Generator:
                 state.wake()
 
     def stream(
-        self, request: Request, states: list[RequestState], events: AsyncIterator[bytes]
+        self, request: Call, states: list[RequestState], events: AsyncIterator[bytes]
     ) -> EventStream:
         """An SSE response over ``events``; the client leaving aborts ``states``."""
-
-        def abort() -> None:
-            for state in states:
-                if not state.done:
-                    self.engine.abort(state)
-                    state.error = "client disconnected"
-                    state.wake()
-
-        return EventStream(events, abort, self.send_watch)
+        return EventStream(events, partial(self._abort, states), self.send_watch)
 
 
 class SendWatch:
@@ -213,7 +227,7 @@ class EventStream:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._task = asyncio.current_task()
-        watcher = asyncio.ensure_future(self._watch(receive))
+        scope["schedkit.on_disconnect"] = self.on_abort
         self.watch.add(self)
         clock = time.monotonic
         try:
@@ -241,11 +255,6 @@ class EventStream:
             # response was left incomplete.
             self.on_abort()
         finally:
+            scope["schedkit.on_disconnect"] = None
             self.watch.discard(self)
-            watcher.cancel()
             await self.events.aclose()
-
-    async def _watch(self, receive: Receive) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        self.on_abort()

@@ -8,14 +8,12 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 import msgspec
-from starlette.requests import Request
-from starlette.responses import Response
 
 from schedkit.components.io.io_struct import SamplingParamsInput
 from schedkit.http.engine_client import RequestState
-from schedkit.http.generation import DONE, Generator, read_json
-from schedkit.http.openai_routes import json_response
+from schedkit.http.generation import DONE, Call, EventStream, Generator, read_json
 from schedkit.http.protocol import ApiError, TokenId
+from schedkit.http.responses import JsonResponse, json_response
 
 __all__ = ["NativeRoutes"]
 
@@ -64,7 +62,7 @@ class NativeRoutes:
         self.engine = generator.engine
         self.config = generator.config
 
-    async def generate(self, request: Request) -> Response:
+    async def generate(self, request: Call) -> JsonResponse | EventStream:
         """``POST /generate``."""
         gen = self.generator
         body = await read_json(request, _generate_decoder, self.config)

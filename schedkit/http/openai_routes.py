@@ -14,11 +14,10 @@ from collections.abc import AsyncIterator
 
 import msgspec
 from starlette.requests import Request
-from starlette.responses import Response
 
 from schedkit.components.io.io_struct import SamplingParamsInput
 from schedkit.http.engine_client import RequestState
-from schedkit.http.generation import DONE, Generator, read_json
+from schedkit.http.generation import DONE, Call, EventStream, Generator, read_json
 from schedkit.http.protocol import (
     ApiError,
     ChatCompletionRequest,
@@ -27,8 +26,9 @@ from schedkit.http.protocol import (
     error_body,
     refused_fields,
 )
+from schedkit.http.responses import JsonResponse, json_response
 
-__all__ = ["OpenAIRoutes"]
+__all__ = ["OpenAIRoutes", "error_response", "json_response"]
 
 _encode = msgspec.json.Encoder().encode
 _completion_decoder = msgspec.json.Decoder(CompletionRequest)
@@ -37,11 +37,6 @@ _FINISH = {"length": "length", "stop": "stop"}
 # OpenAI's default max_tokens for completions; chat completions default to what the context
 # leaves, as vLLM does.
 COMPLETION_DEFAULT_MAX_TOKENS = 16
-
-
-def json_response(content: object, status: int = 200, headers: dict | None = None) -> Response:
-    """A JSON response encoded with msgspec."""
-    return Response(_encode(content), status, headers, media_type="application/json")
 
 
 def finish_reason(state: RequestState) -> str:
@@ -90,7 +85,7 @@ class OpenAIRoutes:
             min_new_tokens=min(body.min_tokens, max_new_tokens),
         )
 
-    def _start(self, request: Request, body, prompts: list[str | list[int]], default: int | None):
+    def _start(self, request: Call, body, prompts: list[str | list[int]], default: int | None):
         gen = self.generator
         refused = refused_fields(body)
         if refused is not None:
@@ -115,20 +110,20 @@ class OpenAIRoutes:
             raise
         return states
 
-    async def completions(self, request: Request) -> Response:
+    async def completions(self, request: Call) -> JsonResponse | EventStream:
         """``POST /v1/completions``."""
         body = await read_json(request, _completion_decoder, self.generator.config)
         states = self._start(request, body, body.prompts(), COMPLETION_DEFAULT_MAX_TOKENS)
         return await self._respond(request, body, states, chat=False)
 
-    async def chat_completions(self, request: Request) -> Response:
+    async def chat_completions(self, request: Call) -> JsonResponse | EventStream:
         """``POST /v1/chat/completions`` (the chat template: ``protocol.chat_prompt``)."""
         body = await read_json(request, _chat_decoder, self.generator.config)
         prompt = chat_prompt(body.messages, body.add_generation_prompt)
         states = self._start(request, body, [prompt], None)
         return await self._respond(request, body, states, chat=True)
 
-    async def models(self, request: Request) -> Response:
+    async def models(self, request: Request) -> JsonResponse:
         """``GET /v1/models``."""
         model = self.generator.config.model
         return json_response(
@@ -147,7 +142,9 @@ class OpenAIRoutes:
             }
         )
 
-    async def _respond(self, request: Request, body, states, *, chat: bool) -> Response:
+    async def _respond(
+        self, request: Call, body, states, *, chat: bool
+    ) -> JsonResponse | EventStream:
         gen = self.generator
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{states[0].rid}"
         created = int(time.time())
@@ -236,6 +233,6 @@ class OpenAIRoutes:
         yield DONE
 
 
-def error_response(error: ApiError, headers: dict | None = None) -> Response:
+def error_response(error: ApiError, headers: dict | None = None) -> JsonResponse:
     """The response for an ApiError."""
     return json_response(error_body(error), error.status, headers)

@@ -132,9 +132,10 @@ class CompletionRequest(_Common, kw_only=True):
         prompt = self.prompt
         if isinstance(prompt, str):
             return [prompt]
-        if all(isinstance(p, int) for p in prompt):
+        kinds = set(map(type, prompt))  # the decoder gives exact int, str and list
+        if kinds == {int}:
             return [prompt]  # type: ignore[list-item]
-        if any(isinstance(p, int) for p in prompt):
+        if int in kinds:
             raise ApiError(
                 400,
                 "prompt mixes token ids with text or lists; give text, a list of token ids, "

@@ -32,10 +32,15 @@ class RequestState:
         "message",
         "prompt_tokens",
         "rid",
+        "stream",
     )
 
-    def __init__(self, rid: str, key: str, message: bytes, prompt_tokens: int) -> None:
+    def __init__(
+        self, rid: str, key: str, message: bytes, prompt_tokens: int, stream: bool = True
+    ) -> None:
         self.rid = rid
+        # A request read as it streams is woken by each output; one read at its end only then.
+        self.stream = stream
         self.key = key
         self.message = message
         self.prompt_tokens = prompt_tokens

@@ -4,7 +4,11 @@ uvicorn bounds idle keep-alive connections; what it leaves open, ``GuardedProtoc
 past ``max_connections`` a new connection gets ``503`` with ``Retry-After`` and is closed;
 request headers must arrive within ``header_timeout`` seconds (``408``) and within
 ``max_header_bytes`` (``431``), so a client dribbling headers (slowloris) or sending endless
-ones holds a connection for a bounded time and memory.
+ones holds a connection for a bounded time and memory; the body must arrive within
+``body_timeout`` seconds of the headers (``408``), timed here so that a body sent with its
+headers (nearly every request) costs no timer. A lost connection calls the
+``schedkit.on_disconnect`` callable a route may put in its request's scope, so that a route
+waiting for its request learns of it without a task of its own reading ``receive``.
 
 Run as ``python -m schedkit.http`` with an ``HttpConfig`` as JSON on standard input; prints
 ``{"http": "http://HOST:PORT"}`` once listening.
@@ -57,6 +61,8 @@ class GuardedProtocol(HttpToolsProtocol):
         self._header_bytes = 0
         self._in_headers = True
         self._header_timer: asyncio.TimerHandle | None = None
+        self._in_body = False
+        self._body_timer: asyncio.TimerHandle | None = None
         if len(self.connections) > limits.max_connections:
             message = f"over {limits.max_connections} connections (max_connections); retry later"
             retry = f"retry-after: {limits.retry_after_seconds}\r\n"
@@ -86,6 +92,18 @@ class GuardedProtocol(HttpToolsProtocol):
                 self.transport.close()
                 return
         super().data_received(data)
+        if self._in_body and self._body_timer is None:
+            self._body_timer = self.loop.call_later(self.limits.body_timeout, self._body_late)
+
+    def _body_late(self) -> None:
+        self._body_timer = None
+        if not self._in_body or self.transport.is_closing():
+            return
+        cycle = self.cycle
+        if cycle is None or not cycle.response_started:
+            message = f"request body not received within {self.limits.body_timeout:g} s"
+            self.transport.write(_reply("408 Request Timeout", message))
+        self.transport.close()
 
     def _headers_pending(self, data: bytes) -> bool:
         # The bytes counted may include the start of a body sent with the headers.
@@ -96,18 +114,30 @@ class GuardedProtocol(HttpToolsProtocol):
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
+        self._in_body = True
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._in_headers = True
         self._header_bytes = 0
+        self._in_body = False
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if getattr(self, "_header_timer", None) is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
+        for name in ("_header_timer", "_body_timer"):
+            timer = getattr(self, name, None)
+            if timer is not None:
+                timer.cancel()
+                setattr(self, name, None)
+        cycle = self.cycle
         super().connection_lost(exc)
+        if cycle is not None and not cycle.response_complete:
+            on_disconnect = cycle.scope.get("schedkit.on_disconnect")
+            if on_disconnect is not None:
+                on_disconnect()
 
 
 def serve(config: HttpConfig, ready=None) -> None:

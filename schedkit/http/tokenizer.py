@@ -57,6 +57,19 @@ def _word(token_id: int) -> bytes:
     return (" " + "".join(reversed(letters))).encode()
 
 
+class _Pieces(dict):
+    """Token id -> bytes, filled as ids are met; at most ``_PIECES`` words are kept."""
+
+    def __missing__(self, token_id: int) -> bytes:
+        piece = _word(token_id)
+        if len(self) < _PIECES:
+            self[token_id] = piece
+        return piece
+
+
+_PIECES = 1 << 16
+
+
 class ByteTokenizer:
     """The built-in tokenizer (see the module docstring)."""
 
@@ -69,25 +82,15 @@ class ByteTokenizer:
             )
         self.vocab_size = vocab_size
         self.eos_token_id = eos_token_id
-        self._pieces: dict[int, bytes] = {}
+        pieces = _Pieces((i, bytes((i,))) for i in range(256))
+        if eos_token_id is not None:
+            pieces[eos_token_id] = b""
+        # A dict lookup per id from C (map over __getitem__), Python only for a new word.
+        self.piece = pieces.__getitem__
 
     def encode(self, text: str) -> list[int]:
         """One id per UTF-8 byte of ``text``."""
         return list(text.encode("utf-8", "surrogatepass"))
-
-    def piece(self, token_id: int) -> bytes:
-        """The bytes that ``token_id`` stands for."""
-        if token_id == self.eos_token_id:
-            return b""
-        if token_id < 256:
-            return bytes((token_id,))
-        piece = self._pieces.get(token_id)
-        if piece is None:
-            if len(self._pieces) < 1 << 16:
-                piece = self._pieces[token_id] = _word(token_id)
-            else:
-                piece = _word(token_id)
-        return piece
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of ``ids`` (invalid UTF-8 becomes U+FFFD)."""

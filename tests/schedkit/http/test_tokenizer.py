@@ -21,6 +21,13 @@ def test_ids_past_the_bytes_are_words_and_eos_is_nothing():
     assert ByteTokenizer(32000, eos_token_id=300).decode([300]) == ""
 
 
+def test_the_words_kept_are_bounded():
+    tok = ByteTokenizer(80_000)
+    ids = range(256, 80_000)
+    assert tok.decode(ids).split() == [tok.decode([i]).strip() for i in ids]
+    assert len(tok.piece.__self__) <= 1 << 16
+
+
 def test_incremental_decoding_waits_for_the_rest_of_a_character():
     decoder = ByteTokenizer(32000).incremental()
     assert decoder.decode([195]) == ""
