@@ -102,14 +102,20 @@ class ByteTokenizer:
 
 
 class _ByteDecoder:
-    __slots__ = ("_decoder", "_piece")
+    __slots__ = ("_decoder", "_pending", "_piece")
 
     def __init__(self, tokenizer: ByteTokenizer) -> None:
         self._piece = tokenizer.piece
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._pending = False  # the decoder holds the start of a character
 
     def decode(self, ids: Sequence[int], final: bool = False) -> str:
-        return self._decoder.decode(b"".join(map(self._piece, ids)), final)
+        data = b"".join(map(self._piece, ids))
+        if not self._pending and data.isascii():
+            return data.decode("ascii")
+        text = self._decoder.decode(data, final)
+        self._pending = bool(self._decoder.getstate()[0])
+        return text
 
 
 class HfTokenizer:

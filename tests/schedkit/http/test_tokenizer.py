@@ -33,6 +33,12 @@ def test_incremental_decoding_waits_for_the_rest_of_a_character():
     assert decoder.decode([195]) == ""
     assert decoder.decode([169, 256]) == "é jw"
     assert decoder.decode([195], final=True) == "\ufffd"
+    decoder = ByteTokenizer(32000).incremental()
+    assert decoder.decode([226, 130]) == ""
+    assert decoder.decode([172, 97]) == "€a"  # ASCII after a split character
+    assert decoder.decode([98, 256]) == "b jw"
+    assert decoder.decode([226]) == ""
+    assert decoder.decode([97]) == "\ufffda"  # a broken character before ASCII
 
 
 def test_a_vocabulary_smaller_than_the_bytes_is_refused():
