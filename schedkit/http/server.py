@@ -84,15 +84,17 @@ class GuardedProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._in_headers:
             self._header_bytes += len(data)
-            if self._header_timer is None:
-                self._start_header_timer()
             if self._header_bytes > self.limits.max_header_bytes and self._headers_pending(data):
                 message = f"request headers over {self.limits.max_header_bytes} bytes"
                 self.transport.write(_reply("431 Request Header Fields Too Large", message))
                 self.transport.close()
                 return
         super().data_received(data)
-        if self._in_body and self._body_timer is None:
+        # Timers only for a request left incomplete: one that arrives whole costs none.
+        if self._in_headers and self._header_bytes and self._header_timer is None:
+            if not self.transport.is_closing():
+                self._start_header_timer()
+        elif self._in_body and self._body_timer is None:
             self._body_timer = self.loop.call_later(self.limits.body_timeout, self._body_late)
 
     def _body_late(self) -> None:
