@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_http.py"
-MMM = r"[\d,.]+ / [\d,.]+ / [\d,.]+"
+MMM = r"-?[\d,.]+ / -?[\d,.]+ / -?[\d,.]+"
 
 
 def test_tiny_run_prints_both_edges_side_by_side():
@@ -30,12 +30,12 @@ def test_tiny_run_prints_both_edges_side_by_side():
     assert result.returncode == 0, result.stderr
     out = result.stdout
     for kind in ("short", "stream"):
-        for edge in ("http", "zmq"):
-            assert re.search(
-                rf"^\| {kind} \| {edge} \| {MMM} \| {MMM} \| {MMM} \| {MMM} \|$", out, re.MULTILINE
-            ), out
-        assert re.search(rf"^{kind}: HTTP / ZMQ server CPU per token .*: {MMM}$", out, re.MULTILINE)
-    assert re.search(
-        r"^  p50: HTTP [\d.]+ ms, ZMQ [\d.]+ ms, added by HTTP -?[\d.]+ ms$", out, re.MULTILINE
-    ), out
-    assert re.search(r"^  p99: HTTP ", out, re.MULTILINE)
+        for edge, front in (("http", MMM), ("zmq", "-")):
+            cells = " \\| ".join([kind, edge, MMM, MMM, MMM, front, MMM, MMM])
+            assert re.search(rf"^\| {cells} \|$", out, re.MULTILINE), out
+        assert re.search(rf"^saturated {kind}: HTTP / ZMQ server CPU per .*: {MMM}$", out, re.M)
+    for q in ("p50", "p99"):
+        assert re.search(
+            rf"^  {q} latency \(ms\): HTTP {MMM}, ZMQ {MMM}, added by HTTP -?{MMM}$", out, re.M
+        ), out
+    assert re.search(rf"^  HTTP / ZMQ server CPU per request at equal rate: {MMM}$", out, re.M)
