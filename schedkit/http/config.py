@@ -29,9 +29,15 @@ class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Requests handed to the scheduler and not finished; the rest wait here, queued per key.
     max_forwarded_requests: Positive = 256
     max_forwarded_tokens: Positive = 1 << 20
-    # Forwarded requests the scheduler has not admitted into a batch yet: past this, new ones
-    # wait here (where admission is fair) instead of in the scheduler's queue.
+    # Forwarded requests of one key not finished: a flood from one key cannot make the
+    # scheduler's running batch (and so every step) arbitrarily large for the others.
+    max_forwarded_per_key: Positive = 64
+    # Forwarded requests the scheduler has not admitted into a batch yet, and their prompt
+    # tokens: past either, new ones wait here (where admission is fair) instead of in the
+    # scheduler's queue, whose policy knows nothing of keys and whose prefill steps another
+    # key's request would share.
     max_scheduler_waiting: Positive = 64
+    max_scheduler_waiting_tokens: Positive = 1024
     load_poll_seconds: PositiveSeconds = 0.01
     max_queued_per_key: Positive = 1024
     max_queued: Positive = 8192

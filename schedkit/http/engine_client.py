@@ -2,14 +2,17 @@
 loop, and admission that is fair between API keys.
 
 Requests handed to the scheduler and not yet finished ("forwarded") are bounded in number and
-prompt tokens (``Limits.max_forwarded_*``), and so are those the scheduler has not admitted
-into a batch yet (``max_scheduler_waiting``, estimated from the load the scheduler attaches to
-outputs and from ``get_loads`` polled every ``load_poll_seconds`` while requests are queued
-here, plus what was forwarded since): the scheduler's own queue stays short, so its policy
-cannot put a small request behind a flood. The rest wait here in one queue per key, and a
-freed slot goes to the queued key with the fewest requests in flight, so that a key sending a
-flood cannot hold back a key sending one small request: that request takes the next freed
-slot. Queues are bounded per key and in total.
+prompt tokens (``Limits.max_forwarded_*``), and per key (``max_forwarded_per_key``), so that
+one key's flood cannot make the running batch, and with it every step, arbitrarily large for
+the others. Those the scheduler has not admitted into a batch yet are bounded in number and
+prompt tokens (``max_scheduler_waiting``, ``max_scheduler_waiting_tokens``; estimated from the
+load the scheduler attaches to outputs and from ``get_loads`` polled every
+``load_poll_seconds`` while requests are queued here, plus what was forwarded since): the
+scheduler's own queue stays short, so its policy cannot put a small request behind a flood,
+and the prefill step a small request joins holds few of the flood's prompt tokens. The rest
+wait here in one queue per key, and a freed slot goes to the queued key with the fewest
+requests in flight, so that a key sending a flood cannot hold back a key sending one small
+request: that request takes the next freed slot. Queues are bounded per key and in total.
 
 Control messages (pause, continue, flush, loads, abort) are answered by the scheduler in the
 order they were sent, each with one ``ControlReply`` or an ``ErrorReply`` without rid; replies
@@ -61,6 +64,7 @@ class EngineClient:
         self.last_receive = 0.0
         # What the scheduler has not admitted yet: its last report plus what was sent since.
         self.scheduler_waiting = 0
+        self.scheduler_waiting_tokens = 0
         self._polling = False
         self._queues: dict[str, deque[RequestState]] = {}
         self._turns: deque[str] = deque()
@@ -168,10 +172,17 @@ class EngineClient:
         if self.forwarded == 0:
             return True  # one request always fits (the prompt limit bounds its tokens)
         limits = self.limits
+        waiting_tokens = self.scheduler_waiting_tokens
         return (
             self.scheduler_waiting < limits.max_scheduler_waiting
+            # A prompt longer than the budget goes once the scheduler's queue is empty.
+            and (
+                waiting_tokens == 0
+                or waiting_tokens + state.prompt_tokens <= limits.max_scheduler_waiting_tokens
+            )
             and self.forwarded < limits.max_forwarded_requests
             and self.forwarded_tokens + state.prompt_tokens <= limits.max_forwarded_tokens
+            and self._in_flight.get(state.key, 0) < limits.max_forwarded_per_key
         )
 
     def _forward(self, state: RequestState) -> None:
@@ -179,6 +190,7 @@ class EngineClient:
         self._in_flight[state.key] = self._in_flight.get(state.key, 0) + 1
         self.forwarded += 1
         self.scheduler_waiting += 1
+        self.scheduler_waiting_tokens += state.prompt_tokens
         self.forwarded_tokens += state.prompt_tokens
         message, state.message = state.message, b""
         self._send(message)
@@ -186,7 +198,8 @@ class EngineClient:
     def _pump(self) -> None:
         """Forward queued requests while they fit, each time from the key with the fewest
         requests in flight among the first ``_SCAN`` keys in turn (the earliest among
-        equals)."""
+        equals; when its request does not fit, the slot waits for it rather than going to a
+        key with more in flight)."""
         turns, queues, in_flight = self._turns, self._queues, self._in_flight
         while turns:
             # The first keys in turn only: without API keys each connection is a key, and
@@ -194,7 +207,7 @@ class EngineClient:
             key = min(islice(turns, _SCAN), key=lambda k: in_flight.get(k, 0))
             queue = queues[key]
             if not self._fits(queue[0]):
-                return
+                break
             state = queue.popleft()
             self.queued -= 1
             turns.remove(key)
@@ -226,6 +239,11 @@ class EngineClient:
         waiting = loads.get("num_waiting_reqs")
         if isinstance(waiting, int):
             self.scheduler_waiting = waiting
+            tokens = loads.get("num_waiting_uncached_tokens")
+            if isinstance(tokens, int):
+                self.scheduler_waiting_tokens = tokens
+            elif waiting == 0:
+                self.scheduler_waiting_tokens = 0
             if self._queues:
                 self._pump()
 

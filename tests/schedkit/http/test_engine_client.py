@@ -11,6 +11,7 @@ import zmq
 from schedkit.components.io.io_struct import (
     BatchTokenIDOutput,
     ControlReply,
+    ControlReq,
     FinishLength,
     SamplingParamsInput,
     decode_request,
@@ -31,12 +32,22 @@ class Scheduler:
         self.endpoint = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self.peer = b""
         self.received: list[msgspec.Struct] = []
+        self.loads_asked = 0
 
     async def read(self, count: int) -> None:
-        while len(self.received) < count:
+        """Until ``count`` messages other than load queries were received."""
+        await self.until(lambda: len(self.received) >= count)
+
+    async def until(self, done) -> None:
+        """Receive until ``done()``."""
+        while not done():
             if self.socket.poll(0):
                 self.peer, data = self.socket.recv_multipart()
-                self.received.append(decode_request(data))
+                msg = decode_request(data)
+                if isinstance(msg, ControlReq) and msg.type == "get_loads":
+                    self.loads_asked += 1
+                else:
+                    self.received.append(msg)
             else:
                 await asyncio.sleep(0.005)
 
@@ -95,6 +106,52 @@ def test_a_flood_from_one_key_does_not_starve_another(scheduler):
     assert sorted(order) == sorted([f"f{i}" for i in range(6)] + ["s0"])
 
 
+def test_one_key_holds_at_most_its_share_of_the_scheduler(scheduler):
+    async def run() -> None:
+        client = EngineClient(scheduler.endpoint, Limits(max_forwarded_per_key=2))
+        client.start()
+        try:
+            for i in range(4):
+                client.submit("flood", [1], PARAMS, f"f{i}")
+            client.submit("small", [1], PARAMS, "s0")
+            await scheduler.read(3)
+            assert [m.rid for m in scheduler.received] == ["f0", "f1", "s0"]
+            assert client.queued == 2
+            scheduler.finish("f0")
+            await scheduler.read(4)
+            assert scheduler.received[3].rid == "f2"
+        finally:
+            client.close()
+
+    asyncio.run(run())
+
+
+def test_the_scheduler_queue_is_bounded_in_prompt_tokens_and_polled_while_full(scheduler):
+    async def run() -> None:
+        limits = Limits(max_scheduler_waiting_tokens=10, load_poll_seconds=0.01)
+        client = EngineClient(scheduler.endpoint, limits)
+        client.start()
+        try:
+            for i in range(3):
+                client.submit("a", [1, 2, 3, 4], PARAMS, f"r{i}")
+            assert client.forwarded == 2 and client.queued == 1  # 8 tokens; 12 > 10
+            await scheduler.until(lambda: scheduler.loads_asked)  # polled while one waits here
+            assert len(scheduler.received) == 2
+            loads = {"num_waiting_reqs": 0, "num_waiting_uncached_tokens": 0}
+            reply = ControlReply(type="get_loads", ok=True, loads=loads)
+            scheduler.socket.send_multipart([scheduler.peer, encode(reply)])
+            await scheduler.read(3)
+            assert scheduler.received[2].rid == "r2"
+            # A prompt over the whole budget still goes, once the scheduler's queue is empty.
+            client._loaded(loads)
+            big = client.submit("b", list(range(20)), PARAMS, "big")
+            assert big.forwarded
+        finally:
+            client.close()
+
+    asyncio.run(run())
+
+
 def test_queues_are_bounded_per_key_and_in_total(scheduler):
     async def run() -> None:
         limits = Limits(max_forwarded_requests=1, max_queued_per_key=2, max_queued=3)
@@ -127,7 +184,7 @@ def test_control_replies_are_matched_in_order_even_after_a_timeout(scheduler):
             with pytest.raises(TimeoutError):
                 await client.control("get_loads", timeout=0.05)
             second = asyncio.ensure_future(client.control("flush", timeout=5))
-            await scheduler.read(2)
+            await scheduler.until(lambda: scheduler.loads_asked and scheduler.received)
             for kind in ("get_loads", "flush"):
                 reply = ControlReply(type=kind, ok=True)
                 scheduler.socket.send_multipart([scheduler.peer, encode(reply)])
