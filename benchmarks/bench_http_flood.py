@@ -2,14 +2,17 @@
 shipped wiring: llama3-8b on h100, the wall clock, default front-end limits).
 
 The small request is streamed (16 prompt tokens, 4 new), so that its chunks time the steps it
-rides in: its latency is from sending it to ``data: [DONE]``, and the step time is the median
-gap between its chunks. Printed, min / median / max over ``--repeat`` requests: its latency at
-idle; then, with the flood running (``--flood`` requests of ``--flood-prompt`` tokens and
-``--flood-new`` new tokens kept in flight from the other key), its latency, the step time
-under the flood, and the bounds "2 x idle" and "2 x idle + one step under the flood"
-(medians).
+rides in: its latency is from sending it to ``data: [DONE]``, its first token also waits for
+the step in progress when it arrives, and the step time is the gap between its chunks.
+Printed, min / median / max over ``--repeat`` requests: at idle, then with the flood running
+(``--flood`` requests of ``--flood-prompt`` tokens and ``--flood-new`` new tokens kept in
+flight from the other key, each prompt of random token ids), its latency, first token and
+step time; and the longest step the flood can run ahead of the small request, a prefill of
+``max_scheduler_waiting_tokens`` fresh tokens (the front end's bound on the flood's prompt
+tokens waiting in the scheduler), timed at idle, for the bound "2 x idle + one step".
 
-Usage: ``python benchmarks/bench_http_flood.py [--repeat 5] [--flood 512]``.
+Usage: ``python benchmarks/bench_http_flood.py [--repeat 5] [--flood 512] [--http-limit
+NAME=VALUE ...]``.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ import argparse
 import asyncio
 import itertools
 import json
+import random
 import statistics
 import time
 
+from schedkit.http.config import Limits
 from schedkit.testing.serving import start_http_serve, stop_serve
 
 KEYS = {"flood": "flood-key", "small": "small-key"}
@@ -37,8 +42,9 @@ def _request(host: str, port: int, key: str, prompt: list[int], new: int, stream
     ).encode() + body
 
 
-async def _small(host: str, port: int, prompt: list[int]) -> tuple[float, list[float]]:
-    """One streamed small request on a new connection: its latency and its chunks' gaps."""
+async def _small(host: str, port: int, prompt: list[int]) -> tuple[float, float, list[float]]:
+    """One streamed small request on a new connection: its latency, its first token's and
+    its chunks' gaps."""
     reader, writer = await asyncio.open_connection(host, port)
     start = time.perf_counter()
     writer.write(_request(host, port, "small", prompt, 4, True))
@@ -53,20 +59,36 @@ async def _small(host: str, port: int, prompt: list[int]) -> tuple[float, list[f
             break
     latency = arrivals[-1] - start
     writer.close()
-    return latency, [b - a for a, b in itertools.pairwise(arrivals[:-1])]
+    return latency, arrivals[0] - start, [b - a for a, b in itertools.pairwise(arrivals[:-1])]
+
+
+async def _one_step(host: str, port: int, tokens: int, seed: int) -> float:
+    """The latency of a request of ``tokens`` fresh prompt tokens and one new token at idle:
+    one prefill step of that many tokens, plus the front end's overhead."""
+    rng = random.Random(seed)
+    prompt = [rng.randrange(1000, 30000) for _ in range(tokens)]
+    reader, writer = await asyncio.open_connection(host, port)
+    start = time.perf_counter()
+    writer.write(_request(host, port, "small", prompt, 1, False))
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    await reader.readexactly(length)
+    writer.close()
+    return time.perf_counter() - start
 
 
 async def _flood(host: str, port: int, args: argparse.Namespace, stop: asyncio.Event) -> int:
-    """Keep ``args.flood`` requests in flight from the flood key until ``stop``."""
-    prompt = list(range(1000, 1000 + args.flood_prompt))
-    request = _request(host, port, "flood", prompt, args.flood_new, False)
+    """Keep ``args.flood`` requests in flight from the flood key until ``stop``, each with a
+    prompt of its own (random token ids: no prefix cache hits)."""
     done = 0
 
-    async def one_connection() -> None:
+    async def one_connection(seed: int) -> None:
         nonlocal done
+        rng = random.Random(seed)
         reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
         while not stop.is_set():
-            writer.write(request)
+            prompt = [rng.randrange(1000, 30000) for _ in range(args.flood_prompt)]
+            writer.write(_request(host, port, "flood", prompt, args.flood_new, False))
             head = await reader.readuntil(b"\r\n\r\n")
             length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
             await reader.readexactly(length)
@@ -75,7 +97,7 @@ async def _flood(host: str, port: int, args: argparse.Namespace, stop: asyncio.E
             done += 1
         writer.close()
 
-    await asyncio.gather(*(one_connection() for _ in range(args.flood)))
+    await asyncio.gather(*(one_connection(i) for i in range(args.flood)))
     return done
 
 
@@ -86,18 +108,24 @@ def _mmm(values: list[float], scale: float = 1e3) -> str:
 
 async def _run(host: str, port: int, args: argparse.Namespace) -> None:
     prompts = [[300 + 17 * i + j for j in range(16)] for i in range(2 * args.repeat)]
-    idle, idle_steps = [], []
+    budget = _limits(args).get(
+        "max_scheduler_waiting_tokens", Limits().max_scheduler_waiting_tokens
+    )
+    step = [await _one_step(host, port, int(budget), i) for i in range(args.repeat)]
+    idle, idle_first, idle_steps = [], [], []
     for prompt in prompts[: args.repeat]:
-        latency, gaps = await _small(host, port, prompt)
+        latency, first, gaps = await _small(host, port, prompt)
         idle.append(latency)
+        idle_first.append(first)
         idle_steps += gaps
     stop = asyncio.Event()
     flood = asyncio.ensure_future(_flood(host, port, args, stop))
     await asyncio.sleep(args.warmup)
-    behind, steps = [], []
+    behind, first_tokens, steps = [], [], []
     for prompt in prompts[args.repeat :]:
-        latency, gaps = await _small(host, port, prompt)
+        latency, first, gaps = await _small(host, port, prompt)
         behind.append(latency)
+        first_tokens.append(first)
         steps += gaps
         await asyncio.sleep(0.2)
     stop.set()
@@ -110,17 +138,29 @@ async def _run(host: str, port: int, args: argparse.Namespace) -> None:
         "min / median / max"
     )
     print(row.format("small request at idle (ms)", _mmm(idle)))
-    print(row.format("step at idle (ms)", _mmm(idle_steps)))
+    print(row.format("  its first token (ms)", _mmm(idle_first)))
+    print(row.format("  step at idle: gap between its tokens (ms)", _mmm(idle_steps)))
     print(row.format("small request under the flood (ms)", _mmm(behind)))
-    print(row.format("step under the flood (ms)", _mmm(steps)))
-    median_idle, median_step = statistics.median(idle), statistics.median(steps)
+    print(row.format("  its first token (ms)", _mmm(first_tokens)))
+    print(row.format("  step under the flood: gap between its tokens (ms)", _mmm(steps)))
+    print(
+        row.format(
+            f"one step: a {int(budget):,}-token prefill at idle (ms)",
+            _mmm(step),
+        )
+    )
+    median_idle = statistics.median(idle)
     print(row.format("  bound 2 x idle, medians (ms)", f"{2e3 * median_idle:.1f}"))
     print(
         row.format(
-            "  bound 2 x idle + one step under the flood (ms)",
-            f"{1e3 * (2 * median_idle + median_step):.1f}",
+            "  bound 2 x idle + one step, medians (ms)",
+            f"{1e3 * (2 * median_idle + statistics.median(step)):.1f}",
         )
     )
+
+
+def _limits(args: argparse.Namespace) -> dict[str, str]:
+    return dict(limit.split("=", 1) for limit in args.http_limit)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,9 +170,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flood-prompt", type=int, default=256)
     parser.add_argument("--flood-new", type=int, default=64)
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of flood first")
+    parser.add_argument(
+        "--http-limit", action="append", default=[], metavar="NAME=VALUE", help="a front-end limit"
+    )
     args = parser.parse_args(argv)
-    keys = ["--api-key", KEYS["flood"], "--api-key", KEYS["small"]]
-    server, url, _ = start_http_serve(*keys)
+    options = ["--api-key", KEYS["flood"], "--api-key", KEYS["small"]]
+    for limit in args.http_limit:
+        options += ["--http-limit", limit]
+    server, url, _ = start_http_serve(*options)
     try:
         host, port = url.removeprefix("http://").split(":")
         asyncio.run(_run(host, int(port), args))

@@ -2,17 +2,19 @@
 loop, and admission that is fair between API keys.
 
 Requests handed to the scheduler and not yet finished ("forwarded") are bounded in number and
-prompt tokens (``Limits.max_forwarded_*``), and per key (``max_forwarded_per_key``), so that
-one key's flood cannot make the running batch, and with it every step, arbitrarily large for
-the others. Those the scheduler has not admitted into a batch yet are bounded in number and
-prompt tokens (``max_scheduler_waiting``, ``max_scheduler_waiting_tokens``; estimated from the
-load the scheduler attaches to outputs and from ``get_loads`` polled every
-``load_poll_seconds`` while requests are queued here, plus what was forwarded since): the
-scheduler's own queue stays short, so its policy cannot put a small request behind a flood,
-and the prefill step a small request joins holds few of the flood's prompt tokens. The rest
-wait here in one queue per key, and a freed slot goes to the queued key with the fewest
-requests in flight, so that a key sending a flood cannot hold back a key sending one small
-request: that request takes the next freed slot. Queues are bounded per key and in total.
+prompt tokens (``Limits.max_forwarded_*``), and per key: at most ``max_forwarded_per_key``,
+and at most ``max_key_lead`` more than the key with the fewest in flight, so that one key's
+flood can neither make the running batch, and with it every step, arbitrarily large for the
+others, nor keep adding prefill steps in front of each token of another key's request. Those
+the scheduler has not admitted into a batch yet are bounded in number and prompt tokens
+(``max_scheduler_waiting``, ``max_scheduler_waiting_tokens``; estimated from the load the
+scheduler attaches to outputs and from ``get_loads`` polled every ``load_poll_seconds`` while
+requests are queued here, plus what was forwarded since): the scheduler's own queue stays
+short, so its policy cannot put a small request behind a flood, and the prefill step a small
+request joins holds few of the flood's prompt tokens. The rest wait here in one queue per
+key, and a freed slot goes to the queued key with the fewest requests in flight, so that a
+key sending a flood cannot hold back a key sending one small request: that request takes the
+next freed slot. Queues are bounded per key and in total.
 
 Control messages (pause, continue, flush, loads, abort) are answered by the scheduler in the
 order they were sent, each with one ``ControlReply`` or an ``ErrorReply`` without rid; replies
@@ -65,6 +67,10 @@ class EngineClient:
         # What the scheduler has not admitted yet: its last report plus what was sent since.
         self.scheduler_waiting = 0
         self.scheduler_waiting_tokens = 0
+        # Requests and prompt tokens forwarded so far, and those counts when the last output
+        # arrived: a load report counts only what the scheduler had read when it was made.
+        self._sent = (0, 0)
+        self._sent_at_output = (0, 0)
         self._polling = False
         self._queues: dict[str, deque[RequestState]] = {}
         self._turns: deque[str] = deque()
@@ -182,7 +188,19 @@ class EngineClient:
             )
             and self.forwarded < limits.max_forwarded_requests
             and self.forwarded_tokens + state.prompt_tokens <= limits.max_forwarded_tokens
-            and self._in_flight.get(state.key, 0) < limits.max_forwarded_per_key
+            and self._within_lead(self._in_flight.get(state.key, 0))
+        )
+
+    def _within_lead(self, mine: int) -> bool:
+        """Whether a key with ``mine`` requests in flight may send one more: at most
+        ``max_forwarded_per_key``, and at most ``max_key_lead`` more than the key with the
+        fewest in flight (so that, while a light key's request runs, a flood adds no prefill
+        steps in front of each of its tokens)."""
+        limits = self.limits
+        if mine >= limits.max_forwarded_per_key:
+            return False
+        return (
+            mine < limits.max_key_lead or mine < min(self._in_flight.values()) + limits.max_key_lead
         )
 
     def _forward(self, state: RequestState) -> None:
@@ -191,6 +209,8 @@ class EngineClient:
         self.forwarded += 1
         self.scheduler_waiting += 1
         self.scheduler_waiting_tokens += state.prompt_tokens
+        requests, tokens = self._sent
+        self._sent = (requests + 1, tokens + state.prompt_tokens)
         self.forwarded_tokens += state.prompt_tokens
         message, state.message = state.message, b""
         self._send(message)
@@ -226,24 +246,30 @@ class EngineClient:
         try:
             while self._queues and self._socket is not None:
                 await asyncio.sleep(self.limits.load_poll_seconds)
+                # The scheduler reads messages in order: the reply counts what went before.
+                sent = self._sent
                 try:
                     reply = await self.control("get_loads", timeout=5.0)
                 except (TimeoutError, ConnectionError):
                     continue
                 if reply.loads is not None:
-                    self._loaded(reply.loads)
+                    self._loaded(reply.loads, sent)
         finally:
             self._polling = False
 
-    def _loaded(self, loads: dict) -> None:
+    def _loaded(self, loads: dict, counted: tuple[int, int]) -> None:
+        """Take the scheduler's report of its queue, made once it had read the requests
+        counted in ``counted`` (forwarded requests and tokens then): those sent since wait
+        too."""
         waiting = loads.get("num_waiting_reqs")
         if isinstance(waiting, int):
-            self.scheduler_waiting = waiting
             tokens = loads.get("num_waiting_uncached_tokens")
-            if isinstance(tokens, int):
-                self.scheduler_waiting_tokens = tokens
-            elif waiting == 0:
-                self.scheduler_waiting_tokens = 0
+            if not isinstance(tokens, int):
+                tokens = 0 if waiting == 0 else self.scheduler_waiting_tokens
+            requests_since = self._sent[0] - counted[0]
+            tokens_since = self._sent[1] - counted[1]
+            self.scheduler_waiting = waiting + requests_since
+            self.scheduler_waiting_tokens = tokens + tokens_since
             if self._queues:
                 self._pump()
 
@@ -301,8 +327,11 @@ class EngineClient:
 
     def _dispatch(self, msg: msgspec.Struct) -> None:
         if isinstance(msg, BatchTokenIDOutput):
+            # A step's report counts the requests read when the step began: about those
+            # forwarded before the previous step's output arrived.
+            counted, self._sent_at_output = self._sent_at_output, self._sent
             if msg.load is not None:
-                self._loaded(msg.load)
+                self._loaded(msg.load, counted)
             states = self.states
             for i, rid in enumerate(msg.rids):
                 state = states.get(rid)

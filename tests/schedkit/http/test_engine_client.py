@@ -143,7 +143,7 @@ def test_the_scheduler_queue_is_bounded_in_prompt_tokens_and_polled_while_full(s
             await scheduler.read(3)
             assert scheduler.received[2].rid == "r2"
             # A prompt over the whole budget still goes, once the scheduler's queue is empty.
-            client._loaded(loads)
+            client._loaded(loads, client._sent)
             big = client.submit("b", list(range(20)), PARAMS, "big")
             assert big.forwarded
         finally:
