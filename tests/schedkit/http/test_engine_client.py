@@ -126,6 +126,26 @@ def test_one_key_holds_at_most_its_share_of_the_scheduler(scheduler):
     asyncio.run(run())
 
 
+def test_a_key_leads_the_lightest_key_by_at_most_max_key_lead(scheduler):
+    async def run() -> None:
+        client = EngineClient(scheduler.endpoint, Limits(max_key_lead=2))
+        client.start()
+        try:
+            client.submit("small", [1], PARAMS, "s0")
+            for i in range(4):
+                client.submit("flood", [1], PARAMS, f"f{i}")
+            await scheduler.read(4)  # s0, f0..f2: the flood may lead by 2, not by 3
+            assert [m.rid for m in scheduler.received] == ["s0", "f0", "f1", "f2"]
+            assert client.queued == 1
+            scheduler.finish("s0")  # alone, the flood has no one to lead
+            await scheduler.read(5)
+            assert scheduler.received[4].rid == "f3"
+        finally:
+            client.close()
+
+    asyncio.run(run())
+
+
 def test_the_scheduler_queue_is_bounded_in_prompt_tokens_and_polled_while_full(scheduler):
     async def run() -> None:
         limits = Limits(max_scheduler_waiting_tokens=10, load_poll_seconds=0.01)
