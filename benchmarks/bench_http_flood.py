@@ -12,7 +12,7 @@ step time; and the longest step the flood can run ahead of the small request, a 
 tokens waiting in the scheduler), timed at idle, for the bound "2 x idle + one step".
 
 Usage: ``python benchmarks/bench_http_flood.py [--repeat 5] [--flood 512] [--http-limit
-NAME=VALUE ...]``.
+NAME=VALUE ...] [--quick]``.
 """
 
 from __future__ import annotations
@@ -173,7 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--http-limit", action="append", default=[], metavar="NAME=VALUE", help="a front-end limit"
     )
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 2 repeats, a flood of 16, 0.3 s first"
+    )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.repeat, args.flood, args.warmup = 2, 16, 0.3
     options = ["--api-key", KEYS["flood"], "--api-key", KEYS["small"]]
     for limit in args.http_limit:
         options += ["--http-limit", limit]

@@ -269,7 +269,7 @@ def test_a_client_that_never_reads_its_stream_is_cut_off(hostile):
 def test_a_flood_from_one_key_cannot_hold_back_another_keys_small_request(hostile):
     """With generation paused, one key queues a flood past the scheduler's window, then another
     key one small request: once generation continues, the small request takes the next freed
-    slot instead of waiting behind the flood (latency figures: benchmarks/bench_http.py)."""
+    slot instead of waiting behind the flood (latency figures: benchmarks/bench_http_flood.py)."""
     _, url = hostile
     admin = _auth("admin")
 

@@ -1,0 +1,28 @@
+"""The flood benchmark runs end to end in its smoke mode and prints every figure and bound.
+
+About 7 s: it starts a real ``schedkit serve --http`` on the wall clock and times requests on
+it, which is what the benchmark is."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_http_flood.py"
+MMM = r"[\d.]+ / [\d.]+ / [\d.]+"
+
+
+def test_quick_run_prints_idle_flood_and_bounds():
+    result = subprocess.run(
+        [sys.executable, str(BENCH), "--quick"], capture_output=True, text=True, timeout=180
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for label in (
+        "small request at idle",
+        "small request under the flood",
+        "step under the flood: gap between its tokens",
+        "one step: a 1,024-token prefill at idle",
+    ):
+        assert re.search(rf"^ *{label} \(ms\) +{MMM}$", out, re.MULTILINE), out
+    assert re.search(r"^  bound 2 x idle \+ one step, medians \(ms\) +[\d.]+$", out, re.M), out
