@@ -96,11 +96,12 @@ def test_pause_continue_and_flush(http):
     assert http.post("/flush_cache").status_code == 200
 
 
-def test_a_client_that_leaves_mid_stream_has_its_request_aborted(http_server, http):
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "not-streamed"])
+def test_a_client_that_leaves_mid_request_has_its_request_aborted(http_server, http, stream):
     _, url = http_server
     host, port = url.removeprefix("http://").split(":")
     body = json.dumps(
-        {"input_ids": [3] * 8, "sampling_params": {"max_new_tokens": 30000}, "stream": True}
+        {"input_ids": [3] * 8, "sampling_params": {"max_new_tokens": 30000}, "stream": stream}
     ).encode()
     with socket.create_connection((host, int(port))) as raw:
         raw.sendall(
@@ -108,9 +109,14 @@ def test_a_client_that_leaves_mid_stream_has_its_request_aborted(http_server, ht
             + f"content-length: {len(body)}\r\n\r\n".encode()
             + body
         )
-        received = b""
-        while b"data: " not in received:
-            received += raw.recv(65536)
+        if stream:
+            received = b""
+            while b"data: " not in received:
+                received += raw.recv(65536)
+        else:
+            deadline = time.monotonic() + 10
+            while http.get("/load").json()["server_load"] == 0 and time.monotonic() < deadline:
+                time.sleep(0.02)
         assert http.get("/load").json()["server_load"] == 1
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
