@@ -82,8 +82,17 @@ async def _http_exchange(reader, writer, request: bytes, stream: bool) -> None:
     if not head.startswith(b"HTTP/1.1 200"):
         raise RuntimeError(f"HTTP error: {head[:200]!r}")
     if stream:
-        await reader.readuntil(b"data: [DONE]\n\n")
-        await reader.readuntil(b"0\r\n\r\n")
+        # Reads as they come, looking only at the end for the last chunk (SSE data ends with
+        # a blank line, so only the terminator ends with CRLF 0 CRLF CRLF): a search of the
+        # whole buffer on each arrival would cost the client more than the servers.
+        tail = b""
+        while not tail.endswith(b"\r\n0\r\n\r\n"):
+            data = await reader.read(1 << 16)
+            if not data:
+                raise RuntimeError("the stream ended before its last chunk")
+            tail = (tail + data)[-32:]
+        if b"data: [DONE]" not in tail:
+            raise RuntimeError(f"the stream did not end with data: [DONE]: {tail!r}")
     else:
         length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
         await reader.readexactly(length)
