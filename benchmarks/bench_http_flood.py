@@ -7,9 +7,10 @@ the step in progress when it arrives, and the step time is the gap between its c
 Printed, min / median / max over ``--repeat`` requests: at idle, then with the flood running
 (``--flood`` requests of ``--flood-prompt`` tokens and ``--flood-new`` new tokens kept in
 flight from the other key, each prompt of random token ids), its latency, first token and
-step time; and the longest step the flood can run ahead of the small request, a prefill of
-``max_scheduler_waiting_tokens`` fresh tokens (the front end's bound on the flood's prompt
-tokens waiting in the scheduler), timed at idle, for the bound "2 x idle + one step".
+step time; and the longest step the flood can run ahead of the small request, timed at idle,
+for the bound "2 x idle + one step": a prefill of ``max_scheduler_waiting_tokens`` fresh
+tokens (the front end's bound on the flood's prompt tokens waiting in the scheduler), or of one
+flood prompt up to a chunk (``chunked_prefill_size``, 8,192) when the prompts are longer.
 
 Usage: ``python benchmarks/bench_http_flood.py [--repeat 5] [--flood 512] [--http-limit
 NAME=VALUE ...] [--quick]``.
@@ -29,6 +30,8 @@ from schedkit.http.config import Limits
 from schedkit.testing.serving import start_http_serve, stop_serve
 
 KEYS = {"flood": "flood-key", "small": "small-key"}
+# The shipped wiring's chunked_prefill_size.
+CHUNK = 8192
 
 
 def _request(host: str, port: int, key: str, prompt: list[int], new: int, stream: bool) -> bytes:
@@ -111,7 +114,9 @@ async def _run(host: str, port: int, args: argparse.Namespace) -> None:
     budget = _limits(args).get(
         "max_scheduler_waiting_tokens", Limits().max_scheduler_waiting_tokens
     )
-    step = [await _one_step(host, port, int(budget), i) for i in range(args.repeat)]
+    # A flood prompt over the budget goes alone, and is prefilled a chunk at a time.
+    step_tokens = max(int(budget), min(args.flood_prompt, CHUNK))
+    step = [await _one_step(host, port, step_tokens, i) for i in range(args.repeat)]
     idle, idle_first, idle_steps = [], [], []
     for prompt in prompts[: args.repeat]:
         latency, first, gaps = await _small(host, port, prompt)
@@ -145,7 +150,7 @@ async def _run(host: str, port: int, args: argparse.Namespace) -> None:
     print(row.format("  step under the flood: gap between its tokens (ms)", _mmm(steps)))
     print(
         row.format(
-            f"one step: a {int(budget):,}-token prefill at idle (ms)",
+            f"one step: a {step_tokens:,}-token prefill at idle (ms)",
             _mmm(step),
         )
     )

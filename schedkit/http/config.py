@@ -32,10 +32,11 @@ class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # Forwarded requests of one key not finished: a flood from one key cannot make the
     # scheduler's running batch (and so every step) arbitrarily large for the others.
     max_forwarded_per_key: Positive = 64
-    # ...and at most this many more than the key with the fewest in flight: while another
-    # key's request runs, a flood's new prefills (each a step before that request's next
-    # token) wait.
+    # ...and at most this many more requests and prompt tokens than the key with the fewest
+    # in flight (a key with none in flight always may send one): while another key's request
+    # runs, a flood's new prefills (each a step before that request's next token) wait.
     max_key_lead: Positive = 16
+    max_key_lead_tokens: Positive = 2048
     # Forwarded requests the scheduler has not admitted into a batch yet, and their prompt
     # tokens: past either, new ones wait here (where admission is fair) instead of in the
     # scheduler's queue, whose policy knows nothing of keys and whose prefill steps another

@@ -75,6 +75,7 @@ class EngineClient:
         self._queues: dict[str, deque[RequestState]] = {}
         self._turns: deque[str] = deque()
         self._in_flight: dict[str, int] = {}
+        self._in_flight_tokens: dict[str, int] = {}
         self._controls: deque[asyncio.Future] = deque()
         self._prefix = os.urandom(4).hex()
         self._counter = 0
@@ -188,24 +189,32 @@ class EngineClient:
             )
             and self.forwarded < limits.max_forwarded_requests
             and self.forwarded_tokens + state.prompt_tokens <= limits.max_forwarded_tokens
-            and self._within_lead(self._in_flight.get(state.key, 0))
+            and self._within_lead(state.key)
         )
 
-    def _within_lead(self, mine: int) -> bool:
-        """Whether a key with ``mine`` requests in flight may send one more: at most
-        ``max_forwarded_per_key``, and at most ``max_key_lead`` more than the key with the
-        fewest in flight (so that, while a light key's request runs, a flood adds no prefill
-        steps in front of each of its tokens)."""
+    def _within_lead(self, key: str) -> bool:
+        """Whether ``key`` may send one more request: one with none in flight always may;
+        else at most ``max_forwarded_per_key``, and at most ``max_key_lead`` requests and
+        ``max_key_lead_tokens`` prompt tokens in flight more than the key with the fewest (so
+        that, while a light key's request runs, a flood adds no prefill steps in front of
+        each of its tokens)."""
+        mine = self._in_flight.get(key, 0)
+        if mine == 0:
+            return True
         limits = self.limits
         if mine >= limits.max_forwarded_per_key:
             return False
-        return (
-            mine < limits.max_key_lead or mine < min(self._in_flight.values()) + limits.max_key_lead
-        )
+        lead = limits.max_key_lead
+        if mine >= lead and mine >= min(self._in_flight.values()) + lead:
+            return False
+        tokens, lead_tokens = self._in_flight_tokens[key], limits.max_key_lead_tokens
+        return tokens < lead_tokens or tokens < min(self._in_flight_tokens.values()) + lead_tokens
 
     def _forward(self, state: RequestState) -> None:
         state.forwarded = True
         self._in_flight[state.key] = self._in_flight.get(state.key, 0) + 1
+        tokens = self._in_flight_tokens
+        tokens[state.key] = tokens.get(state.key, 0) + state.prompt_tokens
         self.forwarded += 1
         self.scheduler_waiting += 1
         self.scheduler_waiting_tokens += state.prompt_tokens
@@ -279,8 +288,10 @@ class EngineClient:
             left = self._in_flight[state.key] - 1
             if left:
                 self._in_flight[state.key] = left
+                self._in_flight_tokens[state.key] -= state.prompt_tokens
             else:
                 del self._in_flight[state.key]
+                del self._in_flight_tokens[state.key]
             self.forwarded -= 1
             self.forwarded_tokens -= state.prompt_tokens
         if self._queues:

@@ -22,7 +22,7 @@ def test_quick_run_prints_idle_flood_and_bounds():
         "small request at idle",
         "small request under the flood",
         "step under the flood: gap between its tokens",
-        "one step: a 1,024-token prefill at idle",
+        r"one step: a [\d,]+-token prefill at idle",
     ):
         assert re.search(rf"^ *{label} \(ms\) +{MMM}$", out, re.MULTILINE), out
     assert re.search(r"^  bound 2 x idle \+ one step, medians \(ms\) +[\d.]+$", out, re.M), out

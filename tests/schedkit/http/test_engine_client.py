@@ -146,6 +146,26 @@ def test_a_key_leads_the_lightest_key_by_at_most_max_key_lead(scheduler):
     asyncio.run(run())
 
 
+def test_a_key_leads_the_lightest_key_by_at_most_max_key_lead_tokens(scheduler):
+    async def run() -> None:
+        client = EngineClient(scheduler.endpoint, Limits(max_key_lead_tokens=10))
+        client.start()
+        try:
+            client.submit("small", [1], PARAMS, "s0")
+            client.submit("long", list(range(20)), PARAMS, "l0")  # none in flight: it goes
+            client.submit("long", list(range(20)), PARAMS, "l1")  # 20 tokens ahead of 1
+            await scheduler.read(2)
+            assert [m.rid for m in scheduler.received] == ["s0", "l0"]
+            assert client.queued == 1
+            scheduler.finish("s0")
+            await scheduler.read(3)
+            assert scheduler.received[2].rid == "l1"
+        finally:
+            client.close()
+
+    asyncio.run(run())
+
+
 def test_the_scheduler_queue_is_bounded_in_prompt_tokens_and_polled_while_full(scheduler):
     async def run() -> None:
         limits = Limits(max_scheduler_waiting_tokens=10, load_poll_seconds=0.01)
