@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 from schedkit.kv_events import BlockStored, KVEventBatch, KvEventsConfig, KvEventSubscriber
@@ -65,3 +66,23 @@ def subscriber_for(pub, **kwargs) -> KvEventSubscriber:
     return KvEventSubscriber(
         pub.endpoint, pub.replay_endpoint, pub.config.topic, pub.config.profile, **kwargs
     )
+
+
+def wait_released(*endpoints: str, timeout: float = 30.0) -> None:
+    """Wait until no socket listens on the tcp ``endpoints`` any more. A publisher's replay
+    ROUTER lives in the process-wide context, so ``shutdown()`` returns before libzmq's I/O
+    thread has closed its listening socket; a restart on the same port waits for that (a probe
+    bound with SO_REUSEADDR, as libzmq binds, succeeds once the listener is gone)."""
+    deadline = time.monotonic() + timeout
+    for endpoint in endpoints:
+        host, port = endpoint.removeprefix("tcp://").rsplit(":", 1)
+        while True:
+            with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind((host, int(port)))
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"{endpoint} still held after {timeout}s") from None
+            time.sleep(0.005)

@@ -36,6 +36,7 @@ from tests.schedkit.kv_events.helpers import (
     seqs,
     subscriber_for,
     wait_live,
+    wait_released,
 )
 
 
@@ -126,6 +127,7 @@ def test_publisher_restart_is_reported_and_the_new_stream_replayed(closing):
     poll_until(sub, lambda g: g[-1][0] >= before, got)
     endpoint, replay_endpoint = pub.endpoint, pub.replay_endpoint
     pub.shutdown()
+    wait_released(replay_endpoint)
 
     restarted = closing(
         ZmqEventPublisher(KvEventsConfig(endpoint=endpoint, replay_endpoint=replay_endpoint))

@@ -28,6 +28,7 @@ from tests.schedkit.kv_events.helpers import (
     seqs,
     subscriber_for,
     wait_live,
+    wait_released,
 )
 
 
@@ -156,6 +157,7 @@ def test_a_restart_whose_seqs_run_past_the_old_ones_is_noticed(closing, unseen):
     deaf(sub, True)
     endpoint, replay_endpoint = pub.endpoint, pub.replay_endpoint
     pub.shutdown()
+    wait_released(replay_endpoint)
     new = closing(
         ZmqEventPublisher(
             KvEventsConfig(endpoint=endpoint, replay_endpoint=replay_endpoint, heartbeat_interval=0)

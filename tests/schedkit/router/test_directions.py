@@ -47,24 +47,32 @@ def _run(path: str, fmt: str, block: int, runs: list[tuple[str, str, dict]]) -> 
     return out
 
 
-def _in_a_process(*args: object) -> dict:
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_run, args)
-
-
 @pytest.fixture(scope="module")
-def mooncake(tmp_path_factory):
-    path = write_mooncake_shaped(
-        tmp_path_factory.mktemp("mc") / "mc.jsonl", 300, rate=16.0, block_size=BLOCK
-    )
-    runs = [
+def traces_run(tmp_path_factory) -> dict[str, dict]:
+    """The runs on both traces, each trace's in a process of its own; the two processes run
+    side by side (one per core on a 2-core machine)."""
+    folder = tmp_path_factory.mktemp("traces")
+    mooncake = write_mooncake_shaped(folder / "mc.jsonl", 300, rate=16.0, block_size=BLOCK)
+    mooncake_runs = [
         ("round_robin", "round_robin", {}),
         ("kv", "kv", {}),
         ("sglang", "sglang", {}),
         ("sglang least_prefill", "sglang", {"fallback": "least_prefill"}),
         ("dynamo", "dynamo", {}),
     ]
-    return _in_a_process(str(path), "mooncake", BLOCK, runs)
+    azure = write_azure_shaped(folder / "az.csv", 600, rate=400.0, scale=0.25)
+    azure_runs = [(name, name, {}) for name in sorted(POLICIES)]
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        pending = {
+            "mooncake": pool.apply_async(_run, (str(mooncake), "mooncake", BLOCK, mooncake_runs)),
+            "azure": pool.apply_async(_run, (str(azure), "azure", 512, azure_runs)),
+        }
+        return {name: result.get() for name, result in pending.items()}
+
+
+@pytest.fixture(scope="module")
+def mooncake(traces_run):
+    return traces_run["mooncake"]
 
 
 @pytest.mark.parametrize("policy", ["kv", "sglang", "dynamo"])
@@ -82,10 +90,8 @@ def test_cache_aware_routers_match_or_beat_round_robin_on_a_mooncake_shaped_trac
 
 
 @pytest.fixture(scope="module")
-def azure(tmp_path_factory):
-    path = write_azure_shaped(tmp_path_factory.mktemp("az") / "az.csv", 600, rate=400.0, scale=0.25)
-    runs = [(name, name, {}) for name in sorted(POLICIES)]
-    return _in_a_process(str(path), "azure", 512, runs)
+def azure(traces_run):
+    return traces_run["azure"]
 
 
 def test_no_policy_overloads_a_worker_on_a_no_sharing_trace(azure):

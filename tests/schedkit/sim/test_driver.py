@@ -118,15 +118,22 @@ def test_output_writes_one_record_per_request(tmp_path):
     assert all(r["finish"]["type"] in ("length", "stop") for r in records)
 
 
-def test_ctrl_c_prints_the_summary_so_far():
-    proc = run("--num-requests", "100000", "--json")
-    time.sleep(3)
+def test_ctrl_c_prints_the_summary_so_far(tmp_path):
+    records = tmp_path / "records.jsonl"
+    proc = run("--num-requests", "100000", "--json", "--output", str(records))
+    # Interrupted once requests have finished: their records reach the file.
+    deadline = time.monotonic() + 60
+    while not (records.exists() and records.stat().st_size):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no request finished within 60 s"
+        time.sleep(0.02)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     summary = json.loads(stdout)
     assert summary["interrupted"] is True
     assert 0 < summary["requests_done"] < 100000
+    assert len(records.read_text().splitlines()) == summary["requests_done"]
     assert "Traceback" not in stderr
 
 

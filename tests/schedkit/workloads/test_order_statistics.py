@@ -44,7 +44,8 @@ def test_out_of_range_ranks_are_refused():
 
 
 def test_memory_stays_a_small_fraction_of_the_sample():
-    values = array("d", (random.Random(1).random() for _ in range(1_000_000)))
+    rng = random.Random(1)
+    values = array("d", (rng.random() for _ in range(1_000_000)))
     tracemalloc.start()
     try:
         order_statistics(values, [500_000, 990_000])
