@@ -87,13 +87,38 @@ def steps_until(scheduler, done, limit: int = 5000) -> int:
 
 
 def small_request_steps(scheduler, client: Dealer, rid: str) -> int:
-    client.send(rid, [5] * 50 + [9] * 10, 16)
+    """The scheduler steps from a small request's arrival at the server to its end (its final
+    output handed to the server). Its way through the sockets takes no step: on a busy machine
+    a loaded scheduler would count many while the bytes travel."""
+    server = scheduler.request_receiver
+    steps, finished_at = 0, []
+    wired = scheduler.on_finish
 
-    def done() -> bool:
+    def on_finish(req) -> None:
+        if req.rid == rid:
+            finished_at.append(steps)
+        wired(req)
+
+    scheduler.on_finish = on_finish
+    try:
+        client.send(rid, [5] * 50 + [9] * 10, 16)
+        deadline = time.monotonic() + 30.0
+        while not server.connections.poll(0.05):  # only this client sends now
+            assert time.monotonic() < deadline, "the request never reached the server"
+        while not finished_at:
+            steps += 1
+            assert steps <= 5000, f"{rid} not done in 5000 steps"
+            if not scheduler.step():
+                time.sleep(0.001)  # idle: let the sockets deliver
+    finally:
+        scheduler.on_finish = wired
+
+    def received() -> bool:
         client.pump()
         return rid in client.finished
 
-    return steps_until(scheduler, done)
+    steps_until(scheduler, received)
+    return finished_at[0]
 
 
 def test_a_small_request_behind_a_flood_of_1000_takes_at_most_twice_its_steps_plus_one(served):
