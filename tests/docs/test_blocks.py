@@ -260,8 +260,7 @@ def test_figures_are_what_the_script_prints(scratch):
             stdout, stderr = process.communicate(timeout=240)
             assert process.returncode == 0, stderr[-4000:]
             printed.update(
-                (part.split("\n", 1)[0], part.split("\n", 1)[1])
-                for part in stdout.split("== ")[1:]
+                (part.split("\n", 1)[0], part.split("\n", 1)[1]) for part in stdout.split("== ")[1:]
             )
     finally:
         for process in processes:
