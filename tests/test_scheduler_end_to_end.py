@@ -245,6 +245,41 @@ def test_pause_publishes_pending_events_zeroes_the_gauge_and_resumes(assemble, m
     check_finished_once(assembly, reqs)
 
 
+def run_cli_together(*commands: tuple[str, ...]) -> list[subprocess.CompletedProcess]:
+    """``schedkit`` commands run side by side, each with KV-event endpoints of its own."""
+    started = []
+    try:
+        for args in commands:
+            env = {
+                **os.environ,
+                "SCHEDKIT_KV_EVENTS_ENDPOINT": free_endpoint(),
+                "SCHEDKIT_KV_REPLAY_ENDPOINT": free_endpoint(),
+            }
+            command = [sys.executable, "-m", "schedkit.cli", *args]
+            started.append(
+                subprocess.Popen(
+                    command,
+                    cwd=ROOT,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        results = []
+        for process in started:
+            stdout, stderr = process.communicate(timeout=120)
+            results.append(
+                subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+            )
+        return results
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+
+
 def run_cli(
     *args: str, env: dict | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess:
@@ -259,11 +294,18 @@ def run_cli(
 
 
 def test_schedkit_run_summary_and_lpm_halves_fcfs_median_ttft(tmp_path):
-    env = {
-        "SCHEDKIT_KV_EVENTS_ENDPOINT": free_endpoint(),
-        "SCHEDKIT_KV_REPLAY_ENDPOINT": free_endpoint(),
-    }
-    table = run_cli("run", "wiring.yaml", env=env)
+    fcfs = tmp_path / "fcfs.yaml"
+    fcfs.write_text("components:\n  policy:\n    type: fcfs\n    args: {tree_cache: null}\n")
+    # At 32 conversations/s a queue forms (at the default 16 it mostly does not, and the order
+    # of admission matters little).
+    busy = ("--rate", "32", "--json")
+    # The three runs go side by side (their figures are on the simulated clock), each on
+    # KV-event ports of its own.
+    table, lpm, fifo = run_cli_together(
+        ("run", "wiring.yaml"),
+        ("run", "wiring.yaml", *busy),
+        ("run", "wiring.yaml", "-o", str(fcfs), *busy),
+    )
     assert table.returncode == 0, table.stderr
     assert "Traceback" not in table.stderr
     for label in (
@@ -275,13 +317,7 @@ def test_schedkit_run_summary_and_lpm_halves_fcfs_median_ttft(tmp_path):
     ):
         assert label in table.stdout
 
-    fcfs = tmp_path / "fcfs.yaml"
-    fcfs.write_text("components:\n  policy:\n    type: fcfs\n    args: {tree_cache: null}\n")
-    # At 32 conversations/s a queue forms (at the default 16 it mostly does not, and the order
-    # of admission matters little).
-    busy = ("--rate", "32", "--json")
-    lpm = json.loads(run_cli("run", "wiring.yaml", *busy, env=env).stdout)
-    fifo = json.loads(run_cli("run", "wiring.yaml", "-o", str(fcfs), *busy, env=env).stdout)
+    lpm, fifo = json.loads(lpm.stdout), json.loads(fifo.stdout)
     assert lpm["requests_done"] == fifo["requests_done"] == 400
     assert lpm["requests_failed"] == 0
     assert lpm["prefix_cache_hit_rate"] > 0.5 and fifo["prefix_cache_hit_rate"] > 0.5

@@ -12,24 +12,57 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+class WheelBuild:
+    """A wheel being built, in a process of its own, from a clean copy of the source tree (no
+    stale build/ directory) into ``where``."""
+
+    def __init__(self, where: Path) -> None:
+        self.where = where
+        source = where / "src"
+        shutil.copytree(
+            ROOT,
+            source,
+            symlinks=True,
+            ignore=shutil.ignore_patterns(
+                ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"
+            ),
+        )
+        self._process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                str(source),
+                "--no-deps",
+                "-q",
+                "-w",
+                str(where),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+    def wait(self) -> Path:
+        """The built wheel, once the build has finished."""
+        stdout, stderr = self._process.communicate()
+        if self._process.returncode:
+            raise subprocess.CalledProcessError(
+                self._process.returncode, self._process.args, stdout, stderr
+            )
+        (built,) = self.where.glob("schedkit-*.whl")
+        return built
+
+    def cancel(self) -> None:
+        """Stop the build if it is still running."""
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.communicate()
+
+
 def build_wheel(where: Path) -> Path:
     """A wheel built from a clean copy of the source tree (no stale build/ directory)."""
-    source = where / "src"
-    shutil.copytree(
-        ROOT,
-        source,
-        symlinks=True,
-        ignore=shutil.ignore_patterns(
-            ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"
-        ),
-    )
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "-q", "-w", str(where)],
-        check=True,
-        capture_output=True,
-    )
-    (built,) = where.glob("schedkit-*.whl")
-    return built
+    return WheelBuild(where).wait()
 
 
 def install_wheel(wheel: Path, venv: Path) -> Path:
