@@ -7,6 +7,7 @@ Wiring problems print as a list and exit with status 2, never with a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -20,7 +21,6 @@ import yaml
 from schedkit.assembly.validate import iter_refs
 from schedkit.assembly.wiring import Ref, Wiring, WiringError
 from schedkit.assembly.yaml_reader import WiringDumper
-from schedkit.cli import calibrate, events, fleet, init, run
 from schedkit.cli.args import add_wiring_args, print_problems, wiring_from_args
 
 __all__ = ["main"]
@@ -192,7 +192,21 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+# The modules declaring the other sub-commands, in --help order, and the commands of each.
+# A command imports only its own module (fleet, events and calibrate bring tens of
+# milliseconds of imports each); --help, or no known command, imports them all.
+_COMMAND_MODULES = {
+    "run": ("run", "serve"),
+    "events": ("events",),
+    "init": ("init",),
+    "calibrate": ("calibrate",),
+    "fleet": ("fleet",),
+}
+_OWN_COMMANDS = ("validate", "graph", "config")
+
+
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``schedkit`` parser; with ``command``, only that sub-command of the modules'."""
     from schedkit import __version__
 
     parser = argparse.ArgumentParser(prog="schedkit", description=first_paragraph(__doc__))
@@ -216,17 +230,19 @@ def _parser() -> argparse.ArgumentParser:
         help="the merged wiring with the file and line that set each value (base or overlay)",
     )
     p.set_defaults(run=cmd_config)
-    run.add_parsers(sub)
-    events.add_parser(sub)
-    init.add_parser(sub)
-    calibrate.add_parser(sub)
-    fleet.add_parser(sub)
+    known = command in _OWN_COMMANDS or any(command in c for c in _COMMAND_MODULES.values())
+    for name, commands in _COMMAND_MODULES.items():
+        if not known or command in commands:
+            module = importlib.import_module(f"schedkit.cli.{name}")
+            getattr(module, "add_parsers", getattr(module, "add_parser", None))(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``schedkit`` command."""
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = _parser(command).parse_args(argv)
     # Logs go to stderr so that stdout carries only what a command prints (tables, JSON).
     structlog.configure(logger_factory=lambda *_: structlog.PrintLogger(sys.stderr))
     try:
