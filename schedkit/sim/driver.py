@@ -113,9 +113,9 @@ class Stepper:
             finished.sort(key=lambda r: inflight[r.rid])
             for req in finished:
                 del inflight[req.rid]
-                self.tally.add(req)
-                if self.on_finish is not None:
+                if self.on_finish is not None:  # first: a Ctrl-C between the two loses no record
                     self.on_finish(req)
+                self.tally.add(req)
         if ran or not self.inflight:
             self.idle_steps = 0
         else:

@@ -86,6 +86,19 @@ def steps_until(scheduler, done, limit: int = 5000) -> int:
     raise AssertionError(f"not done in {limit} steps")
 
 
+def handshaken(scheduler, clients: int) -> None:
+    """Step the scheduler until its server has finished the handshakes of ``clients``
+    connections; from then on, bytes to read on one are a message."""
+    server = scheduler.request_receiver
+    deadline = time.monotonic() + 30.0
+    while len(server.connections) < clients or not all(
+        conn.reader.ready for conn in server.connections
+    ):
+        assert time.monotonic() < deadline, "the clients never finished their handshakes"
+        if not scheduler.step():
+            time.sleep(0.001)
+
+
 def small_request_steps(scheduler, client: Dealer, rid: str) -> int:
     """The scheduler steps from a small request's arrival at the server to its end (its final
     output handed to the server). Its way through the sockets takes no step: on a busy machine
@@ -103,7 +116,7 @@ def small_request_steps(scheduler, client: Dealer, rid: str) -> int:
     try:
         client.send(rid, [5] * 50 + [9] * 10, 16)
         deadline = time.monotonic() + 30.0
-        while not server.connections.poll(0.05):  # only this client sends now
+        while not server.connections.poll(0.05):  # handshakes done: only this client sends
             assert time.monotonic() < deadline, "the request never reached the server"
         while not finished_at:
             steps += 1
@@ -126,7 +139,7 @@ def test_a_small_request_behind_a_flood_of_1000_takes_at_most_twice_its_steps_pl
     scheduler = assembly["scheduler"]
     small, flood = Dealer(endpoint), Dealer(endpoint)
     try:
-        time.sleep(0.2)  # both connected
+        handshaken(scheduler, 2)
         idle = small_request_steps(scheduler, small, "idle")
         for i in range(1000):  # distinct 32k-token prompts: nothing cached
             flood.send(f"f{i}", list(range(i * 40_000 + 10, i * 40_000 + 10 + (32 << 10))), 128)

@@ -133,7 +133,9 @@ def test_ctrl_c_prints_the_summary_so_far(tmp_path):
     summary = json.loads(stdout)
     assert summary["interrupted"] is True
     assert 0 < summary["requests_done"] < 100000
-    assert len(records.read_text().splitlines()) == summary["requests_done"]
+    # Every request counted has its record; the one being recorded at Ctrl-C may be uncounted.
+    written = len(records.read_text().splitlines())
+    assert summary["requests_done"] <= written <= summary["requests_done"] + 1
     assert "Traceback" not in stderr
 
 
