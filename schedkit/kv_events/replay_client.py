@@ -253,11 +253,15 @@ class ReplayClient:
                     payload = frames[-1]
                     request.received += 1
                     request.payload_bytes += len(payload)
-                    if request.kind == REPLAY:  # the epoch has no batches: nothing to keep
-                        kept = payload if self._keep_payloads else b""
-                        decoded = self._decode(payload)
-                        request.replies.append((seq, kept, decoded))
-                        request.held_bytes += held_bytes(kept, decoded)
+                    if request.kind != REPLAY:
+                        # The epoch is the end marker alone (SGLang's and vLLM's publishers
+                        # read the question as a seq past their ring and send just that).
+                        self.cut(request, "batches in answer to an epoch question")
+                        return True
+                    kept = payload if self._keep_payloads else b""
+                    decoded = self._decode(payload)
+                    request.replies.append((seq, kept, decoded))
+                    request.held_bytes += held_bytes(kept, decoded)
                     if request.received > bounds.max_batches:
                         self.cut(request, f"more than {bounds.max_batches} batches")
                         return True

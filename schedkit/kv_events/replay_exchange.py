@@ -145,19 +145,23 @@ class ReplayExchange(StreamSequencing):
 
     def _answered(self, request: ReplayRequest, out: list) -> None:
         """Act on a request taken off the queue, answered or given up on."""
+        # The frame links back to its replay request: without this link cut, the pair is a
+        # reference cycle that keeps the replay's decoded replies (up to ReplayBounds) alive
+        # until a full garbage collection, one more set per replay.
+        frame, request.frame = request.frame, None
         if request.kind == REPLAY:
-            if request.frame is None:
+            if frame is None:
                 self._replayed(request, 0, None, out)  # a new publisher's stream
-            elif request.frame is self._frame:
+            elif frame is self._frame:
                 self._prepare(out)
             return
         answer = request.answer if request.answered else None
         if answer is not None:
             self._epoch_told = bool(answer)
-        elif request.frame is not None and self._epoch_told is None:
+        elif frame is not None and self._epoch_told is None:
             self._epoch_told = False  # a frame waited in vain: do not make the next wait too
-        if request.frame is not None:
-            if request.frame is self._frame:
+        if frame is not None:
+            if frame is self._frame:
                 self._frame.epoch = SILENT if answer is None else answer
                 self._prepare(out)
         elif self._new_epoch(answer):

@@ -75,8 +75,9 @@ def test_a_replay_that_never_ends_is_cut_and_reported_as_lost(closing):
     assert sub.replays_cut >= 1
     lost = next(n for n in sub.notices if isinstance(n, HistoryLost) and n.cut)
     assert lost.expected > 0
-    # (The epoch questions got no end either: the live frame went first, as from a publisher
-    # whose replay socket does not answer, and was taken for a restart when it came again.)
+    # (The epoch questions were answered with batches, so cut at the first: the live frame
+    # went first, as from a publisher whose replay socket does not answer, and was taken for
+    # a restart when it came again.)
     start = [seq for seq, _ in got].index(0)
     # A replay from 0 delivers up to its bound (500 batches), in order, and no further.
     replayed = [seq for seq, _ in got[start : start + 600]]
