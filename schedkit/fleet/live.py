@@ -160,6 +160,7 @@ class LiveFleet(LiveWorkers):
                 topic=first["topic"],
                 profile=first["profile"],
                 policy=policy,
+                capacity={rank: r["pool_pages"] for rank, r in ready.items()},
             )
         elif policy.uses_prefix:
             raise WorkerStartError(

@@ -42,6 +42,7 @@ from schedkit.fleet.admission import (
 )
 from schedkit.fleet.capacity import check_offline_workers, current_rss_mib
 from schedkit.fleet.events import attach
+from schedkit.fleet.pool import pool_pages
 from schedkit.fleet.records import RecordRequest
 from schedkit.fleet.summary import FleetSummary, WorkerTotals, fleet_summary, router_figures
 from schedkit.kv_events import KvEventsConfig
@@ -202,6 +203,9 @@ class OfflineFleet:
         self.router = Router(
             range(n), page_size, make_policy(policy, **(settings or {})), clock=lambda: self.now
         )
+        if events is not None:
+            for rank, (assembly, publisher) in enumerate(zip(assemblies, publishers, strict=True)):
+                self.router.index.set_capacity(rank, pool_pages(assembly, publisher))
         self._usage = [_kv_usage(a) for a in assemblies]
         self._awaiting: list[set[str]] = [set() for _ in assemblies]  # no first token seen yet
         self._deferred: list = []  # what steps told the router, by the time they ended

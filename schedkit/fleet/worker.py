@@ -35,6 +35,7 @@ import zmq
 from schedkit.assembly.container import build
 from schedkit.assembly.wiring import Ref, Wiring, WiringError
 from schedkit.fleet.offline import worker_wiring
+from schedkit.fleet.pool import pool_pages
 from schedkit.serving import drain
 from schedkit.sim.driver import peak_rss_mb
 
@@ -183,6 +184,7 @@ def worker_main(spec: WorkerSpec) -> None:
                 "kv_events": publisher.endpoint if enabled else None,
                 "replay": publisher.replay_endpoint if enabled else None,
                 "page_size": publisher.page_size if enabled else None,
+                "pool_pages": pool_pages(assembly, publisher) if enabled else None,
                 "topic": publisher.kv_events_config.topic if enabled else "",
                 "profile": publisher.kv_events_config.profile if enabled else "sglang",
             }

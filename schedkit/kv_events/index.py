@@ -9,13 +9,21 @@ import structlog
 from schedkit.kv_events.hashing import page_hashes
 from schedkit.kv_events.structs import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
 
-__all__ = ["DEFAULT_MAX_PAGES", "DEFAULT_VIOLATION_THRESHOLD", "KvIndex"]
+__all__ = [
+    "DEFAULT_MAX_PAGES",
+    "DEFAULT_UNANNOUNCED_PAGES",
+    "DEFAULT_VIOLATION_THRESHOLD",
+    "KvIndex",
+]
 
 log = structlog.get_logger(__name__)
 
-# Pages a rank may hold in the index before it announces its pool (and the most it may
-# announce): ~350 bytes each, so ~350 MiB for a rank at the bound.
+# The most pages a rank may announce: ~350 bytes each in the index, so ~350 MiB at the bound.
 DEFAULT_MAX_PAGES = 1 << 20
+# Pages a rank may hold in the index before it announces its pool (~22 MiB): 1M tokens at
+# 16-token pages, more than one GPU of any preset holds at that page size. A rank with a
+# bigger pool and smaller pages is indexed in part until it announces its pool.
+DEFAULT_UNANNOUNCED_PAGES = 1 << 16
 # Protocol violations (a page stored past the rank's pool, a medium name past the bounds
 # below) after which ``violating(rank)`` is True.
 DEFAULT_VIOLATION_THRESHOLD = 1024
@@ -32,10 +40,13 @@ class KvIndex:
     BlockRemoved events of that medium, so a router keeps one index per tier.
 
     A rank holds at most its pool: ``set_capacity(rank, pages)`` (from its config or its
-    ``KvMetrics.kv_total_blocks``), else ``max_pages``. A page stored past it is not kept and
-    counts as a protocol violation, as does a medium name longer than 32 characters or past
-    16 distinct ones (kept as None); ``violating(rank)`` tells when a rank has committed
-    ``violation_threshold`` of them, for a router to stop trusting it.
+    ``KvMetrics.kv_total_blocks``, at most ``max_pages``). A page stored past it is not kept
+    and counts as a protocol violation, as does a medium name longer than 32 characters or
+    past 16 distinct ones (kept as None); ``violating(rank)`` tells when a rank has committed
+    ``violation_threshold`` of them, for a router to stop trusting it. A rank that has not
+    announced its pool holds at most ``unannounced_pages``: a page stored past that is not
+    kept either, but counted in ``unindexed(rank)``, not as a violation (it broke no promise),
+    and the first one is logged with what to do.
     """
 
     __slots__ = (
@@ -43,9 +54,11 @@ class KvIndex:
         "_capacity",
         "_media",
         "_owners",
+        "_unindexed",
         "_violations",
         "max_pages",
         "medium",
+        "unannounced_pages",
         "violation_threshold",
     )
 
@@ -53,18 +66,21 @@ class KvIndex:
         self,
         *,
         max_pages: int = DEFAULT_MAX_PAGES,
+        unannounced_pages: int = DEFAULT_UNANNOUNCED_PAGES,
         violation_threshold: int = DEFAULT_VIOLATION_THRESHOLD,
         medium: str | None = None,
     ) -> None:
-        if max_pages < 1 or violation_threshold < 1:
-            raise ValueError("max_pages and violation_threshold must be >= 1")
+        if min(max_pages, unannounced_pages, violation_threshold) < 1:
+            raise ValueError("max_pages, unannounced_pages and violation_threshold must be >= 1")
         self.max_pages = max_pages
+        self.unannounced_pages = min(unannounced_pages, max_pages)
         self.violation_threshold = violation_threshold
         self.medium = medium
         self._owners: dict[int, dict[int, str | None]] = {}
         self._blocks: dict[int, set[int]] = {}
         self._capacity: dict[int, int] = {}
         self._violations: dict[int, int] = {}
+        self._unindexed: dict[int, int] = {}
         self._media: dict[str, str] = {}
 
     def set_capacity(self, rank: int, pages: int) -> None:
@@ -73,7 +89,15 @@ class KvIndex:
 
     def capacity(self, rank: int) -> int:
         """The most pages ``rank`` may hold in the index."""
-        return self._capacity.get(rank, self.max_pages)
+        return self._capacity.get(rank, self.unannounced_pages)
+
+    def announced(self, rank: int) -> bool:
+        """Whether ``rank``'s pool is known (``set_capacity``)."""
+        return rank in self._capacity
+
+    def unindexed(self, rank: int) -> int:
+        """Pages ``rank`` stored past ``unannounced_pages`` before it announced its pool."""
+        return self._unindexed.get(rank, 0)
 
     def violations(self, rank: int) -> int:
         """Protocol violations counted against ``rank``."""
@@ -89,7 +113,7 @@ class KvIndex:
             rank = batch.attn_dp_rank if batch.attn_dp_rank is not None else 0
         owners = self._owners
         blocks = self._blocks.setdefault(rank, set())
-        capacity = self._capacity.get(rank, self.max_pages)
+        capacity = self._capacity.get(rank, self.unannounced_pages)
         excess = 0
         only = self.medium
         for event in batch.events:
@@ -127,7 +151,21 @@ class KvIndex:
             else:
                 raise TypeError(f"unknown KV event {event!r}")
         if excess:
-            self._violate(rank, excess, f"stored pages past its pool of {capacity}")
+            if rank in self._capacity:
+                self._violate(rank, excess, f"stored pages past its pool of {capacity}")
+            else:
+                self._unannounced_excess(rank, excess)
+
+    def _unannounced_excess(self, rank: int, count: int) -> None:
+        before = self._unindexed.get(rank, 0)
+        self._unindexed[rank] = before + count
+        if not before:
+            log.warning(
+                "kv_events.index_pool_unknown",
+                rank=rank,
+                indexed=self.unannounced_pages,
+                fix="give the router the rank's pool (capacity=) or let it send KvMetrics",
+            )
 
     def _medium(self, medium: str, rank: int) -> str | None:
         known = self._media.get(medium)

@@ -15,10 +15,12 @@ import zmq
 from schedkit.kv_events import (
     HistoryLost,
     KvEventSubscriber,
+    KvIndex,
     Notice,
     PublisherRestarted,
     offset_endpoint,
 )
+from schedkit.kv_events.index import DEFAULT_UNANNOUNCED_PAGES
 from schedkit.kv_events.replay_client import ReplayBounds
 from schedkit.kv_events.structs import KvMetrics
 from schedkit.router.base import Route, RoutingPolicy
@@ -73,7 +75,8 @@ class KvRouter(Router):
 
     Each rank's index holds at most its pool: ``capacity`` (pages per rank, from the ranks'
     config) or its reported ``kv_total_blocks``; a rank that keeps storing past it
-    (``KvIndex.violating``) is taken out of routing and listed in ``untrusted``. One
+    (``KvIndex.violating``) is taken out of routing and listed in ``untrusted``. A rank whose
+    pool is not known yet is indexed up to ``unannounced_pages`` and routed as usual. One
     ``poll`` applies ~10 ms of batches; a rank with more (a long replay) keeps the rest for
     the next calls and is not read meanwhile.
     """
@@ -89,9 +92,14 @@ class KvRouter(Router):
         policy: RoutingPolicy | None = None,
         clock: Callable[[], float] = time.monotonic,
         capacity: Mapping[int, int] | None = None,
+        unannounced_pages: int = DEFAULT_UNANNOUNCED_PAGES,
     ) -> None:
         super().__init__(
-            list(endpoints), page_size, LongestPrefix() if policy is None else policy, clock=clock
+            list(endpoints),
+            page_size,
+            LongestPrefix() if policy is None else policy,
+            KvIndex(unannounced_pages=unannounced_pages),
+            clock=clock,
         )
         self.notices: list[tuple[int, Notice]] = []
         self.reported: dict[int, KvMetrics] = {}

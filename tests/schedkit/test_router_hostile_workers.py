@@ -109,14 +109,27 @@ def test_the_router_stays_small_and_prompt_under_a_replay_that_never_ends():
 
 
 def test_a_worker_never_holds_more_than_its_pool_and_is_dropped_when_it_keeps_trying():
-    pub = RawPublisher()
+    pub, silent = RawPublisher(), RawPublisher()
     metrics = free_endpoint()
     router = KvRouter(
-        {0: (pub.endpoint, None), 1: (free_endpoint(), None)}, PAGE, metrics_endpoint=metrics
+        {0: (pub.endpoint, None), 1: (silent.endpoint, None)},
+        PAGE,
+        metrics_endpoint=metrics,
+        unannounced_pages=50_000,
     )
     push = zmq.Context.instance().socket(zmq.PUSH)
     try:
-        # Its KvMetrics (SGLang's tagged array) announce a pool of 4,096 pages.
+        # Rank 1 never announces its pool and claims 100,000 pages: it is indexed up to the
+        # unannounced bound and stays routable (it broke no promise).
+        silent.send_until(0, _claim(0), lambda: router.poll(20) or router.index.num_blocks(1))
+        for seq in range(1, 5):
+            silent.send(seq, _claim(seq))
+        deadline = time.monotonic() + 5
+        while router.index.unindexed(1) < 50_000:
+            assert time.monotonic() < deadline, router.index.unindexed(1)
+            router.poll(10)
+        assert router.index.num_blocks(1) == 50_000 and router.index.violations(1) == 0
+        # Rank 0's KvMetrics (SGLang's tagged array) announce a pool of 4,096 pages.
         push.connect(metrics)
         push.send(msgspec.msgpack.encode(["KvMetrics", 0, 8, 0, 4096, 0, 0.0, 0.0, 0]))
         deadline = time.monotonic() + 5
@@ -144,6 +157,7 @@ def test_a_worker_never_holds_more_than_its_pool_and_is_dropped_when_it_keeps_tr
         push.close(linger=0)
         router.close()
         pub.close()
+        silent.close()
 
 
 def _claim(i: int) -> bytes:

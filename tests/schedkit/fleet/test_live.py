@@ -235,6 +235,7 @@ def test_every_request_completes_and_the_router_follows_the_kv_events():
     with LiveFleet(WIRING, 2, "kv") as fleet:
         summary = fleet.run(workload(24), progress=lambda done, t: seen.append((done, t)))
         index_ranks = fleet.router.index.ranks()
+        pools = [fleet.router.index.capacity(rank) for rank in (0, 1)]
     assert summary.fleet.requests_done == 24
     assert seen[-1][0] == 24 and [d for d, _ in seen] == sorted(d for d, _ in seen)
     assert summary.setup_seconds > 0  # starting the workers, said apart from the run
@@ -247,6 +248,9 @@ def test_every_request_completes_and_the_router_follows_the_kv_events():
     # Five prompt families over two workers: later requests of a family find its prefix.
     assert summary.fleet.prefix_cache_hit_rate > 0.3
     assert index_ranks  # KV events arrived over the sockets
+    # Each worker's index holds at most its pool, as its ready message gave it: the
+    # wiring's 65,536 tokens in 16-token pages.
+    assert pools == [4096, 4096]
     for worker in summary.workers:
         assert worker.alive
         assert worker.peak_rss_mib > 0  # reported by the worker process itself

@@ -95,6 +95,8 @@ def test_the_router_index_holds_what_each_worker_cache_holds():
             held = cache_page_hashes(assemblies[rank]["tree_cache"])
             assert held
             assert fleet.router.index.blocks(rank) == held
+            # The index holds at most the worker's pool: 65,536 tokens in 16-token pages.
+            assert fleet.router.index.capacity(rank) == 4096
             assert assemblies[rank]["kv_events_publisher"].dp_rank == rank
     assert summary.fleet.requests_done == 60
 

@@ -12,6 +12,7 @@ from schedkit.kv_events import (
     KvIndex,
     page_hashes,
 )
+from schedkit.kv_events.index import DEFAULT_UNANNOUNCED_PAGES
 
 
 def stored(tokens: list[int], page_size: int, cache_salt: str | None = None, medium="GPU"):
@@ -135,7 +136,24 @@ def test_a_rank_never_holds_more_than_its_pool():
     assert index.blocks(0) == {2, 3, 20, 21} and index.violations(0) == 7
     index.apply(at(0, BlockStored(list(range(100, 200)), None, [], 1, None)))
     assert index.violating(0) and index.num_blocks(0) == 4
-    assert index.violations(1) == 0 and index.capacity(1) == index.max_pages
+    assert index.violations(1) == 0 and index.capacity(1) == index.unannounced_pages
+
+
+def test_a_rank_that_never_announces_its_pool_is_indexed_up_to_a_small_default():
+    index = KvIndex(unannounced_pages=8, violation_threshold=4)
+    assert not index.announced(0) and index.capacity(0) == 8
+    index.apply(at(0, BlockStored(list(range(20)), None, [], 1, None)))
+    # Not kept, but no promise broken: counted apart, and the rank is not untrusted.
+    assert index.num_blocks(0) == 8 and index.unindexed(0) == 12
+    assert index.violations(0) == 0 and not index.violating(0)
+    # Once it announces, its pool is the bound and storing past it is a violation.
+    index.set_capacity(0, 10)
+    assert index.announced(0)
+    index.apply(at(0, BlockStored(list(range(20, 30)), None, [], 1, None)))
+    assert index.num_blocks(0) == 10 and index.violations(0) == 8 and index.violating(0)
+    # The default: 65,536 pages (~22 MiB of index), below the most a rank may announce.
+    assert KvIndex().capacity(0) == DEFAULT_UNANNOUNCED_PAGES == 1 << 16
+    assert KvIndex(max_pages=100).capacity(0) == 100
 
 
 def test_an_announced_pool_is_clamped_to_the_bound():
