@@ -19,15 +19,28 @@ class WaitingLimits:
     total_requests: int = attrs.field(validator=at_least(1))
     total_tokens: int = attrs.field(validator=at_least(1))
 
-    def client_over(self, requests: int, tokens: int, more: int) -> str | None:
-        """Why a client with ``requests``/``tokens`` waiting may not add a request of ``more``
-        prompt tokens, or None."""
+    def client_full(self, requests: int, tokens: int) -> str | None:
+        """Why a client with ``requests``/``tokens`` waiting may not add any request, or None."""
         if requests >= self.per_client_requests:
             return (
                 f"this client already has {requests} requests waiting "
                 f"(max_waiting_requests_per_client={self.per_client_requests}); "
                 "send more once some finish"
             )
+        if tokens >= self.per_client_tokens:
+            return (
+                f"this client already has {tokens} prompt tokens waiting "
+                f"(max_waiting_tokens_per_client={self.per_client_tokens}); "
+                "send more once some finish"
+            )
+        return None
+
+    def client_over(self, requests: int, tokens: int, more: int) -> str | None:
+        """Why a client with ``requests``/``tokens`` waiting may not add a request of ``more``
+        prompt tokens, or None."""
+        full = self.client_full(requests, tokens)
+        if full is not None:
+            return full
         if tokens + more > self.per_client_tokens:
             return (
                 f"{more} prompt tokens would bring this client's waiting tokens to "

@@ -5,18 +5,30 @@ its own rids) and gets back only its own outputs, ``ControlReply`` and ``ErrorRe
 what was refused (cut to 1,000 characters, the place last).
 
 Bounds on what a peer can make it hold are kept by ``edge_connections`` (connections, partial
-frames, frames per message, unsent output) and ``zmtp``; one call of ``recv_requests`` reads at
-most ``max_recv_bytes_per_call`` bytes. Requests taken and not finished ("waiting") are limited
-per client and in total (``waiting_limits``); when the total is full, a client with fewer
-waiting requests than the one with the most displaces that one's newest request not yet handed
-to the scheduler. Requests reach the scheduler in turns by client (``fair_release``). A
-departed client's requests are dropped (not yet handed over) or aborted, and its outputs go
-nowhere; a ``pause`` it sent ``while_connected`` ends. Use it as both the scheduler's
-``request_receiver`` and the output streamer's ``sender``.
+frames, frames per message, unsent output) and ``zmtp``. Whole messages read and not parsed yet
+wait in ``edge_backlog`` (at most ``max_recv_bytes_per_call`` bytes plus one message: no more is
+read meanwhile, and a connection is read again only once its own are parsed). One call of
+``recv_requests``, made once per scheduler step, parses them one message per client in turns
+for at most ``recv_seconds_per_call`` seconds (or a tenth of the step since the previous call,
+if longer; at least one message), so a flood adds a bounded time to each step and delays
+another client's message by at most one of its own per turn. A client already at its waiting
+limit has its requests refused from their kind and rid alone, without decoding their prompts.
+
+Requests taken and not finished ("waiting") are limited per client and in total
+(``waiting_limits``); when the total is full, a client with fewer waiting requests than the one
+with the most displaces that one's newest request not yet handed to the scheduler. Requests
+reach the scheduler in turns by client (``fair_release``). A departed client's requests are
+dropped (not yet handed over) or aborted, and its outputs go nowhere; a ``pause`` it sent
+``while_connected`` ends. Use it as both the scheduler's ``request_receiver`` and the output
+streamer's ``sender``.
+
+(Longer than 300 lines: the request path's bounds and fairness, each a few lines here, the
+mechanisms in the modules named above.)
 """
 
 from __future__ import annotations
 
+import time
 from functools import partial
 from typing import Any
 
@@ -24,6 +36,7 @@ import attrs
 import msgspec
 import structlog
 from schedkit.components.io.admin_controls import AdminControls
+from schedkit.components.io.edge_backlog import EdgeBacklog
 from schedkit.components.io.edge_connections import Connection, ConnectionTable
 from schedkit.components.io.edge_listen import descriptor_headroom, listen
 from schedkit.components.io.edge_messages import (
@@ -43,6 +56,7 @@ from schedkit.components.io.io_struct import (
     ErrorReply,
     check_endpoint,
     encode,
+    kind_and_rid,
 )
 from schedkit.components.io.waiting_limits import WaitingLimits
 from schedkit.components.io.zmtp import ZmtpMessage
@@ -56,6 +70,9 @@ log = structlog.get_logger(__name__)
 
 # Descriptors kept for the rest of the process (libzmq sockets, files) below the limit.
 _DESCRIPTOR_RESERVE = 64
+# Parsing may take this share of the time since the previous recv_requests call (the step
+# between), when that is more than recv_seconds_per_call: a backlog drains during long steps.
+_RECV_SHARE_OF_STEP = 0.1
 
 
 @component("zmq_server")
@@ -68,6 +85,7 @@ class ZmqServer:
     admin_token: str | None = attrs.field(default=None, repr=False)
     max_connections: int = attrs.field(default=1024, validator=at_least(1))
     max_recv_bytes_per_call: int = attrs.field(default=4 << 20, validator=at_least(1))
+    recv_seconds_per_call: float = attrs.field(default=0.001, validator=attrs.validators.gt(0))
     max_queued_per_client: int = attrs.field(default=1000, validator=at_least(1))
     max_queued_bytes_per_client: int = attrs.field(default=4 << 20, validator=at_least(1024))
     max_queued_bytes: int = attrs.field(default=64 << 20, validator=at_least(1024))
@@ -89,6 +107,8 @@ class ZmqServer:
     _limits: WaitingLimits = attrs.field(init=False, default=None, repr=False)
     _fair: FairRelease = attrs.field(init=False, default=None, repr=False)
     _internal: list[ControlRequest] = attrs.field(init=False, factory=list, repr=False)
+    _backlog: EdgeBacklog = attrs.field(init=False, factory=EdgeBacklog, repr=False)
+    _last_call_end: float = attrs.field(init=False, default=0.0, repr=False)
     _admin: AdminControls = attrs.field(init=False, default=None, repr=False)
     _closed: bool = attrs.field(init=False, default=False)
     _warnings: RateLimitedWarnings = attrs.field(
@@ -120,6 +140,7 @@ class ZmqServer:
             total_tokens=self.max_waiting_tokens,
         )
         self._admin = AdminControls(self.admin_token)
+        self._last_call_end = time.monotonic()
         self._fair = FairRelease(max_client_tokens=self.release_tokens_per_client)
         headroom = descriptor_headroom(_DESCRIPTOR_RESERVE)
         cap = min(self.max_connections, headroom)
@@ -176,23 +197,40 @@ class ZmqServer:
         requests, and aborts for the requests of clients that went away; never blocks."""
         items: list[Req | ControlRequest] = []
         if not self._closed:
-            table = self.connections
+            start = time.monotonic()
+            table, backlog = self.connections, self._backlog
             readable = table.poll(0)
-            for conn, message in table.read(readable, self.max_recv_bytes_per_call):
-                if conn.closed:
-                    continue
-                item = self._parse(conn, message)
-                if item is not None:
-                    items.append(item)
+            room = self.max_recv_bytes_per_call - backlog.bytes
+            if room > 0 and readable:
+                fresh = [conn for conn in readable if conn not in backlog]
+                for conn, message in table.read(fresh, room):
+                    if not conn.closed:
+                        backlog.add(conn, message)
+            since = start - self._last_call_end
+            deadline = start + max(self.recv_seconds_per_call, _RECV_SHARE_OF_STEP * since)
+            while backlog:
+                conn, message = backlog.take()
+                if not conn.closed:
+                    item = self._parse(conn, message)
+                    if item is not None:
+                        items.append(item)
+                if time.monotonic() >= deadline:
+                    break
             released, requeue = self._fair.release()
             items += released
             items += (ControlRequest(type="requeue", rid=rid) for rid in requeue)
         # Aborts and ends of pauses go last: a request handed over in this call may be aborted.
         items += self._internal
         self._internal = []
+        self._last_call_end = time.monotonic()
         return items
 
     def _parse(self, client: Connection, message: ZmtpMessage) -> Req | ControlRequest | None:
+        full = self._limits.client_full(len(client.rids), client.tokens)
+        if full is not None and message.parts == 1 and not message.oversize:
+            kind, rid = kind_and_rid(message.last)
+            if kind == "generate":  # refused whatever it holds: not decoded (a flood's cost)
+                return self._refuse(client, full, rid)
         msg = client_message(
             message,
             from_req_socket=bool(client.envelope),
@@ -276,6 +314,7 @@ class ZmqServer:
     def _departed(self, client: Connection, why: str) -> None:
         """A connection closed: its held requests are dropped, the others aborted; a pause it
         owned ends."""
+        self._backlog.drop(client)
         if self._admin.owner_left(client):
             self._internal.append(ControlRequest(type="continue"))
             log.info("pause ended: the connection that paused left", peer=client.peer)
@@ -314,9 +353,11 @@ class ZmqServer:
         handed over; True if so."""
         if self._closed:
             return False
-        if self._internal or self._fair.releasable():
+        if self._internal or self._backlog or self._fair.releasable():
             return True
-        return bool(self.connections.poll(timeout))
+        ready = bool(self.connections.poll(timeout))
+        self._last_call_end = time.monotonic()  # time idle is no step: no share of it
+        return ready
 
     def close(self) -> None:
         """Tell each client of its requests never handed to the scheduler (an ``ErrorReply``,

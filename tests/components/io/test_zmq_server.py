@@ -491,6 +491,10 @@ def test_waiting_requests_and_tokens_are_limited_per_client_and_in_total(connect
         a.send(generate("a2", [1] * 4))
         assert [type(r.origin_input_ids) for r in receive(server, 2)] == [array, array]
         assert "max_waiting_requests_per_client=2" in refused(a, generate("a3", [1]))
+        # Full, it is refused from its kind and rid alone: the prompt (here invalid, a token
+        # id past 2^32) is never decoded.
+        bad = msgspec.msgpack.encode({"kind": "generate", "rid": "a4", "input_ids": [2**40]})
+        assert "max_waiting_requests_per_client=2" in refused(a, bad)
         assert "max_waiting_tokens_per_client=10" in refused(b, generate("b1", [1] * 11))
         b.send(generate("b1", [1] * 4))
         receive(server, 1)
@@ -603,6 +607,8 @@ def test_after_close_nothing_is_taken_and_replies_go_nowhere(server, connect):
 def test_rejects_bad_settings():
     with pytest.raises(ValueError, match="max_recv_bytes_per_call must be an integer >= 1"):
         ZmqServer(max_recv_bytes_per_call=0)
+    with pytest.raises(ValueError, match="'recv_seconds_per_call' must be > 0"):
+        ZmqServer(recv_seconds_per_call=0)
     with pytest.raises(ValueError, match="inproc:// belongs to libzmq"):
         ZmqServer(endpoint="inproc://zmq-server-test")
 

@@ -1,9 +1,12 @@
-"""ZmqServer in the default assembly on the virtual clock, counted in scheduler steps: a small
-request behind another client's flood of 1,000 requests finishes within twice the steps it takes
-alone plus one, and the flood cannot take the whole waiting budget."""
+"""ZmqServer in the default assembly: a small request behind another client's flood of 1,000
+requests finishes within twice its time alone plus the longest step it waited through (on the
+wall clock, step times as the model runner measured them), and within twice its steps alone plus
+one; the flood cannot take the whole waiting budget."""
 
 from __future__ import annotations
 
+import statistics
+import threading
 import time
 from pathlib import Path
 
@@ -11,6 +14,8 @@ import pytest
 import zmq
 from schedkit.components.io.io_struct import (
     BatchTokenIDOutput,
+    ControlReply,
+    ControlReq,
     ErrorReply,
     GenerateReqInput,
     SamplingParamsInput,
@@ -24,14 +29,20 @@ from schedkit.assembly.wiring import Ref
 WIRING = Path(__file__).resolve().parents[3] / "wiring.yaml"
 
 
-def serve_overlay(**server_args: object) -> dict:
-    kv = {"publisher": "zmq", "endpoint": "tcp://127.0.0.1:0", "topic": "kv-events"}
+def serve_overlay(clock: str = "virtual", **server_args: object) -> dict:
+    kv = {
+        "publisher": "zmq",
+        "endpoint": "tcp://127.0.0.1:0",
+        "replay_endpoint": "tcp://127.0.0.1:0",
+        "topic": "kv-events",
+    }
     return {
         "components": {
             "request_receiver": {"type": "zmq_server", "args": server_args},
             "output_sender": None,
             "output_streamer": {"args": {"sender": Ref("ref", "request_receiver")}},
             "kv_events_publisher": {"args": {"kv_events_config": kv}},
+            "model_runner": {"args": {"clock": clock}},
         }
     }
 
@@ -40,8 +51,9 @@ def serve_overlay(**server_args: object) -> dict:
 def served():
     built = []
 
-    def served(**server_args: object):
-        assembly = schedkit.build(schedkit.load_wiring(WIRING, serve_overlay(**server_args)))
+    def served(clock: str = "virtual", **server_args: object):
+        overlay = serve_overlay(clock, **server_args)
+        assembly = schedkit.build(schedkit.load_wiring(WIRING, overlay))
         built.append(assembly)
         return assembly, assembly["request_receiver"].bound_endpoint
 
@@ -51,11 +63,14 @@ def served():
 
 
 class Dealer:
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, queue: int = 1000) -> None:
         self.sock = zmq.Context.instance().socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.SNDHWM, queue)  # messages libzmq queues unsent (0: all)
         self.sock.connect(endpoint)
         self.finished: set[str] = set()
+        self.started: set[str] = set()  # rids that got their first token
+        self.replies = 0
         self.refused = 0
 
     def send(self, rid: str, ids: list[int], new: int) -> None:
@@ -67,7 +82,10 @@ class Dealer:
             msg = decode_server_message(self.sock.recv())
             if isinstance(msg, ErrorReply):
                 self.refused += 1
+            elif isinstance(msg, ControlReply):
+                self.replies += 1
             elif isinstance(msg, BatchTokenIDOutput):
+                self.started.update(msg.rids)
                 self.finished.update(
                     r for r, f in zip(msg.rids, msg.finished_reasons, strict=True) if f
                 )
@@ -134,19 +152,113 @@ def small_request_steps(scheduler, client: Dealer, rid: str) -> int:
     return finished_at[0]
 
 
+def flood_messages(start: int, end: int) -> list[bytes]:
+    """Requests ``start`` to ``end`` of a flood: 32k prompt tokens each, distinct (nothing
+    cached), 128 new tokens."""
+    base = list(range(10, 10 + (32 << 10)))
+    params = SamplingParamsInput(max_new_tokens=128)
+    return [
+        encode(
+            GenerateReqInput(rid=f"f{i}", input_ids=[40_000 + i, *base[1:]], sampling_params=params)
+        )
+        for i in range(start, end)
+    ]
+
+
+def send_flood(flood: Dealer) -> None:
+    """A flood of 1,000 requests, then a control message, answered once the server has read
+    them all."""
+    for message in flood_messages(0, 1000):
+        flood.sock.send(message)
+    flood.sock.send(encode(ControlReq(type="get_loads")))
+
+
 def test_a_small_request_behind_a_flood_of_1000_takes_at_most_twice_its_steps_plus_one(served):
     assembly, endpoint = served()
     scheduler = assembly["scheduler"]
-    small, flood = Dealer(endpoint), Dealer(endpoint)
+    small, flood = Dealer(endpoint), Dealer(endpoint, queue=0)
     try:
         handshaken(scheduler, 2)
         idle = small_request_steps(scheduler, small, "idle")
-        for i in range(1000):  # distinct 32k-token prompts: nothing cached
-            flood.send(f"f{i}", list(range(i * 40_000 + 10, i * 40_000 + 10 + (32 << 10))), 128)
-        steps_until(scheduler, lambda: flood.pump() or flood.refused >= 1000 - 32)
+        send_flood(flood)
+        steps_until(scheduler, lambda: flood.pump() or flood.replies)  # every one read
+        # It took 32 (2^20 prompt tokens) and one more for each that finished meanwhile.
+        assert flood.refused >= 1000 - 40
         behind = small_request_steps(scheduler, small, "behind")
         assert behind <= 2 * idle + 1, (idle, behind)
     finally:
+        small.close()
+        flood.close()
+
+
+class StepTimes:
+    """Records each step the scheduler's model runner takes: when it began and how long it
+    took by the runner's own measure (``elapsed``), the runner doing the work."""
+
+    def __init__(self, runner) -> None:
+        self.runner = runner
+        self.steps: list[tuple[float, float]] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self.runner, name)
+
+    def forward(self, batch):
+        began = time.monotonic()
+        result = self.runner.forward(batch)
+        self.steps.append((began, result.elapsed))
+        return result
+
+    def during(self, start: float, end: float) -> list[float]:
+        """The durations of the steps that ran at some point between ``start`` and ``end``."""
+        return [took for began, took in list(self.steps) if began < end and began + took > start]
+
+
+def test_a_small_request_behind_a_flood_finishes_within_twice_idle_plus_its_longest_step(
+    served,
+):
+    assembly, endpoint = served(clock="wall")
+    scheduler = assembly["scheduler"]
+    steps = scheduler.model_runner = StepTimes(scheduler.model_runner)
+    stop = threading.Event()
+    serving = threading.Thread(target=scheduler.serve, args=(stop,), daemon=True)
+    serving.start()
+    small, flood = Dealer(endpoint), Dealer(endpoint, queue=0)
+
+    def request(rid: str) -> tuple[float, float]:
+        small.send(rid, [5] * 50 + [9] * 10, 16)
+        sent, deadline = time.monotonic(), time.monotonic() + 30
+        while rid not in small.finished:
+            assert time.monotonic() < deadline, rid
+            small.sock.poll(5)
+            small.pump()
+        return sent, time.monotonic()
+
+    try:
+        idle = statistics.median(end - sent for sent, end in map(request, ("i0", "i1", "i2")))
+        # The flood's first 40 requests: it takes 32 (2^20 prompt tokens), refuses the rest.
+        for message in flood_messages(0, 40):
+            flood.sock.send(message)
+        rest = flood_messages(40, 1000)
+        deadline = time.monotonic() + 30
+        while "f0" not in flood.started:  # its prefill chunks ran: it is decoding
+            assert time.monotonic() < deadline
+            flood.sock.poll(5)
+            flood.pump()
+        # The other 960 arrive, and the small request with them: the server reads and
+        # refuses them while the small request runs.
+        for message in rest:
+            flood.sock.send(message)
+        sent, end = request("behind")
+        waited = steps.during(sent, end)
+        bound = 2 * idle + max(waited)
+        print(
+            f"idle {idle * 1e3:.0f} ms, behind {(end - sent) * 1e3:.0f} ms, bound 2 x idle "
+            f"+ longest step {bound * 1e3:.0f} ms, {len(waited)} steps"
+        )
+        assert end - sent <= bound, (idle, end - sent, waited)
+    finally:
+        stop.set()
+        serving.join(10)
         small.close()
         flood.close()
 
