@@ -55,6 +55,7 @@ _ROUTER_UNDER_REPLAY = textwrap.dedent(
         "slowest_cpu_ms": max(cpus) * 1000, "slowest_ms": walls[-1] * 1000,
         "p99_ms": walls[int(len(walls) * 0.99)] * 1000, "polls": len(walls),
         "replays_cut": replays_cut(), "answers_cut": sub.replays_cut,
+        "decode_errors": sub.decode_errors,
     }))
     router.close()
     """
@@ -89,9 +90,12 @@ def test_the_router_stays_small_and_prompt_under_a_replay_that_never_ends():
             stdout=subprocess.PIPE,
             text=True,
         )
-        # A live frame far past seq 0: the router asks for a replay, which never ends.
+        # Live frames far past seq 0: the router asks for a replay, which never ends; every
+        # other one is a batch nested 1,000 deep.
+        frames = [encode_batch(page_batch(7)), deep_batch()]
         while router.poll() is None:
-            pub.send(1_000_000, encode_batch(page_batch(7)))
+            pub.send(1_000_000, frames[0])
+            frames.reverse()
             time.sleep(0.01)
         result = json.loads(router.stdout.read().splitlines()[-1])  # after its log lines
     finally:
@@ -100,6 +104,7 @@ def test_the_router_stays_small_and_prompt_under_a_replay_that_never_ends():
     assert router.returncode == 0
     # Three replays cut at their bound (32 MiB of decoded hashes each), the next one begun.
     assert result["replays_cut"] >= 3, result
+    assert result["decode_errors"] >= 1, result  # deep batches were read, and survived
     # The router process starts at ~33 MiB and peaks at ~68: one replay's worth above it.
     assert result["peak_mib"] < 100, result
     # The router's own work per poll(0) is under 50 ms; its wall time too, but for the rare
