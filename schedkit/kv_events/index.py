@@ -21,8 +21,8 @@ log = structlog.get_logger(__name__)
 # The most pages a rank may announce: ~350 bytes each in the index, so ~350 MiB at the bound.
 DEFAULT_MAX_PAGES = 1 << 20
 # Pages a rank may hold in the index before it announces its pool (~22 MiB): 1M tokens at
-# 16-token pages, more than one GPU of any preset holds at that page size. A rank with a
-# bigger pool and smaller pages is indexed in part until it announces its pool.
+# 16-token pages, twice Llama-3-8B's pool on one H100. A rank with a bigger pool or smaller
+# pages is indexed in part until it announces its pool.
 DEFAULT_UNANNOUNCED_PAGES = 1 << 16
 # Protocol violations (a page stored past the rank's pool, a medium name past the bounds
 # below) after which ``violating(rank)`` is True.
