@@ -216,6 +216,8 @@ class StepTimes:
 def test_a_small_request_behind_a_flood_finishes_within_twice_idle_plus_its_longest_step(
     served,
 ):
+    # 3-5 s: five small requests alone and the flood's first request's prefill (~1.1 s) on the
+    # wall clock, and 160 MB of flood encoded and sent.
     assembly, endpoint = served(clock="wall")
     scheduler = assembly["scheduler"]
     steps = scheduler.model_runner = StepTimes(scheduler.model_runner)
