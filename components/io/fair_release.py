@@ -6,13 +6,6 @@ most ``max_client_tokens`` prompt tokens released and not yet admitted into a ba
 one request). Clients that had nothing held are served first. So the scheduler's waiting queue
 holds about one turn of each client, not one client's flood.
 
-The cap grows while the scheduler keeps up: when every request a client had released was
-admitted by the next release, its cap doubles (up to ``max_growth`` times ``max_client_tokens``);
-when one of them is still waiting, it is back to ``max_client_tokens``. Prompts are counted
-before the cache: without the growth, a flood of one cached prompt longer than the cap would
-be admitted one request per step, each a prefill step that pauses every running request's
-decoding, where the scheduler could admit them together.
-
 The scheduler admits waiting requests in its policy's order and stops at the first that does
 not fit (SGLang's rule, so that large requests are not starved). A flood's request that waits
 for KV room would then hold up every request behind it: when requests go out while another
@@ -47,12 +40,10 @@ class FairRelease:
     """Requests held by client and released in turns; see the module docstring."""
 
     max_client_tokens: int
-    max_growth: int = 64
     # Clients with held requests, the next to be served first.
     _held: dict[Hashable, deque[Req]] = attrs.Factory(dict)
     _released: list[_Released] = attrs.Factory(list)
     _unadmitted_tokens: dict[Hashable, int] = attrs.Factory(dict)
-    _caps: dict[Hashable, int] = attrs.Factory(dict)  # grown caps; others at max_client_tokens
     held_count: int = 0
 
     def hold(self, client: Hashable, req: Req) -> None:
@@ -101,36 +92,24 @@ class FairRelease:
         return out, requeue
 
     def _may_release(self, client: Hashable) -> bool:
-        cap = self._caps.get(client, self.max_client_tokens)
-        return self._unadmitted_tokens.get(client, 0) < cap
+        return self._unadmitted_tokens.get(client, 0) < self.max_client_tokens
 
     def _prune(self) -> None:
-        """Forget released requests that were admitted or finished; grow the cap of each
-        client all of whose requests were admitted, reset that of each with one waiting."""
+        """Forget released requests that were admitted or finished."""
         if not self._released:
             return
         keep = []
-        admitted: set[Hashable] = set()
-        waiting: set[Hashable] = set()
         for entry in self._released:
             req = entry.req
             if req.scheduled_time is None and req.finished_reason is None:
                 keep.append(entry)
-                waiting.add(entry.client)
                 continue
-            if req.scheduled_time is not None:
-                admitted.add(entry.client)
             left = self._unadmitted_tokens[entry.client] - len(req.origin_input_ids)
             if left:
                 self._unadmitted_tokens[entry.client] = left
             else:
                 del self._unadmitted_tokens[entry.client]
         self._released = keep
-        caps, base = self._caps, self.max_client_tokens
-        for client in admitted - waiting:
-            caps[client] = min(2 * caps.get(client, base), self.max_growth * base)
-        for client in waiting:
-            caps.pop(client, None)
 
     def take(self, client: Hashable, rid: str) -> Req | None:
         """Remove and return ``client``'s held request ``rid``, if held."""
@@ -148,7 +127,6 @@ class FairRelease:
 
     def drop(self, client: Hashable) -> list[Req]:
         """Remove and return every request ``client`` has held."""
-        self._caps.pop(client, None)
         queue = self._held.pop(client, None)
         if not queue:
             return []

@@ -56,27 +56,3 @@ def test_held_requests_can_be_taken_and_dropped():
     assert fair.newest_held("a").rid == "a3" and fair.held_of("a") == 2
     assert rids(fair.drop("a")) == ["a1", "a3"]
     assert fair.held_count == 0 and fair.release() == ([], [])
-
-
-def test_the_cap_doubles_while_the_scheduler_admits_everything_and_resets_when_one_waits():
-    fair = FairRelease(max_client_tokens=100, max_growth=4)
-    for i in range(20):
-        fair.hold("a", req(f"a{i}", 150))
-
-    def admitted(reqs: list[Req]) -> list[Req]:
-        for r in reqs:
-            r.scheduled_time = 1.0
-        return reqs
-
-    sizes = []
-    out, _ = fair.release()
-    for _ in range(4):
-        sizes.append(len(out))
-        admitted(out)
-        out, _ = fair.release()
-    # Caps 100, 200, 400, then 400 (max_growth): each released while under it.
-    assert sizes == [1, 2, 3, 3]
-    admitted(out[:1])  # one of these waits: back to the cap it started with
-    assert fair.release() == ([], []) and not fair.releasable()
-    admitted(out[1:])
-    assert len(fair.release()[0]) == 2  # all admitted again: it grows from the start
