@@ -181,9 +181,10 @@ def test_a_small_request_behind_a_flood_of_1000_takes_at_most_twice_its_steps_pl
         handshaken(scheduler, 2)
         idle = small_request_steps(scheduler, small, "idle")
         send_flood(flood)
-        steps_until(scheduler, lambda: flood.pump() or flood.replies)  # every one read
-        # It took 32 (2^20 prompt tokens) and one more for each that finished meanwhile.
-        assert flood.refused >= 1000 - 40
+        # Every one read: it took 32 (2^20 prompt tokens), one more for each that finished
+        # meanwhile, and refused the rest.
+        steps_until(scheduler, lambda: flood.pump() or flood.replies)
+        assert flood.refused > 900
         behind = small_request_steps(scheduler, small, "behind")
         assert behind <= 2 * idle + 1, (idle, behind)
     finally:
