@@ -41,6 +41,7 @@ __all__ = [
     "ControlRequest",
     "ErrorReply",
     "GenerateReqInput",
+    "RequestTimes",
     "SamplingParamsInput",
     "check_endpoint",
     "decode_output",
@@ -151,12 +152,23 @@ class ErrorReply(msgspec.Struct, tag="error", tag_field="kind"):
     rid: str | None = None
 
 
+class RequestTimes(msgspec.Struct, array_like=True):
+    """When a request entered the scheduler (``arrival_time``) and was first admitted into a
+    prefill batch (``scheduled_time``, None if never), in seconds on the scheduler's clock:
+    the counterpart of SGLang's per-request ``time_stats`` column, from which a client
+    takes the request's queue time on that scheduler."""
+
+    arrival_time: float
+    scheduled_time: float | None = None
+
+
 class BatchTokenIDOutput(msgspec.Struct, tag="token_ids", tag_field="kind"):
     """New output tokens of a batch of generation requests, one column entry per request.
 
     ``output_ids[i]`` holds only the tokens produced since the previous send for ``rids[i]``;
     ``finished_reasons[i]`` is set on the request's last send. ``load`` is the scheduler's
-    load, attached when some request in the message finished (None otherwise).
+    load, and ``time_stats`` each finished request's ``RequestTimes`` (None for the others),
+    both attached when some request in the message finished (None otherwise).
     """
 
     rids: list[str]
@@ -168,6 +180,7 @@ class BatchTokenIDOutput(msgspec.Struct, tag="token_ids", tag_field="kind"):
     cached_tokens_details: list[CachedTokensDetails | None]
     dp_rank: int | None = None
     load: dict[str, Any] | None = None
+    time_stats: list[RequestTimes | None] | None = None
 
 
 class BatchEmbeddingOutput(msgspec.Struct, tag="embedding", tag_field="kind"):

@@ -11,7 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import attrs
-from schedkit.components.io.io_struct import BatchEmbeddingOutput, BatchTokenIDOutput
+from schedkit.components.io.io_struct import (
+    BatchEmbeddingOutput,
+    BatchTokenIDOutput,
+    RequestTimes,
+)
 
 from schedkit.core.component import at_least, component
 from schedkit.core.parallel_state import ParallelState
@@ -111,6 +115,7 @@ class OutputStreamer:
                 cached_tokens_details=self._details(due),
                 dp_rank=self.parallel_state.dp_rank,
                 load=self.get_load() if any_finished and self.get_load is not None else None,
+                time_stats=_time_stats(due) if any_finished else None,
             )
         )
 
@@ -182,3 +187,13 @@ class OutputStreamer:
         controller = getattr(self.tree_cache, "cache_controller", None)
         backend = getattr(controller, "storage_backend", None)
         return "none" if backend is None else type(backend).__name__
+
+
+def _time_stats(reqs: list[Req]) -> list[RequestTimes | None]:
+    """Each finished request's arrival and first admission on this scheduler's clock."""
+    return [
+        None
+        if req.finished_reason is None
+        else RequestTimes(arrival_time=req.arrival_time, scheduled_time=req.scheduled_time)
+        for req in reqs
+    ]

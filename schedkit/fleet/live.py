@@ -47,6 +47,7 @@ from schedkit.components.io.io_struct import (
     ControlReq,
     ErrorReply,
     GenerateReqInput,
+    RequestTimes,
     SamplingParamsInput,
     decode_server_message,
     encode,
@@ -129,6 +130,8 @@ class LiveFleet(LiveWorkers):
         self._doomed: dict[int, str] = {}  # workers to take out once the dispatcher returns
         # Requests routed to a worker whose socket queue was full, in order (packed).
         self._outboxes: list[deque[Req]] = [deque() for _ in range(num_workers)]
+        # When each request in flight left for its worker, seconds from the start.
+        self._sent_at: dict[str, float] = {}
         self.dispatcher = Dispatcher(
             self.admission,
             num_workers,
@@ -261,6 +264,7 @@ class LiveFleet(LiveWorkers):
                 self._doomed.setdefault(rank, f"request socket error: {exc.strerror}")
                 break
             outbox.popleft()
+            self._sent_at[req.rid] = self._elapsed()
         events = zmq.POLLIN | (zmq.POLLOUT if outbox else 0)
         if self.alive[rank]:
             self._poller.modify(dealer, events)
@@ -282,6 +286,7 @@ class LiveFleet(LiveWorkers):
 
     def _end(self, req: Req, rank: int | None, outcome: Outcome) -> None:
         req.finished_output = True
+        self._sent_at.pop(req.rid, None)
         if self.router is not None:
             self.router.finished(req.rid)
         if rank is not None and outcome in ("done", "failed"):
@@ -337,6 +342,7 @@ class LiveFleet(LiveWorkers):
 
     def _outputs(self, rank: int, msg: BatchTokenIDOutput, now: float) -> None:
         cached = msg.cached_tokens if len(msg.cached_tokens) == len(msg.rids) else None
+        times = msg.time_stats
         for i, (rid, tokens, reason) in enumerate(
             zip(msg.rids, msg.output_ids, msg.finished_reasons, strict=True)
         ):
@@ -362,9 +368,21 @@ class LiveFleet(LiveWorkers):
                 req.finished_reason, req.finish_time = reason, now
                 if cached is not None:
                     req.cached_tokens = cached[i]
+                if times is not None:
+                    self._scheduled(req, times[i])
                 del self._inflight[rid]
                 self._load[rank] -= 1
                 self._end(req, rank, self.dispatcher.ended(req))
+
+    def _scheduled(self, req: Req, times: RequestTimes | None) -> None:
+        """Set ``req.scheduled_time`` on this clock: when it left for its worker plus the
+        time it waited in that worker's scheduler (the worker's own clock, a difference)."""
+        sent = self._sent_at.get(req.rid)
+        if sent is None or times is None or times.scheduled_time is None:
+            return
+        waited = times.scheduled_time - times.arrival_time
+        if 0 <= waited < math.inf:
+            req.scheduled_time = sent + waited
 
     def _routed_to(self, rank: int, rid: str) -> Req | None:
         """The request ``rid`` in flight on worker ``rank``; None (logged when it is in
@@ -495,6 +513,8 @@ def _check_columns(msg: BatchTokenIDOutput) -> None:
         "output_ids": len(msg.output_ids),
         "finished_reasons": len(msg.finished_reasons),
     }
+    if msg.time_stats is not None:
+        lengths["time_stats"] = len(msg.time_stats)
     if len(set(lengths.values())) > 1:
         found = ", ".join(f"{name} {n}" for name, n in lengths.items())
         raise ValueError(f"BatchTokenIDOutput columns differ in length ({found}); one per rid")

@@ -3,7 +3,13 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from schedkit.components.io.io_struct import BatchEmbeddingOutput, BatchTokenIDOutput
+from schedkit.components.io.io_struct import (
+    BatchEmbeddingOutput,
+    BatchTokenIDOutput,
+    RequestTimes,
+    decode_output,
+    encode,
+)
 from schedkit.components.io.output_sender import InprocOutputCollector
 from schedkit.components.io.output_streamer import OutputStreamer
 
@@ -157,7 +163,7 @@ def test_idle_batch_is_sent_only_under_dp_attention():
     assert len(dp.sender.messages) == 1
 
 
-def test_load_is_attached_only_when_a_request_finished():
+def test_load_and_time_stats_are_attached_only_when_a_request_finished():
     calls = []
 
     def get_load():
@@ -165,13 +171,19 @@ def test_load_is_attached_only_when_a_request_finished():
         return {"num_running_reqs": 1}
 
     streamer = make_streamer(get_load=get_load)
-    req = make_req(stream=True)
-    (msg,) = step(streamer, [req])
-    assert msg.load is None and calls == []
+    req = make_req(stream=True, arrival_time=2.0, scheduled_time=2.5)
+    other = make_req(rid="o", stream=True, arrival_time=3.0, scheduled_time=3.25)
+    (msg,) = step(streamer, [req, other])
+    assert msg.load is None and msg.time_stats is None and calls == []
     req.finished_reason = FinishLength(1)
-    streamer.stream_output([req])
-    assert streamer.sender.messages[-1].load == {"num_running_reqs": 1}
+    step(streamer, [req, other])
+    last = streamer.sender.messages[-1]
+    assert last.load == {"num_running_reqs": 1}
     assert calls == [1]
+    # On the wire, the finished request's times on this scheduler's clock; none for the other.
+    decoded = decode_output(encode(last))
+    assert decoded.rids == ["r", "o"]
+    assert decoded.time_stats == [RequestTimes(arrival_time=2.0, scheduled_time=2.5), None]
 
 
 class FileBackend:

@@ -21,7 +21,7 @@ import msgspec
 import pytest
 import structlog
 import zmq
-from schedkit.components.io.io_struct import ErrorReply, encode
+from schedkit.components.io.io_struct import ErrorReply, RequestTimes, encode
 from structlog.testing import capture_logs
 
 from schedkit.core.schedule_batch import FinishLength, Req
@@ -81,6 +81,19 @@ def test_itl_has_one_sample_per_token_after_the_first_when_messages_carry_severa
     assert list(tally.tpot) == pytest.approx([sum(tally.itl) / len(tally.itl)])
 
 
+def test_queue_time_is_the_wait_to_leave_plus_the_wait_in_the_workers_scheduler(unstarted):
+    req = in_flight(unstarted, 0, "a")
+    req.arrival_time = 1.0
+    unstarted._sent_at["a"] = 1.25  # it waited 0.25 s at the router
+    message = token_msg(("a", [5], FinishLength(length=1)))
+    # The worker's own clock: taken in at 100 s, admitted into a batch 0.5 s later.
+    message.time_stats = [RequestTimes(arrival_time=100.0, scheduled_time=100.5)]
+    unstarted._receive(0, encode(message), 2.0)
+    assert req.scheduled_time == pytest.approx(1.75)
+    assert list(unstarted._tallies[0].queue_time) == pytest.approx([0.75])
+    assert "a" not in unstarted._sent_at
+
+
 def test_a_refusal_from_another_worker_leaves_the_request_alone(unstarted):
     req = in_flight(unstarted, 0, "a")
     with capture_logs() as logs:
@@ -129,6 +142,12 @@ def test_an_output_whose_columns_differ_in_length_is_a_bad_message(unstarted):
         unstarted._receive(0, msgspec.msgpack.encode(message), 1.0)
     assert "rids 2, output_ids 1, finished_reasons 2" in logs[0]["error"]
     assert unstarted.bad_messages == [1, 0] and req.output_ids == []
+    message = token_msg(("a", [5], FinishLength(length=1)))
+    message.time_stats = []
+    with capture_logs() as logs:
+        unstarted._receive(0, encode(message), 1.0)
+    assert "rids 1, output_ids 1, finished_reasons 1, time_stats 0" in logs[0]["error"]
+    assert unstarted.bad_messages == [2, 0] and req.output_ids == []
 
 
 GARBAGE = [
@@ -251,6 +270,9 @@ def test_every_request_completes_and_the_router_follows_the_kv_events():
     # Each worker's index holds at most its pool, as its ready message gave it: the
     # wiring's 65,536 tokens in 16-token pages.
     assert pools == [4096, 4096]
+    # Queue time from each worker's own report, up to its first admission: before its TTFT.
+    f = summary.fleet
+    assert 0 <= f.queue_time_p50_s <= f.queue_time_p99_s <= f.ttft_p99_s
     for worker in summary.workers:
         assert worker.alive
         assert worker.peak_rss_mib > 0  # reported by the worker process itself
