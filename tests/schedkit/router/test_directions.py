@@ -18,9 +18,11 @@ import pytest
 import structlog
 
 from schedkit.assembly.loading import load_wiring
+from schedkit.fleet.live import LiveFleet
 from schedkit.fleet.offline import run_offline
 from schedkit.router import POLICIES
 from schedkit.runner.presets import preset_overlay
+from schedkit.runner.time_scale import faster_model
 from schedkit.workloads.shaped import write_azure_shaped, write_mooncake_shaped
 from schedkit.workloads.traces import open_trace
 
@@ -101,4 +103,39 @@ def test_no_policy_overloads_a_worker_on_a_no_sharing_trace(azure):
     p50, p99, throughput = azure["kv"]["figures"]
     assert p50 <= 1.05 * rr_p50
     assert p99 <= rr_p99
+    assert throughput >= 0.97 * rr_throughput
+
+
+LIVE_WORKERS = 4
+LIVE_SPEEDUP = 4.0  # the trace and the model both 4x faster: the same queues in less time
+
+
+def _live(path: str, policy: str) -> dict:
+    h100 = preset_overlay(load_wiring(WIRING), "llama3-8b", "h100")[0]
+    workload = open_trace(path, "mooncake", block_size=BLOCK, speedup=LIVE_SPEEDUP)
+    with LiveFleet(
+        WIRING, LIVE_WORKERS, policy, overlays=[faster_model(h100, LIVE_SPEEDUP)]
+    ) as fleet:
+        s = fleet.run(workload)
+    f = s.fleet
+    return {
+        "figures": (f.ttft_p50_s, f.ttft_p99_s, f.output_throughput_tok_per_s),
+        "hits": f.prefix_cache_hit_rate,
+        "done": f.requests_done,
+    }
+
+
+def test_live_kv_router_matches_or_beats_round_robin_on_a_mooncake_shaped_trace(tmp_path):
+    """The same direction live: worker processes on the wall clock, KV events over ZeroMQ.
+    4 workers, 120 requests at 16/s, the trace and the model 4 times faster (offline, this
+    trace gives round robin TTFT p50 / p99 582 / 2,156 ms and kv 401 / 1,494 ms);
+    ``benchmarks/bench_fleet.py`` runs every policy live at 8 workers."""
+    path = write_mooncake_shaped(tmp_path / "mc.jsonl", 120, rate=16.0, block_size=BLOCK)
+    rr, kv = _live(str(path), "round_robin"), _live(str(path), "kv")
+    print(f"live round_robin {rr}, kv {kv}")
+    assert rr["done"] == kv["done"] == 120
+    (p50, p99, throughput), (rr_p50, rr_p99, rr_throughput) = kv["figures"], rr["figures"]
+    assert kv["hits"] >= rr["hits"] + 0.15
+    assert p50 <= 1.05 * rr_p50
+    assert p99 <= 1.05 * rr_p99
     assert throughput >= 0.97 * rr_throughput
