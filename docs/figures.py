@@ -254,6 +254,7 @@ def wire_format() -> str:
         (io_struct.ControlReply, "server -> client"),
         (io_struct.ErrorReply, "server -> client"),
         (io_struct.SamplingParamsInput, "inside generate"),
+        (io_struct.RequestTimes, "inside token_ids"),
     )
     for struct, direction in messages:
         info = msgspec.inspect.type_info(struct)

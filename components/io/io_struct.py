@@ -152,7 +152,7 @@ class ErrorReply(msgspec.Struct, tag="error", tag_field="kind"):
     rid: str | None = None
 
 
-class RequestTimes(msgspec.Struct, array_like=True):
+class RequestTimes(msgspec.Struct):
     """When a request entered the scheduler (``arrival_time``) and was first admitted into a
     prefill batch (``scheduled_time``, None if never), in seconds on the scheduler's clock:
     the counterpart of SGLang's per-request ``time_stats`` column, from which a client
