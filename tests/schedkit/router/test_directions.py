@@ -84,7 +84,9 @@ def test_cache_aware_routers_match_or_beat_round_robin_on_a_mooncake_shaped_trac
     assert p50 <= 1.05 * rr_p50
     assert throughput >= 0.97 * rr_throughput
     # The gateway's rule sends a miss to the worker with the fewest requests in flight, which
-    # may be prefilling a long prompt: its tail is checked with the least-prefill fallback.
+    # may be prefilling a long prompt: on this small trace that puts its p99 above round
+    # robin's on some seeds (benchmarks/sglang_fallback.py, docs/router.md), so the tail of the
+    # rule is checked with the least-prefill fallback.
     tail = mooncake["sglang least_prefill" if policy == "sglang" else policy]
     assert tail["figures"][1] <= 1.05 * rr_p99
     if policy != "dynamo":  # Dynamo trades some cache hits for balance
