@@ -28,7 +28,8 @@ worker's requests held (running + queued) over time, one panel per trace, replay
 (needs matplotlib: ``pip install 'schedkit[plot]'``).
 
 Usage: ``python benchmarks/bench_fleet.py [--requests N] [--policies a,b] [--modes
-open,closed,live] [--plot FILE]`` (``--quick``: 600 requests per trace, 200 live).
+open,closed,live] [--traces mooncake,azure] [--plot FILE]`` (``--quick``: 600 requests per
+trace, 200 live).
 """
 
 from __future__ import annotations
@@ -217,6 +218,7 @@ def main() -> int:
     parser.add_argument("--azure-concurrency", type=number(int), default=64)
     parser.add_argument("--live-speedup", type=number(float), default=1.0)
     parser.add_argument("--modes", default=",".join(MODES), help="of open, closed, live")
+    parser.add_argument("--traces", default="mooncake,azure", help="of mooncake, azure")
     parser.add_argument("--policies", default=",".join(ORDER), help="comma-separated names")
     parser.add_argument("--live-policies", default=LIVE_DEFAULT, help="comma-separated names")
     parser.add_argument("--plot", metavar="FILE.png", help="load over time (needs matplotlib)")
@@ -226,6 +228,9 @@ def main() -> int:
     modes = [m for m in args.modes.split(",") if m]
     if not modes or any(m not in MODES for m in modes):
         parser.error(f"--modes: {args.modes!r}; valid: a comma-separated list of {MODES}")
+    wanted = [t for t in args.traces.split(",") if t]
+    if not wanted or any(t not in ("mooncake", "azure") for t in wanted):
+        parser.error(f"--traces: {args.traces!r}; valid: a comma-separated list of mooncake, azure")
     n = 600 if args.quick else args.requests
     n_live = min(n, 200 if args.quick else args.live_requests)
     if args.plot:
@@ -246,6 +251,7 @@ def main() -> int:
             ),
             (f"azure-shaped {args.azure_rate:g}/s", str(azure), "azure", args.azure_concurrency),
         ]
+        traces = [t for t in traces if t[2] in wanted]
         print(
             f"{args.workers} workers, llama3-8b on h100; seed 0; offline: {n} requests per "
             f"trace; live: the first {n_live}, trace and model {args.live_speedup:g}x faster, "
