@@ -8,10 +8,14 @@ Each send carries only the tokens produced since the request's previous send.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
+from itertools import repeat
+from operator import attrgetter, getitem, gt, itemgetter, mod
 
 import attrs
 from schedkit.components.io.io_struct import BatchEmbeddingOutput, BatchTokenIDOutput
+from schedkit.components.io.steady_stream import NOT_STREAMING, SteadyColumns, SteadyStream
 
 from schedkit.core.component import at_least, component
 from schedkit.core.parallel_state import ParallelState
@@ -19,6 +23,11 @@ from schedkit.core.protocols import OutputSender, PrefixCache
 from schedkit.core.schedule_batch import Req
 
 __all__ = ["OutputStreamer"]
+
+
+_FINISHED_REASON = attrgetter("finished_reason")
+_SEND_TOKEN_OFFSET = attrgetter("send_token_offset")
+_LAST_TOKEN = itemgetter(slice(-1, None))
 
 
 def _false() -> bool:
@@ -43,6 +52,7 @@ class OutputStreamer:
     is_generation: bool = True
     enable_hicache_storage: Callable[[], bool] = _false
     get_load: Callable[[], dict] | None = None
+    _steady: SteadyStream = attrs.field(init=False, factory=SteadyStream, repr=False)
 
     def stream_output(
         self,
@@ -65,6 +75,10 @@ class OutputStreamer:
     def _stream_output_generation(
         self, reqs: list[Req], skip_req: Req | None, is_idle_batch: bool
     ) -> None:
+        if reqs and skip_req is None and not is_idle_batch:
+            columns = self._steady.columns(reqs, self.stream_interval)
+            if columns is not None and self._stream_steady(reqs, columns):
+                return
         default_interval = self.stream_interval
         force_interval = self.force_stream_interval
         due: list[Req] = []
@@ -92,6 +106,8 @@ class OutputStreamer:
                 any_finished = True
             due.append(req)
 
+        if any_finished:
+            self._steady.forget()
         if not due and not (is_idle_batch and self.parallel_state.enable_dp_attention):
             return
 
@@ -108,15 +124,54 @@ class OutputStreamer:
                 prompt_tokens=[len(req.origin_input_ids) for req in due],
                 completion_tokens=[req.send_token_offset for req in due],
                 cached_tokens=[req.cached_tokens for req in due],
-                cached_tokens_details=self._details(due),
+                cached_tokens_details=self._details(due, self.enable_hicache_storage()),
                 dp_rank=self.parallel_state.dp_rank,
                 load=self.get_load() if any_finished and self.get_load is not None else None,
             )
         )
 
-    def _details(self, reqs: list[Req]) -> list[dict | None]:
-        """``get_cached_tokens_details`` of each request, reading the storage flag once."""
+    def _stream_steady(self, reqs: list[Req], columns: SteadyColumns) -> bool:
+        """What the loop of ``_stream_output_generation`` does, one column at a time, for a
+        batch streamed at the previous call too when none of it finished and either each
+        request streams every token and has new ones, or none streams and none is due;
+        False (nothing done) otherwise."""
+        finished = list(map(_FINISHED_REASON, reqs))
+        if finished.count(None) != len(finished):
+            return False
+        outputs = columns.outputs
+        lengths = list(map(len, outputs))
+        if columns.kind == NOT_STREAMING:
+            return 0 not in map(mod, lengths, repeat(self.force_stream_interval))
+        offsets = list(map(_SEND_TOKEN_OFFSET, reqs))
+        if not all(map(gt, lengths, offsets)):
+            return False
+        if sum(lengths) - sum(offsets) == len(lengths):  # one new token each (each has some)
+            output_ids = list(map(_LAST_TOKEN, outputs))
+        else:
+            output_ids = list(map(getitem, outputs, map(slice, offsets, lengths)))
+        deque(map(setattr, reqs, repeat("send_token_offset"), lengths), maxlen=0)
         storage_enabled = self.enable_hicache_storage()
+        details = self._steady.details(
+            columns, storage_enabled, lambda members: self._details(members, storage_enabled)
+        )
+        # Copies of the kept columns: a receiver may keep or change the message's lists.
+        self.sender.send(
+            BatchTokenIDOutput(
+                rids=columns.rids[:],
+                finished_reasons=finished,
+                output_ids=output_ids,
+                prompt_tokens=columns.prompt_tokens[:],
+                completion_tokens=lengths,
+                cached_tokens=columns.cached_tokens[:],
+                cached_tokens_details=details[:],
+                dp_rank=self.parallel_state.dp_rank,
+                load=None,
+            )
+        )
+        return True
+
+    def _details(self, reqs: list[Req], storage_enabled: bool) -> list[dict | None]:
+        """``get_cached_tokens_details`` of each request for one value of the storage flag."""
         details: list[dict | None] = []
         for req in reqs:
             device, host, storage = (
@@ -146,7 +201,7 @@ class OutputStreamer:
                 finished_reasons=[req.finished_reason for req in done],
                 prompt_tokens=[len(req.origin_input_ids) for req in done],
                 cached_tokens=[req.cached_tokens for req in done],
-                cached_tokens_details=self._details(done),
+                cached_tokens_details=self._details(done, self.enable_hicache_storage()),
                 dp_rank=self.parallel_state.dp_rank,
             )
         )
