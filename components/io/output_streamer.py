@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from itertools import repeat
-from operator import attrgetter, getitem, gt, itemgetter, mod
+from operator import itemgetter
 
 import attrs
 from schedkit.components.io.io_struct import BatchEmbeddingOutput, BatchTokenIDOutput
@@ -25,8 +25,6 @@ from schedkit.core.schedule_batch import Req
 __all__ = ["OutputStreamer"]
 
 
-_FINISHED_REASON = attrgetter("finished_reason")
-_SEND_TOKEN_OFFSET = attrgetter("send_token_offset")
 _LAST_TOKEN = itemgetter(slice(-1, None))
 
 
@@ -68,17 +66,41 @@ class OutputStreamer:
         message still goes out for it so that every DP rank reports each step.
         """
         if self.is_generation:
+            self._steady.forget_any(reqs)  # what it kept of them may change here
             self._stream_output_generation(reqs, skip_req, is_idle_batch)
         else:
             self._stream_output_embedding(reqs)
 
+    def stream_decode_step(self, reqs: list[Req], finished: list[Req]) -> None:
+        """``stream_output(reqs)`` after a decode step in which each request of ``reqs`` got
+        exactly one token; ``finished`` lists, in batch order, those that finished at this
+        step, and none had finished before it.
+
+        A batch seen at the previous call too keeps its unchanging columns (``SteadyStream``):
+        when each request streams every token and none finished, the message is built from
+        them with C-level maps over the requests; when none streams, only the requests that
+        finished or reach a multiple of ``force_stream_interval`` tokens at this step are
+        looked at. Any other batch goes through the per-request loop of ``stream_output``.
+        """
+        if not self.is_generation:
+            self._stream_output_embedding(reqs)
+            return
+        columns = self._steady.columns(reqs, self.stream_interval, self.force_stream_interval)
+        if columns is None:
+            self._stream_output_generation(reqs, None, False)
+            return
+        due = columns.advance(self.force_stream_interval)
+        if columns.kind == NOT_STREAMING:
+            if finished or due:
+                self._stream_output_generation(columns.in_batch_order(finished + due), None, False)
+        elif finished:
+            self._stream_output_generation(reqs, None, False)
+        else:
+            self._stream_every_token(reqs, columns)
+
     def _stream_output_generation(
         self, reqs: list[Req], skip_req: Req | None, is_idle_batch: bool
     ) -> None:
-        if reqs and skip_req is None and not is_idle_batch:
-            columns = self._steady.columns(reqs, self.stream_interval)
-            if columns is not None and self._stream_steady(reqs, columns):
-                return
         default_interval = self.stream_interval
         force_interval = self.force_stream_interval
         due: list[Req] = []
@@ -130,25 +152,13 @@ class OutputStreamer:
             )
         )
 
-    def _stream_steady(self, reqs: list[Req], columns: SteadyColumns) -> bool:
-        """What the loop of ``_stream_output_generation`` does, one column at a time, for a
-        batch streamed at the previous call too when none of it finished and either each
-        request streams every token and has new ones, or none streams and none is due;
-        False (nothing done) otherwise."""
-        finished = list(map(_FINISHED_REASON, reqs))
-        if finished.count(None) != len(finished):
-            return False
+    def _stream_every_token(self, reqs: list[Req], columns: SteadyColumns) -> None:
+        """Each request of a kept batch streams every token, got one since the previous
+        call (which sent everything it had) and none finished: one message with each
+        request's last token, built one column at a time."""
         outputs = columns.outputs
         lengths = list(map(len, outputs))
-        if columns.kind == NOT_STREAMING:
-            return 0 not in map(mod, lengths, repeat(self.force_stream_interval))
-        offsets = list(map(_SEND_TOKEN_OFFSET, reqs))
-        if not all(map(gt, lengths, offsets)):
-            return False
-        if sum(lengths) - sum(offsets) == len(lengths):  # one new token each (each has some)
-            output_ids = list(map(_LAST_TOKEN, outputs))
-        else:
-            output_ids = list(map(getitem, outputs, map(slice, offsets, lengths)))
+        output_ids = list(map(_LAST_TOKEN, outputs))
         deque(map(setattr, reqs, repeat("send_token_offset"), lengths), maxlen=0)
         storage_enabled = self.enable_hicache_storage()
         details = self._steady.details(
@@ -158,7 +168,7 @@ class OutputStreamer:
         self.sender.send(
             BatchTokenIDOutput(
                 rids=columns.rids[:],
-                finished_reasons=finished,
+                finished_reasons=[None] * len(reqs),
                 output_ids=output_ids,
                 prompt_tokens=columns.prompt_tokens[:],
                 completion_tokens=lengths,
@@ -168,7 +178,6 @@ class OutputStreamer:
                 load=None,
             )
         )
-        return True
 
     def _details(self, reqs: list[Req], storage_enabled: bool) -> list[dict | None]:
         """``get_cached_tokens_details`` of each request for one value of the storage flag."""

@@ -1,10 +1,11 @@
-"""The columns of a streamed batch message that stay put while the batch's requests do.
+"""The columns of a decode batch's streamed messages that stay put while its requests do.
 
 Between two decode steps the running batch is usually the same requests in the same order: the
 request ids, prompt lengths and cache hits of its messages do not change, only the new tokens,
-the completion counts and the finish reasons. ``SteadyStream`` keeps those columns for the
-batch seen twice in a row (a list comparison, by identity, at C speed), with what decides
-which of its requests are due: all of them streaming every token, or none streaming.
+the completion counts and the finish reasons. ``SteadyStream`` keeps those columns for a batch
+seen at two decode steps in a row (a list comparison, by identity, at C speed) when each of
+its requests streams every token or none streams, and for the latter files each request under
+the step at which its output length next reaches a multiple of the forced interval.
 """
 
 from __future__ import annotations
@@ -21,21 +22,27 @@ NOT_STREAMING = 2
 
 
 class SteadyColumns:
-    """The unchanging columns of one batch's messages."""
+    """The unchanging columns of one decode batch's messages, and (none streaming) which
+    of its requests are due at which of its steps."""
 
     __slots__ = (
+        "_due",
+        "_position",
         "cached_tokens",
         "details",
         "kind",
+        "member_set",
         "members",
         "outputs",
         "prompt_tokens",
         "rids",
+        "step",
         "storage_enabled",
     )
 
-    def __init__(self, reqs: list[Req], kind: int) -> None:
+    def __init__(self, reqs: list[Req], kind: int, force_interval: int) -> None:
         self.members = list(reqs)
+        self.member_set = set(reqs)
         self.kind = kind
         self.outputs = [req.output_ids for req in reqs]
         self.rids = [req.rid for req in reqs]
@@ -43,10 +50,39 @@ class SteadyColumns:
         self.cached_tokens = [req.cached_tokens for req in reqs]
         self.details: list[dict | None] | None = None
         self.storage_enabled: bool | None = None
+        self._position: dict[Req, int] | None = None
+        # Steps seen with these columns; step -> requests whose output length reaches a
+        # multiple of the forced interval at that step (none streaming).
+        self.step = 0
+        self._due: dict[int, list[Req]] = {}
+        if kind == NOT_STREAMING:
+            for req, output in zip(reqs, self.outputs, strict=True):
+                self._due.setdefault(-len(output) % force_interval, []).append(req)
+
+    def advance(self, force_interval: int) -> list[Req]:
+        """Count one decode step (each request got one token); the requests whose output
+        length is a multiple of ``force_interval`` now (none streaming)."""
+        step = self.step
+        self.step = step + 1
+        due = self._due.pop(step, None)
+        if due is None:
+            return []
+        later = self._due.setdefault(step + force_interval, [])
+        later += due
+        return due
+
+    def in_batch_order(self, reqs: list[Req]) -> list[Req]:
+        """``reqs`` (members) in the order of the batch, each once."""
+        if len(reqs) < 2:
+            return reqs
+        reqs = list(dict.fromkeys(reqs))
+        if self._position is None:
+            self._position = dict(zip(self.members, range(len(self.members)), strict=True))
+        return sorted(reqs, key=self._position.__getitem__)
 
 
 class SteadyStream:
-    """The columns of the last batch streamed twice in a row, or None."""
+    """The columns of the last decode batch seen twice in a row, or None."""
 
     __slots__ = ("_columns", "_seen")
 
@@ -54,9 +90,11 @@ class SteadyStream:
         self._columns: SteadyColumns | None = None
         self._seen: list[Req] | None = None
 
-    def columns(self, reqs: list[Req], default_interval: int) -> SteadyColumns | None:
-        """The columns of ``reqs`` when it is the batch of the previous call too and its
-        requests all stream every token or none streams; None otherwise."""
+    def columns(
+        self, reqs: list[Req], default_interval: int, force_interval: int
+    ) -> SteadyColumns | None:
+        """The columns of ``reqs`` when it is the batch of the previous decode step too and
+        its requests all stream every token or none streams; None otherwise."""
         columns = self._columns
         if columns is not None and reqs == columns.members:
             return columns
@@ -67,7 +105,7 @@ class SteadyStream:
         self._seen = None
         kind = _kind(reqs, default_interval)
         if kind is not None:
-            self._columns = SteadyColumns(reqs, kind)
+            self._columns = SteadyColumns(reqs, kind, force_interval)
         return self._columns
 
     def details(
@@ -81,6 +119,13 @@ class SteadyStream:
             columns.details = build(columns.members)
             columns.storage_enabled = storage_enabled
         return columns.details
+
+    def forget_any(self, reqs: list[Req]) -> None:
+        """Keep nothing if ``reqs`` shares a request with what is kept (it is streamed
+        outside a decode step)."""
+        columns = self._columns
+        if columns is not None and not columns.member_set.isdisjoint(reqs):
+            self.forget()
 
     def forget(self) -> None:
         """Keep nothing (a request finished: it must not be held)."""

@@ -57,6 +57,15 @@ class BatchResultProcessor:
     abort_request: Callable[[str], None] = _noop
     now: Callable[[], float] | None = None
     _decode_tokens: DecodeTokens = attrs.field(init=False, factory=DecodeTokens)
+    # The streamer's stream_decode_step(reqs, finished), when it has one: a decode step's
+    # streaming told which requests finished, instead of finding out request by request.
+    _stream_decode_step: Callable[[list[Req], list[Req]], None] | None = attrs.field(
+        init=False, default=None
+    )
+
+    def __attrs_post_init__(self) -> None:
+        step = getattr(self.output_streamer, "stream_decode_step", None)
+        object.__setattr__(self, "_stream_decode_step", step)
 
     def process_batch_result(self, batch: ScheduleBatch, result: GenerationBatchResult) -> None:
         """Dispatch on the batch's forward mode."""
@@ -118,6 +127,7 @@ class BatchResultProcessor:
         eos = self.eos_token_id
         now = self.now() if self.now is not None else None
         tree_cache, decode_tokens = self.tree_cache, self._decode_tokens
+        done = []
         # The few requests that may have finished, in batch order.
         for req in decode_tokens.advance(reqs, tokens, now, eos):
             req.check_finished(eos)
@@ -126,7 +136,11 @@ class BatchResultProcessor:
                     req.finish_time = now
                 tree_cache.cache_finished_req(req)
                 decode_tokens.leave(req)  # nothing of it is kept once it is done
-        self.output_streamer.stream_output(reqs, False)
+                done.append(req)
+        if self._stream_decode_step is not None and decode_tokens.none_finished_before:
+            self._stream_decode_step(reqs, done)
+        else:
+            self.output_streamer.stream_output(reqs, False)
         self.advance_forward_ct_decode()
         self.report_decode_stats(batch)
 

@@ -37,7 +37,7 @@ class DecodePages:
         self.step = 0
         self._members: list[Req] | None = None
         self._member_set: set[Req] = set()
-        self._position: dict[Req, int] = {}
+        self._position: dict[Req, int] | None = None
         # Step -> members whose last page is full before that step.
         self._due: dict[int, list[Req]] = {}
 
@@ -58,6 +58,8 @@ class DecodePages:
                 and not (len(req._kv_indices) + step - req.kv_run_step) % page_size
             ]
             if len(needing) > 1:
+                if self._position is None:
+                    self._position = dict(zip(reqs, range(len(reqs)), strict=True))
                 needing.sort(key=self._position.__getitem__)
             kv = self.kv
             if needing and not kv.ensure_free(len(needing) * page_size):
@@ -89,7 +91,7 @@ class DecodePages:
         self._drop(req)
         self._member_set.discard(req)
         self._members = None  # the next step regroups even if its batch is the same list
-        self._position = {}
+        self._position = None
 
     def _regroup(self, reqs: list[Req]) -> None:
         new = set(reqs)
@@ -103,7 +105,7 @@ class DecodePages:
             self._file(req)
         self._members = list(reqs)
         self._member_set = new
-        self._position = dict(zip(reqs, range(len(reqs)), strict=True))
+        self._position = None
 
     def _file(self, req: Req) -> None:
         req.kv_run = self

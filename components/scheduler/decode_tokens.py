@@ -20,7 +20,7 @@ is cut every ``TIME_LOG_STEPS`` steps (every member written out first), so it st
 from __future__ import annotations
 
 from collections import deque
-from operator import sub
+from operator import attrgetter, sub
 
 from schedkit.core.schedule_batch import Req
 
@@ -30,6 +30,8 @@ __all__ = ["TIME_LOG_STEPS", "DecodeTokens"]
 TIME_LOG_STEPS = 4096
 
 _append = list.append
+_OUTPUT_IDS = attrgetter("output_ids")
+_FINISHED_REASON = attrgetter("finished_reason")
 
 
 class DecodeTokens:
@@ -44,15 +46,18 @@ class DecodeTokens:
         "_stoppers",
         "_times",
         "_times_from",
+        "none_finished_before",
         "step",
     )
 
     def __init__(self) -> None:
         # Decode steps seen so far; a member's times are complete up to ``req.time_run_step``.
         self.step = 0
+        # No request of the batch had finished when the batch was last regrouped.
+        self.none_finished_before = True
         self._members: list[Req] | None = None
         self._member_set: set[Req] = set()
-        self._position: dict[Req, int] = {}
+        self._position: dict[Req, int] | None = None
         self._outputs: list[list[int]] = []
         self._stoppers: list[Req] = []
         # Step -> members that reach max_new_tokens with that step's token.
@@ -87,6 +92,8 @@ class DecodeTokens:
         if not maybe:
             return []
         if len(maybe) > 1:
+            if self._position is None:
+                self._position = dict(zip(reqs, range(len(reqs)), strict=True))
             maybe = sorted(set(maybe), key=self._position.__getitem__)
         return maybe
 
@@ -112,8 +119,9 @@ class DecodeTokens:
         self._drop(req)
         self._member_set.discard(req)
         self._members = None  # the next step regroups even if its batch is the same list
-        self._position = {}
-        self._stoppers = []
+        self._position = None
+        if req in self._stoppers:
+            self._stoppers.remove(req)
 
     def __contains__(self, req: Req) -> bool:
         return req in self._member_set
@@ -124,19 +132,25 @@ class DecodeTokens:
             self._drop(req)
         self._member_set = set()
         self._members = None
+        self._position = None
+        self._stoppers = []
 
     def _regroup(self, reqs: list[Req], timed: bool) -> None:
         new = set(reqs)
         old = self._member_set
         for req in old - new:
             self._drop(req)
-        for req in new - old:
+        entering = new - old
+        for req in entering:
             self._file(req, timed)
         self._members = list(reqs)
         self._member_set = new
-        self._position = dict(zip(reqs, range(len(reqs)), strict=True))
-        self._outputs = [req.output_ids for req in reqs]
-        self._stoppers = [req for req in reqs if req.sampling_params.stop_token_ids]
+        self._position = None
+        self._outputs = list(map(_OUTPUT_IDS, reqs))
+        self.none_finished_before = not any(map(_FINISHED_REASON, reqs))
+        self._stoppers = [req for req in self._stoppers if req in new] + [
+            req for req in entering if req.sampling_params.stop_token_ids
+        ]
 
     def _file(self, req: Req, timed: bool) -> None:
         if timed:
