@@ -8,7 +8,6 @@ Each send carries only the tokens produced since the request's previous send.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
 from itertools import repeat
 from operator import itemgetter
@@ -92,7 +91,9 @@ class OutputStreamer:
         due = columns.advance(self.force_stream_interval)
         if columns.kind == NOT_STREAMING:
             if finished or due:
-                self._stream_output_generation(columns.in_batch_order(finished + due), None, False)
+                self._stream_output_generation(
+                    columns.in_batch_order([*finished, *due]), None, False
+                )
         elif finished:
             self._stream_output_generation(reqs, None, False)
         else:
@@ -159,7 +160,7 @@ class OutputStreamer:
         outputs = columns.outputs
         lengths = list(map(len, outputs))
         output_ids = list(map(_LAST_TOKEN, outputs))
-        deque(map(setattr, reqs, repeat("send_token_offset"), lengths), maxlen=0)
+        any(map(setattr, reqs, repeat("send_token_offset"), lengths))  # setattr returns None
         storage_enabled = self.enable_hicache_storage()
         details = self._steady.details(
             columns, storage_enabled, lambda members: self._details(members, storage_enabled)

@@ -10,7 +10,7 @@ the step at which its output length next reaches a multiple of the forced interv
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from schedkit.core.schedule_batch import Req
 
@@ -59,14 +59,14 @@ class SteadyColumns:
             for req, output in zip(reqs, self.outputs, strict=True):
                 self._due.setdefault(-len(output) % force_interval, []).append(req)
 
-    def advance(self, force_interval: int) -> list[Req]:
+    def advance(self, force_interval: int) -> Sequence[Req]:
         """Count one decode step (each request got one token); the requests whose output
         length is a multiple of ``force_interval`` now (none streaming)."""
         step = self.step
         self.step = step + 1
         due = self._due.pop(step, None)
         if due is None:
-            return []
+            return ()
         later = self._due.setdefault(step + force_interval, [])
         later += due
         return due

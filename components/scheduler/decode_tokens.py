@@ -19,7 +19,6 @@ is cut every ``TIME_LOG_STEPS`` steps (every member written out first), so it st
 
 from __future__ import annotations
 
-from collections import deque
 from operator import attrgetter, sub
 
 from schedkit.core.schedule_batch import Req
@@ -74,7 +73,7 @@ class DecodeTokens:
         given ``eos``) for the caller to check."""
         if reqs != self._members:
             self._regroup(reqs, now is not None)
-        deque(map(_append, self._outputs, tokens), maxlen=0)
+        any(map(_append, self._outputs, tokens))  # list.append returns None: runs through
         step = self.step
         times = self._times
         if len(times) >= TIME_LOG_STEPS:
