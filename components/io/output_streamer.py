@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import repeat
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 import attrs
 from schedkit.components.io.io_struct import BatchEmbeddingOutput, BatchTokenIDOutput
@@ -25,6 +25,7 @@ __all__ = ["OutputStreamer"]
 
 
 _LAST_TOKEN = itemgetter(slice(-1, None))
+_FINISHED_REASON = attrgetter("finished_reason")
 
 
 def _false() -> bool:
@@ -94,10 +95,10 @@ class OutputStreamer:
                 self._stream_output_generation(
                     columns.in_batch_order([*finished, *due]), None, False
                 )
-        elif finished:
-            self._stream_output_generation(reqs, None, False)
         else:
-            self._stream_every_token(reqs, columns)
+            self._stream_every_token(reqs, columns, finished)
+        if finished:  # the scheduler drops them from the batch: keep the columns without them
+            self._steady.keep_without(columns, finished, self.force_stream_interval)
 
     def _stream_output_generation(
         self, reqs: list[Req], skip_req: Req | None, is_idle_batch: bool
@@ -153,14 +154,25 @@ class OutputStreamer:
             )
         )
 
-    def _stream_every_token(self, reqs: list[Req], columns: SteadyColumns) -> None:
-        """Each request of a kept batch streams every token, got one since the previous
-        call (which sent everything it had) and none finished: one message with each
-        request's last token, built one column at a time."""
+    def _stream_every_token(
+        self, reqs: list[Req], columns: SteadyColumns, finished: list[Req]
+    ) -> None:
+        """Each request of a kept batch streams every token and got one since the previous
+        call (which sent everything it had); ``finished`` finished at this step. One message
+        with each request's last token, built one column at a time."""
         outputs = columns.outputs
         lengths = list(map(len, outputs))
         output_ids = list(map(_LAST_TOKEN, outputs))
         any(map(setattr, reqs, repeat("send_token_offset"), lengths))  # setattr returns None
+        load = None
+        if finished:
+            reasons = list(map(_FINISHED_REASON, reqs))
+            for req in finished:
+                req.finished_output = True
+            if self.get_load is not None:
+                load = self.get_load()
+        else:
+            reasons = [None] * len(reqs)
         storage_enabled = self.enable_hicache_storage()
         details = self._steady.details(
             columns, storage_enabled, lambda members: self._details(members, storage_enabled)
@@ -169,14 +181,14 @@ class OutputStreamer:
         self.sender.send(
             BatchTokenIDOutput(
                 rids=columns.rids[:],
-                finished_reasons=[None] * len(reqs),
+                finished_reasons=reasons,
                 output_ids=output_ids,
                 prompt_tokens=columns.prompt_tokens[:],
                 completion_tokens=lengths,
                 cached_tokens=columns.cached_tokens[:],
                 cached_tokens_details=details[:],
                 dp_rank=self.parallel_state.dp_rank,
-                load=None,
+                load=load,
             )
         )
 

@@ -11,6 +11,8 @@ the step at which its output length next reaches a multiple of the forced interv
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import compress
+from operator import not_
 
 from schedkit.core.schedule_batch import Req
 
@@ -71,6 +73,33 @@ class SteadyColumns:
         later += due
         return due
 
+    def without(self, gone: list[Req], force_interval: int) -> SteadyColumns:
+        """These columns less the requests ``gone`` (finished at this step): the batch the
+        scheduler runs next. Filtered in C, no request looked at but those gone."""
+        gone_set = set(gone)
+        keep = list(map(not_, map(gone_set.__contains__, self.members)))
+        columns = SteadyColumns.__new__(SteadyColumns)
+        columns.members = list(compress(self.members, keep))
+        columns.member_set = self.member_set - gone_set
+        columns.kind = self.kind
+        columns.outputs = list(compress(self.outputs, keep))
+        columns.rids = list(compress(self.rids, keep))
+        columns.prompt_tokens = list(compress(self.prompt_tokens, keep))
+        columns.cached_tokens = list(compress(self.cached_tokens, keep))
+        columns.details = None if self.details is None else list(compress(self.details, keep))
+        columns.storage_enabled = self.storage_enabled
+        columns._position = None
+        columns.step = self.step
+        columns._due = self._due
+        if self.kind == NOT_STREAMING:
+            for req in gone:  # where it is filed: its next step at a multiple of the interval
+                at = self.step + -(len(req.output_ids) + 1) % force_interval
+                filed = self._due.get(at)
+                if filed is not None and req in filed:
+                    filed.remove(req)
+        self._due = {}
+        return columns
+
     def in_batch_order(self, reqs: list[Req]) -> list[Req]:
         """``reqs`` (members) in the order of the batch, each once."""
         if len(reqs) < 2:
@@ -119,6 +148,11 @@ class SteadyStream:
             columns.details = build(columns.members)
             columns.storage_enabled = storage_enabled
         return columns.details
+
+    def keep_without(self, columns: SteadyColumns, gone: list[Req], force_interval: int) -> None:
+        """Keep ``columns`` less the requests ``gone`` (finished at this step)."""
+        self._columns = columns.without(gone, force_interval)
+        self._seen = None
 
     def forget_any(self, reqs: list[Req]) -> None:
         """Keep nothing if ``reqs`` shares a request with what is kept (it is streamed
