@@ -15,14 +15,23 @@ requests that left are written out and dropped, requests that joined are filed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from schedkit.core.protocols import KVAllocator
 from schedkit.core.schedule_batch import Req
 
-if TYPE_CHECKING:
-    from schedkit.components.scheduler.batching import KVSlots
+__all__ = ["DecodePages", "PagedSlots"]
 
-__all__ = ["DecodePages"]
+
+class PagedSlots(Protocol):
+    """What ``DecodePages`` needs of the scheduler's KV slots (``batching.KVSlots``)."""
+
+    allocator: KVAllocator
+    page_size: int
+
+    def ensure_free(self, n: int) -> bool:
+        """Make ``n`` slots free, evicting from the cache if needed; True if they are free."""
+        ...
 
 
 class DecodePages:
@@ -30,7 +39,7 @@ class DecodePages:
 
     __slots__ = ("_due", "_member_set", "_members", "_position", "kv", "page_size", "step")
 
-    def __init__(self, kv: KVSlots) -> None:
+    def __init__(self, kv: PagedSlots) -> None:
         self.kv = kv
         self.page_size = kv.page_size
         # Decode steps taken so far; a member's list is complete up to ``req.kv_run_step``.
