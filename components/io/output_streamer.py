@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from itertools import repeat
 from operator import attrgetter, itemgetter
+from typing import ClassVar
 
 import attrs
 from schedkit.components.io.io_struct import BatchEmbeddingOutput, BatchTokenIDOutput
@@ -51,6 +52,8 @@ class OutputStreamer:
     enable_hicache_storage: Callable[[], bool] = _false
     get_load: Callable[[], dict] | None = None
     _steady: SteadyStream = attrs.field(init=False, factory=SteadyStream, repr=False)
+    # The batch result processor hands decode steps to stream_decode_step.
+    takes_decode_steps: ClassVar[bool] = True
 
     def stream_output(
         self,
@@ -82,8 +85,8 @@ class OutputStreamer:
         finished or reach a multiple of ``force_stream_interval`` tokens at this step are
         looked at. Any other batch goes through the per-request loop of ``stream_output``.
         """
-        if not self.is_generation:
-            self._stream_output_embedding(reqs)
+        if not self.is_generation or type(self).stream_output is not OutputStreamer.stream_output:
+            self.stream_output(reqs, False)  # a subclass's own stream_output is honoured
             return
         columns = self._steady.columns(reqs, self.stream_interval, self.force_stream_interval)
         if columns is None:

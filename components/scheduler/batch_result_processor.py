@@ -64,8 +64,11 @@ class BatchResultProcessor:
     )
 
     def __attrs_post_init__(self) -> None:
-        step = getattr(self.output_streamer, "stream_decode_step", None)
-        object.__setattr__(self, "_stream_decode_step", step)
+        streamer = self.output_streamer
+        # Only a streamer that says so takes decode steps this way (a recording double of
+        # one, which has the method but not the class attribute, sees stream_output).
+        if getattr(streamer, "takes_decode_steps", False) is True:
+            object.__setattr__(self, "_stream_decode_step", streamer.stream_decode_step)
 
     def process_batch_result(self, batch: ScheduleBatch, result: GenerationBatchResult) -> None:
         """Dispatch on the batch's forward mode."""
