@@ -177,9 +177,10 @@ class OutputStreamer:
         else:
             reasons = [None] * len(reqs)
         storage_enabled = self.enable_hicache_storage()
-        details = self._steady.details(
-            columns, storage_enabled, lambda members: self._details(members, storage_enabled)
-        )
+        details = columns.details
+        if details is None or columns.storage_enabled != storage_enabled:
+            details = columns.details = self._details(columns.members, storage_enabled)
+            columns.storage_enabled = storage_enabled
         # Copies of the kept columns: a receiver may keep or change the message's lists.
         self.sender.send(
             BatchTokenIDOutput(

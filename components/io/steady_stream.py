@@ -10,7 +10,7 @@ the step at which its output length next reaches a multiple of the forced interv
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import compress
 from operator import not_
 
@@ -136,18 +136,6 @@ class SteadyStream:
         if kind is not None:
             self._columns = SteadyColumns(reqs, kind, force_interval)
         return self._columns
-
-    def details(
-        self,
-        columns: SteadyColumns,
-        storage_enabled: bool,
-        build: Callable[[list[Req]], list[dict | None]],
-    ) -> list[dict | None]:
-        """The batch's cached-token details for this value of the storage flag."""
-        if columns.details is None or columns.storage_enabled != storage_enabled:
-            columns.details = build(columns.members)
-            columns.storage_enabled = storage_enabled
-        return columns.details
 
     def keep_without(self, columns: SteadyColumns, gone: list[Req], force_interval: int) -> None:
         """Keep ``columns`` less the requests ``gone`` (finished at this step)."""

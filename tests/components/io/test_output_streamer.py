@@ -372,3 +372,17 @@ def test_a_decode_batch_streamed_elsewhere_is_not_kept():
     streamer.stream_output([a])  # aborted out of band
     assert streamer._steady._columns is None
     assert streamer.sender.messages[-1].finished_reasons == [FinishAbort("aborted")]
+
+
+def test_kept_columns_follow_the_storage_flag_when_it_flips():
+    storage = [False]
+    streamer = make_streamer(enable_hicache_storage=lambda: storage[0])
+    req = make_req(stream=True, cached_tokens=2, cached_tokens_device=2)
+    sent = []
+    for n in range(4):
+        storage[0] = n >= 2
+        req.output_ids.append(n)
+        streamer.stream_decode_step([req], [])
+        sent.append(streamer.sender.messages[-1].cached_tokens_details)
+    assert sent[0] == sent[1] == [{"device": 2, "host": 0}]
+    assert sent[2] == sent[3] == [{"device": 2, "host": 0, "storage": 0, "storage_backend": "none"}]
