@@ -9,6 +9,9 @@ Each send carries only the tokens produced since the request's previous send.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import repeat
+from operator import attrgetter, itemgetter
+from typing import ClassVar
 
 import attrs
 from schedkit.components.io.io_struct import (
@@ -16,6 +19,7 @@ from schedkit.components.io.io_struct import (
     BatchTokenIDOutput,
     RequestTimes,
 )
+from schedkit.components.io.steady_stream import NOT_STREAMING, SteadyColumns, SteadyStream
 
 from schedkit.core.component import at_least, component
 from schedkit.core.parallel_state import ParallelState
@@ -23,6 +27,10 @@ from schedkit.core.protocols import OutputSender, PrefixCache
 from schedkit.core.schedule_batch import Req
 
 __all__ = ["OutputStreamer"]
+
+
+_LAST_TOKEN = itemgetter(slice(-1, None))
+_FINISHED_REASON = attrgetter("finished_reason")
 
 
 def _false() -> bool:
@@ -47,6 +55,9 @@ class OutputStreamer:
     is_generation: bool = True
     enable_hicache_storage: Callable[[], bool] = _false
     get_load: Callable[[], dict] | None = None
+    _steady: SteadyStream = attrs.field(init=False, factory=SteadyStream, repr=False)
+    # The batch result processor hands decode steps to stream_decode_step.
+    takes_decode_steps: ClassVar[bool] = True
 
     def stream_output(
         self,
@@ -62,9 +73,39 @@ class OutputStreamer:
         message still goes out for it so that every DP rank reports each step.
         """
         if self.is_generation:
+            self._steady.forget_any(reqs)  # what it kept of them may change here
             self._stream_output_generation(reqs, skip_req, is_idle_batch)
         else:
             self._stream_output_embedding(reqs)
+
+    def stream_decode_step(self, reqs: list[Req], finished: list[Req]) -> None:
+        """``stream_output(reqs)`` after a decode step in which each request of ``reqs`` got
+        exactly one token; ``finished`` lists, in batch order, those that finished at this
+        step, and none had finished before it.
+
+        A batch seen at the previous call too keeps its unchanging columns (``SteadyStream``):
+        when each request streams every token and none finished, the message is built from
+        them with C-level maps over the requests; when none streams, only the requests that
+        finished or reach a multiple of ``force_stream_interval`` tokens at this step are
+        looked at. Any other batch goes through the per-request loop of ``stream_output``.
+        """
+        if not self.is_generation or type(self).stream_output is not OutputStreamer.stream_output:
+            self.stream_output(reqs, False)  # a subclass's own stream_output is honoured
+            return
+        columns = self._steady.columns(reqs, self.stream_interval, self.force_stream_interval)
+        if columns is None:
+            self._stream_output_generation(reqs, None, False)
+            return
+        due = columns.advance(self.force_stream_interval)
+        if columns.kind == NOT_STREAMING:
+            if finished or due:
+                self._stream_output_generation(
+                    columns.in_batch_order([*finished, *due]), None, False
+                )
+        else:
+            self._stream_every_token(reqs, columns, finished)
+        if finished:  # the scheduler drops them from the batch: keep the columns without them
+            self._steady.keep_without(columns, finished, self.force_stream_interval)
 
     def _stream_output_generation(
         self, reqs: list[Req], skip_req: Req | None, is_idle_batch: bool
@@ -96,6 +137,8 @@ class OutputStreamer:
                 any_finished = True
             due.append(req)
 
+        if any_finished:
+            self._steady.forget()
         if not due and not (is_idle_batch and self.parallel_state.enable_dp_attention):
             return
 
@@ -112,16 +155,56 @@ class OutputStreamer:
                 prompt_tokens=[len(req.origin_input_ids) for req in due],
                 completion_tokens=[req.send_token_offset for req in due],
                 cached_tokens=[req.cached_tokens for req in due],
-                cached_tokens_details=self._details(due),
+                cached_tokens_details=self._details(due, self.enable_hicache_storage()),
                 dp_rank=self.parallel_state.dp_rank,
                 load=self.get_load() if any_finished and self.get_load is not None else None,
                 time_stats=_time_stats(due) if any_finished else None,
             )
         )
 
-    def _details(self, reqs: list[Req]) -> list[dict | None]:
-        """``get_cached_tokens_details`` of each request, reading the storage flag once."""
+    def _stream_every_token(
+        self, reqs: list[Req], columns: SteadyColumns, finished: list[Req]
+    ) -> None:
+        """Each request of a kept batch streams every token and got one since the previous
+        call (which sent everything it had); ``finished`` finished at this step. One message
+        with each request's last token, built one column at a time."""
+        outputs = columns.outputs
+        lengths = list(map(len, outputs))
+        output_ids = list(map(_LAST_TOKEN, outputs))
+        any(map(setattr, reqs, repeat("send_token_offset"), lengths))  # setattr returns None
+        load = time_stats = None
+        if finished:
+            reasons = list(map(_FINISHED_REASON, reqs))
+            time_stats = _time_stats(reqs)
+            for req in finished:
+                req.finished_output = True
+            if self.get_load is not None:
+                load = self.get_load()
+        else:
+            reasons = [None] * len(reqs)
         storage_enabled = self.enable_hicache_storage()
+        details = columns.details
+        if details is None or columns.storage_enabled != storage_enabled:
+            details = columns.details = self._details(columns.members, storage_enabled)
+            columns.storage_enabled = storage_enabled
+        # Copies of the kept columns: a receiver may keep or change the message's lists.
+        self.sender.send(
+            BatchTokenIDOutput(
+                rids=columns.rids[:],
+                finished_reasons=reasons,
+                output_ids=output_ids,
+                prompt_tokens=columns.prompt_tokens[:],
+                completion_tokens=lengths,
+                cached_tokens=columns.cached_tokens[:],
+                cached_tokens_details=details[:],
+                dp_rank=self.parallel_state.dp_rank,
+                load=load,
+                time_stats=time_stats,
+            )
+        )
+
+    def _details(self, reqs: list[Req], storage_enabled: bool) -> list[dict | None]:
+        """``get_cached_tokens_details`` of each request for one value of the storage flag."""
         details: list[dict | None] = []
         for req in reqs:
             device, host, storage = (
@@ -151,7 +234,7 @@ class OutputStreamer:
                 finished_reasons=[req.finished_reason for req in done],
                 prompt_tokens=[len(req.origin_input_ids) for req in done],
                 cached_tokens=[req.cached_tokens for req in done],
-                cached_tokens_details=self._details(done),
+                cached_tokens_details=self._details(done, self.enable_hicache_storage()),
                 dp_rank=self.parallel_state.dp_rank,
             )
         )

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import attrs
+from schedkit.components.scheduler.decode_tokens import DecodeTokens
+
 from schedkit.core.component import component
 from schedkit.core.protocols import KVAllocator, OutputStreamer, PrefixCache
 from schedkit.core.schedule_batch import (
@@ -26,7 +29,6 @@ from schedkit.core.schedule_batch import (
 __all__ = ["BatchResultProcessor"]
 
 _NO_TOKEN = "the model runner returned no token for this request"
-_UNSET = object()
 
 
 def _noop(*_args: object) -> None:
@@ -54,6 +56,19 @@ class BatchResultProcessor:
     advance_forward_ct_decode: Callable[[], None] = _noop
     abort_request: Callable[[str], None] = _noop
     now: Callable[[], float] | None = None
+    _decode_tokens: DecodeTokens = attrs.field(init=False, factory=DecodeTokens)
+    # The streamer's stream_decode_step(reqs, finished), when it has one: a decode step's
+    # streaming told which requests finished, instead of finding out request by request.
+    _stream_decode_step: Callable[[list[Req], list[Req]], None] | None = attrs.field(
+        init=False, default=None
+    )
+
+    def __attrs_post_init__(self) -> None:
+        streamer = self.output_streamer
+        # Only a streamer that says so takes decode steps this way (a recording double of
+        # one, which has the method but not the class attribute, sees stream_output).
+        if getattr(streamer, "takes_decode_steps", False) is True:
+            object.__setattr__(self, "_stream_decode_step", streamer.stream_decode_step)
 
     def process_batch_result(self, batch: ScheduleBatch, result: GenerationBatchResult) -> None:
         """Dispatch on the batch's forward mode."""
@@ -74,7 +89,10 @@ class BatchResultProcessor:
         tree_cache, eos = self.tree_cache, self.eos_token_id
         now = self.now() if self.now is not None else None
         chunked = None
+        decode_tokens = self._decode_tokens
         for req, tok in zip(reqs, tokens, strict=True):
+            if req in decode_tokens:  # prefilled while in the last decode batch
+                decode_tokens.leave(req)
             if req.is_chunked:
                 chunked = req
                 tree_cache.cache_unfinished_req(req)
@@ -104,50 +122,52 @@ class BatchResultProcessor:
         """Append one token per request, release finished requests, stream, report."""
         reqs, tokens = batch.reqs, result.next_token_ids
         _check_lengths(reqs, tokens)
-        missing = None in tokens
-        if missing:
-            reqs, tokens = self._abort_missing(reqs, tokens)
+        if None in tokens:
+            self._decode_tokens.disband()
+            self._process_decode_with_missing(batch, reqs, tokens)
+            return
         self.increment_generated_tokens(len(reqs))
         eos = self.eos_token_id
         now = self.now() if self.now is not None else None
-        # One pass appends the tokens (and stamps the times); it sets aside, in batch order,
-        # the few requests that may have finished: at their length limit, with stop tokens,
-        # or (checked at C speed afterwards) given the EOS token.
-        maybe_done = []
-        if now is None:
-            for req, tok in zip(reqs, tokens, strict=True):
-                out = req.output_ids
-                out.append(tok)
-                params = req.sampling_params
-                if len(out) >= params.max_new_tokens or params.stop_token_ids:
-                    maybe_done.append(req)
-        else:
-            # Requests whose last token came at the same time share one gap object.
-            last_seen, gap = _UNSET, None
-            for req, tok in zip(reqs, tokens, strict=True):
-                out = req.output_ids
-                out.append(tok)
-                last = req.last_token_time
-                if last is last_seen:
-                    req.itl.append(gap)
-                elif last is not None:
-                    last_seen, gap = last, now - last
-                    req.itl.append(gap)
-                req.last_token_time = now
-                params = req.sampling_params
-                if len(out) >= params.max_new_tokens or params.stop_token_ids:
-                    maybe_done.append(req)
-        if eos is not None and eos in tokens:
-            listed = set(maybe_done)
-            maybe_done = [r for r, t in zip(reqs, tokens, strict=True) if t == eos or r in listed]
-        tree_cache = self.tree_cache
-        for req in maybe_done:
+        tree_cache, decode_tokens = self.tree_cache, self._decode_tokens
+        done = []
+        # The few requests that may have finished, in batch order.
+        for req in decode_tokens.advance(reqs, tokens, now, eos):
             req.check_finished(eos)
             if req.finished_reason is not None:
                 if now is not None and req.finish_time is None:
                     req.finish_time = now
                 tree_cache.cache_finished_req(req)
-        if missing and now is not None:
+                decode_tokens.leave(req)  # nothing of it is kept once it is done
+                done.append(req)
+        if self._stream_decode_step is not None and decode_tokens.none_finished_before:
+            self._stream_decode_step(reqs, done)
+        else:
+            self.output_streamer.stream_output(reqs, False)
+        self.advance_forward_ct_decode()
+        self.report_decode_stats(batch)
+
+    def _process_decode_with_missing(
+        self, batch: ScheduleBatch, reqs: list[Req], tokens: list[int | None]
+    ) -> None:
+        """A decode step in which the model runner gave some requests no token: those are
+        aborted, the others handled one by one."""
+        reqs, tokens = self._abort_missing(reqs, tokens)
+        self.increment_generated_tokens(len(reqs))
+        eos = self.eos_token_id
+        now = self.now() if self.now is not None else None
+        for req, tok in zip(reqs, tokens, strict=True):
+            req.output_ids.append(tok)
+        if now is not None:
+            self._stamp_decode(reqs, now)
+        tree_cache = self.tree_cache
+        for req in reqs:
+            req.check_finished(eos)
+            if req.finished_reason is not None:
+                if now is not None and req.finish_time is None:
+                    req.finish_time = now
+                tree_cache.cache_finished_req(req)
+        if now is not None:
             # Requests aborted for a missing token that are still in the batch are stamped
             # too (finish time, and the step's inter-token latency).
             kept = set(reqs)
@@ -159,6 +179,8 @@ class BatchResultProcessor:
     def process_aborted(self, reqs: list[Req]) -> None:
         """Release the KV of requests finished out of band (aborted, refused) and stream them."""
         for req in reqs:
+            if req in self._decode_tokens:
+                self._decode_tokens.leave(req)
             if req.kv_indices or req.last_node is not None:
                 self.tree_cache.cache_finished_req(req)
             if self.now is not None and req.finish_time is None:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 import attrs
 from schedkit.components.cache.cache_keys import prefix_match_key
 from schedkit.components.cache.req_locks import unlock_req
+from schedkit.components.scheduler.decode_pages import DecodePages
 
 from schedkit.core.protocols import KVAllocator, PrefixCache
 from schedkit.core.schedule_batch import ForwardMode, Req, ScheduleBatch
@@ -95,6 +96,13 @@ class KVSlots:
     allocator: KVAllocator
     tree_cache: PrefixCache
     page_size: int
+    # With pages of several slots, decode steps take their slots through this (see
+    # ``decode_pages``); with single-slot pages every step allocates for every request.
+    decode_pages: DecodePages | None = attrs.field(init=False, default=None)
+
+    def __attrs_post_init__(self) -> None:
+        if self.page_size > 1:
+            self.decode_pages = DecodePages(self)
 
     def room(self) -> int:
         """Slots free now or once the cache evicts what it may."""
@@ -253,6 +261,8 @@ def take_decode_slots(kv: KVSlots, reqs: list[Req]) -> bool:
     """Give every request one KV slot for its next token: the next slot of its last page if
     that page has room, else a new page. False, with nothing taken, if the pool cannot supply
     the new pages even after evicting from the cache."""
+    if kv.decode_pages is not None:
+        return kv.decode_pages.take(reqs)
     page_size = kv.page_size
     needs_page = []
     for req in reqs:

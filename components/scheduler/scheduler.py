@@ -26,6 +26,7 @@ import threading
 import time
 from array import array
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any, Literal
 
 import attrs
@@ -54,6 +55,8 @@ from schedkit.core.schedule_batch import MAX_TOKEN_ID, FinishAbort, ForwardMode,
 __all__ = ["Scheduler"]
 
 log = structlog.get_logger(__name__)
+
+_FINISHED_REASON = attrgetter("finished_reason")
 
 
 def _noop() -> None:
@@ -210,12 +213,11 @@ class Scheduler:
                     running.append(req)
             self.peak_running_requests = max(self.peak_running_requests, len(running))
             return
-        alive = [req for req in reqs if req.finished_reason is None]
-        if len(alive) != len(reqs):
+        if any(map(_FINISHED_REASON, reqs)):
             for req in reqs:
                 if req.finished_reason is not None:
                     self._finished(req)
-            batch.reqs = alive
+            batch.reqs = [req for req in reqs if req.finished_reason is None]
 
     def _finished(self, req: Req) -> None:
         self.finished_count += 1

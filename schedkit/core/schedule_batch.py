@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from array import array
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import msgspec
@@ -81,6 +81,17 @@ class SamplingParams:
         return None
 
 
+class DecodeRun(Protocol):
+    """Per-token state a decode step keeps for its requests as one count per run (the next KV
+    slots, token times) and writes into each request only when it is read or changed."""
+
+    def complete(self, req: Req) -> None:
+        """Write the request's pending per-token state into its fields."""
+
+    def leave(self, req: Req) -> None:
+        """Write the pending state, then stop keeping any for the request."""
+
+
 @attrs.define(slots=True, kw_only=True, eq=False)
 class Req:
     """One generation (or embedding) request and all the state the scheduler keeps for it."""
@@ -113,8 +124,13 @@ class Req:
     cached_tokens_host: int = 0
     cached_tokens_storage: int = 0
 
-    # KV state: the slots holding this request's KV (prefix first), and the locked cache node.
-    kv_indices: list[int] = attrs.Factory(list)
+    # KV state: the slots holding this request's KV (prefix first; read and set through the
+    # ``kv_indices`` property), and the locked cache node.
+    _kv_indices: list[int] = attrs.Factory(list)
+    # A decode run that adds this request's next slots in bulk (see ``DecodeRun``), or None;
+    # ``kv_run_step`` is the run's step up to which ``_kv_indices`` is complete.
+    kv_run: DecodeRun | None = attrs.field(default=None, repr=False)
+    kv_run_step: int = attrs.field(default=0, repr=False)
     prefix_len: int = 0
     last_node: Any = None
     # What the cache's inc_lock_ref returned for last_node; dec_lock_ref takes it back.
@@ -136,10 +152,60 @@ class Req:
     # When the request was first admitted to a prefill batch (its queue time ends there).
     scheduled_time: float | None = None
     first_token_time: float | None = None
-    last_token_time: float | None = None
+    # Read and set through the ``last_token_time`` and ``itl`` properties.
+    _last_token_time: float | None = None
     finish_time: float | None = None
     # Inter-token latencies measured at each decode step (simulated or wall seconds).
-    itl: list[float] = attrs.Factory(list)
+    _itl: list[float] = attrs.Factory(list)
+    # A decode run that stamps this request's token times in bulk, or None; ``time_run_step``
+    # is the run's step up to which ``_itl`` and ``_last_token_time`` are complete.
+    time_run: DecodeRun | None = attrs.field(default=None, repr=False)
+    time_run_step: int = attrs.field(default=0, repr=False)
+
+    @property
+    def kv_indices(self) -> list[int]:
+        """One KV slot per token that has KV, the cached prefix first."""
+        run = self.kv_run
+        if run is not None:
+            run.complete(self)
+        return self._kv_indices
+
+    @kv_indices.setter
+    def kv_indices(self, value: list[int]) -> None:
+        run = self.kv_run
+        if run is not None:
+            run.leave(self)
+        self._kv_indices = value
+
+    @property
+    def last_token_time(self) -> float | None:
+        """When the request's latest token was produced (None before its first)."""
+        run = self.time_run
+        if run is not None:
+            run.complete(self)
+        return self._last_token_time
+
+    @last_token_time.setter
+    def last_token_time(self, value: float | None) -> None:
+        run = self.time_run
+        if run is not None:
+            run.leave(self)
+        self._last_token_time = value
+
+    @property
+    def itl(self) -> list[float]:
+        """Inter-token latencies: one per token after the first, the gap since the one before."""
+        run = self.time_run
+        if run is not None:
+            run.complete(self)
+        return self._itl
+
+    @itl.setter
+    def itl(self, value: list[float]) -> None:
+        run = self.time_run
+        if run is not None:
+            run.leave(self)
+        self._itl = value
 
     @property
     def stream(self) -> bool:

@@ -54,6 +54,8 @@ import hashlib
 import random
 import time
 from collections.abc import Callable
+from itertools import repeat
+from operator import add, and_, attrgetter, is_
 from typing import Any, Literal
 
 import attrs
@@ -71,6 +73,8 @@ __all__ = ["TOKEN_TABLE_SIZE", "SimulatedModelRunner"]
 TOKEN_TABLE_SIZE = 1 << 16
 _TABLE_MASK = TOKEN_TABLE_SIZE - 1
 _MAX_CACHED_RIDS = 1 << 16
+_OUTPUT_IDS = attrgetter("output_ids")
+_PROMPT = attrgetter("origin_input_ids")
 
 
 def _offset(seed: int, rid: str) -> int:
@@ -105,6 +109,9 @@ class SimulatedModelRunner:
     # rid -> _offset(seed, rid), a plain dict (its lookups are the fastest) filled on first use.
     _offsets: dict[str, int] = attrs.field(init=False, factory=dict)
     _table: list[int] = attrs.field(init=False, factory=list)
+    # The last decode batch's output lists and table starts (see ``_starts``).
+    _batch_outputs: list[list[int]] = attrs.field(init=False, factory=list, repr=False)
+    _batch_starts: list[int] = attrs.field(init=False, factory=list, repr=False)
 
     @classmethod
     def check_arguments(cls, args: Any) -> None:
@@ -176,13 +183,15 @@ class SimulatedModelRunner:
         """One forward pass: the next token of each request (None for a prefill chunk that
         does not reach the end of its request) and the step time."""
         reqs = batch.reqs
-        table, offsets = self._table, self._offsets
+        table = self._table
         if batch.forward_mode == ForwardMode.DECODE:
-            try:
-                tokens = [table[offsets[r.rid] + len(r.output_ids) & _TABLE_MASK] for r in reqs]
-            except KeyError:
-                tokens = [self.token(r.rid, len(r.output_ids)) for r in reqs]
-            cost = 0.0 if self.zero_cost else self.decode_cost(reqs)
+            outputs = list(map(_OUTPUT_IDS, reqs))
+            lengths = list(map(len, outputs))
+            # table[start + length & mask] for each request, in C.
+            starts = self._starts(reqs, outputs)
+            positions = map(and_, map(add, starts, lengths), repeat(_TABLE_MASK))
+            tokens = list(map(table.__getitem__, positions))
+            cost = 0.0 if self.zero_cost else self.decode_cost(reqs, sum(lengths))
         elif batch.forward_mode == ForwardMode.EXTEND:
             tokens = [
                 self.token(req.rid, len(req.output_ids)) if pre + ext >= req.seqlen else None
@@ -216,23 +225,44 @@ class SimulatedModelRunner:
             + self.request_overhead * len(batch.reqs)
         )
 
-    def decode_cost(self, reqs: list[Req]) -> float:
-        """Modelled time of a decode step over ``reqs``."""
+    def decode_cost(self, reqs: list[Req], output_tokens: int | None = None) -> float:
+        """Modelled time of a decode step over ``reqs`` (``output_tokens``: their output
+        lengths' sum, when the caller has it)."""
         cost = (
             self.decode_fixed
             + self.step_overhead
             + (self.decode_per_seq + self.request_overhead) * len(reqs)
         )
         if self.decode_per_kv_token:
-            context = sum(len(req.origin_input_ids) + len(req.output_ids) for req in reqs)
+            if output_tokens is None:
+                output_tokens = sum(map(len, map(_OUTPUT_IDS, reqs)))
+            context = sum(map(len, map(_PROMPT, reqs))) + output_tokens
             cost += self.decode_per_kv_token * context
         return cost
 
+    def _starts(self, reqs: list[Req], outputs: list[list[int]]) -> list[int]:
+        """Where each request of a decode batch reads the token table: kept while the batch
+        has the same requests (recognised by their output lists, which are kept alive here
+        so that no other list can take their identity)."""
+        kept = self._batch_outputs
+        if len(kept) != len(outputs) or not all(map(is_, outputs, kept)):
+            offsets = self._offsets
+            try:
+                starts = [offsets[req.rid] for req in reqs]
+            except KeyError:
+                starts = [self.token_offset(req.rid) for req in reqs]
+            self._batch_outputs, self._batch_starts = outputs, starts
+        return self._batch_starts
+
     def token(self, rid: str, position: int) -> int:
         """The token at output ``position`` of request ``rid`` (deterministic for the seed)."""
+        return self._table[self.token_offset(rid) + position & _TABLE_MASK]
+
+    def token_offset(self, rid: str) -> int:
+        """Where request ``rid`` starts reading the token table."""
         offset = self._offsets.get(rid)
         if offset is None:
             if len(self._offsets) >= _MAX_CACHED_RIDS:
                 self._offsets.clear()
             offset = self._offsets[rid] = _offset(self.seed, rid)
-        return self._table[offset + position & _TABLE_MASK]
+        return offset

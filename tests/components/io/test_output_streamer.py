@@ -322,3 +322,79 @@ def test_hicache_flag_is_read_once_per_call_and_applies_to_every_request():
         {"device": i + 1, "host": 0, "storage": 0, "storage_backend": "none"} for i in range(3)
     ]
     assert msg.cached_tokens_details == [streamer.get_cached_tokens_details(r) for r in reqs]
+
+
+def run_decode_steps(use_decode_step, kinds, steps=12, finish_at=None):
+    """Decode ``steps`` steps over requests of the given kinds ((stream, interval) pairs),
+    finishing request ``finish_at[step]`` at that step; the messages sent."""
+    streamer = make_streamer(force_stream_interval=3)
+    reqs = [
+        make_req(rid=f"r{i}", stream=stream, stream_interval=interval, prompt=[1] * (i + 1))
+        for i, (stream, interval) in enumerate(kinds)
+    ]
+    running = list(reqs)
+    for n in range(steps):
+        for req in running:
+            req.output_ids.append(n)
+        finished = []
+        if finish_at and n in finish_at:
+            done = running[finish_at[n]]
+            done.finished_reason = FinishLength(len(done.output_ids))
+            finished.append(done)
+        if use_decode_step:
+            streamer.stream_decode_step(running, finished)
+        else:
+            streamer.stream_output(running)
+        if finished:
+            running = [r for r in running if r.finished_reason is None]
+    return [attrs_of(msg) for msg in streamer.sender.messages], [
+        (r.send_token_offset, r.finished_output) for r in reqs
+    ]
+
+
+def attrs_of(msg):
+    return {f: getattr(msg, f) for f in msg.__struct_fields__}
+
+
+@pytest.mark.parametrize(
+    "kinds",
+    [
+        [(True, None)] * 4,  # every token, the streamer's default interval of 1
+        [(True, 1), (True, None), (True, 1)],
+        [(False, None)] * 5,  # none streams: forced every 3 tokens
+        [(True, 1), (False, None), (True, 2)],  # mixed: the per-request loop
+    ],
+)
+def test_decode_steps_send_what_stream_output_sends(kinds):
+    finish_at = {4: 1, 9: 0}
+    assert run_decode_steps(True, kinds, finish_at=finish_at) == run_decode_steps(
+        False, kinds, finish_at=finish_at
+    )
+
+
+def test_a_decode_batch_streamed_elsewhere_is_not_kept():
+    streamer = make_streamer()
+    a, b = make_req(rid="a", stream=True), make_req(rid="b", stream=True)
+    for n in range(3):
+        a.output_ids.append(n)
+        b.output_ids.append(n)
+        streamer.stream_decode_step([a, b], [])
+    assert streamer._steady._columns is not None
+    a.finished_reason = FinishAbort("aborted")
+    streamer.stream_output([a])  # aborted out of band
+    assert streamer._steady._columns is None
+    assert streamer.sender.messages[-1].finished_reasons == [FinishAbort("aborted")]
+
+
+def test_kept_columns_follow_the_storage_flag_when_it_flips():
+    storage = [False]
+    streamer = make_streamer(enable_hicache_storage=lambda: storage[0])
+    req = make_req(stream=True, cached_tokens=2, cached_tokens_device=2)
+    sent = []
+    for n in range(4):
+        storage[0] = n >= 2
+        req.output_ids.append(n)
+        streamer.stream_decode_step([req], [])
+        sent.append(streamer.sender.messages[-1].cached_tokens_details)
+    assert sent[0] == sent[1] == [{"device": 2, "host": 0}]
+    assert sent[2] == sent[3] == [{"device": 2, "host": 0, "storage": 0, "storage_backend": "none"}]
