@@ -4,7 +4,7 @@ A run keeps a few numbers per finished request and every inter-token latency (8 
 ``array('d')``); its summary takes percentiles of them. This benchmark runs the built-in
 ``chat`` workload at a sustainable rate (4 conversations/s, 20,000 requests by default) on the
 default wiring (KV events off: no sockets) in a fresh Python process per run, and reads the
-process's peak resident memory (``ru_maxrss``) twice: when the last request has finished
+process's peak resident memory (VmHWM on Linux) twice: when the last request has finished
 (before the summary) and after the summary. Target: after <= 1.1x before.
 
 Method: memory, not time; each run is its own process (a peak cannot be reset), the runs one

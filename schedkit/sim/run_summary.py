@@ -206,7 +206,19 @@ def _counter(assembly: Assembly, component: str, attribute: str) -> int:
 
 
 def peak_rss_mb() -> float:
-    """The process's peak resident memory so far, in MiB."""
+    """The process's peak resident memory so far, in MiB.
+
+    On Linux this is VmHWM, the high-water mark of this address space: ``ru_maxrss`` also
+    keeps the parent's resident size when the process was started by vfork and exec (as
+    ``subprocess`` does), so a run started from a large process would report that size.
+    """
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 1024 if sys.platform != "darwin" else peak / 2**20
 

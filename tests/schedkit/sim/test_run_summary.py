@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import attrs
+import pytest
 
 from schedkit.sim.run_summary import RunSummary, json_figures
 
@@ -55,3 +58,15 @@ def test_the_hit_rate_by_tier_shows_only_for_a_cache_with_a_host_tier():
     )
     at = next(i for i, line in enumerate(tiered) if line.startswith("prefix-cache hit rate"))
     assert tiered[at + 1].split() == ["of", "which", "device", "|", "host", "40.0%", "|", "10.0%"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM is Linux's")
+def test_a_run_started_from_a_large_process_reports_its_own_peak():
+    """``subprocess`` starts a child with vfork and exec, and Linux keeps the parent's resident
+    size in the child's ``ru_maxrss``: the peak must be the child's own address space."""
+    held = bytearray(256 * 2**20)
+    held[::4096] = b"\1" * len(held[::4096])  # touched, so resident
+    code = "from schedkit.sim.run_summary import peak_rss_mb; print(peak_rss_mb())"
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert float(child.stdout) < 200, child.stdout
+    del held
