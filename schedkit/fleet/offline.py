@@ -24,6 +24,7 @@ import itertools
 import math
 import os
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -55,6 +56,8 @@ from schedkit.workloads.workload import Workload
 __all__ = ["OfflineFleet", "kv_events_config", "run_offline", "worker_wiring"]
 
 _runs = itertools.count()
+# Steps whose news may wait for the router before it is given them (bounds the backlog).
+_MAX_BACKLOG = 1 << 14
 
 
 def kv_events_config(wiring: Wiring) -> tuple[str, KvEventsConfig] | None:
@@ -210,6 +213,11 @@ class OfflineFleet:
         self._awaiting: list[set[str]] = [set() for _ in assemblies]  # no first token seen yet
         self._deferred: list = []  # what steps told the router, by the time they ended
         self._order = itertools.count()
+        self._report_ends: list[list[float]] = [[] for _ in assemblies]
+        self._reports: list[list[tuple[float, int]]] = [[] for _ in assemblies]
+        self._backlog = 0  # steps whose news the router has not been given yet
+        self._busy: list[tuple[float, int]] = []  # (clock, rank) of each worker in flight
+        self._queued = [False] * n  # whether the rank is in _busy
         self.dispatcher = Dispatcher(
             self.admission,
             n,
@@ -220,10 +228,10 @@ class OfflineFleet:
             closed=self._closed,
         )
 
-    def _after_step(self, rank: int, finished: list) -> None:
-        """Note what the step of worker ``rank`` that just ran told the router: its KV events,
-        the requests that got their first token and those that ended, and the worker's KV
-        usage and waiting requests, all as of the step's end (``_catch_up`` applies them)."""
+    def _after_step(self, rank: int, finished: list, end: float) -> None:
+        """Note what the step of worker ``rank`` that just ran (ending at ``end``) told the
+        router: its KV events, the requests that got their first token and those that ended,
+        and the worker's KV usage and waiting requests (``_catch_up`` applies them)."""
         awaiting = self._awaiting[rank]
         scheduler = self.steppers[rank].scheduler
         prefilled = []
@@ -232,25 +240,22 @@ class OfflineFleet:
                 if req.rid in awaiting and req.output_ids:
                     awaiting.discard(req.rid)
                     prefilled.append(req.rid)
-        ended = [req.rid for req in finished]
-        awaiting.difference_update(ended)
+        ended = []
+        if finished:
+            ended = [req.rid for req in finished]
+            awaiting.difference_update(ended)
         batches = []
         if self.channels:
-            decode = self.decode
-            batches = [decode(payload) for _, payload in self.channels[rank].take()]
-        heapq.heappush(
-            self._deferred,
-            (
-                self.steppers[rank].elapsed(),
-                next(self._order),
-                rank,
-                batches,
-                prefilled,
-                ended,
-                self._usage[rank](),
-                len(scheduler.waiting_queue),
-            ),
-        )
+            channel = self.channels[rank]
+            if channel.queue_depth:
+                decode = self.decode
+                batches = [decode(payload) for _, payload in channel.take()]
+        if batches or prefilled or ended:
+            heapq.heappush(self._deferred, (end, next(self._order), rank, batches, prefilled, ended))
+        # A report only overwrites the worker's figures: the last one due is all that counts.
+        self._report_ends[rank].append(end)
+        self._reports[rank].append((self._usage[rank](), len(scheduler.waiting_queue)))
+        self._backlog += 1
 
     def _take_events(self, rank: int) -> None:
         """Apply the KV events worker ``rank`` published and nobody took yet, now."""
@@ -259,25 +264,40 @@ class OfflineFleet:
             apply(decode(payload), rank)
 
     def _catch_up(self, now: float) -> None:
-        """Apply to the router what the workers told it up to ``now`` (seconds)."""
+        """Apply to the router what the workers told it up to ``now`` (seconds), in the
+        order the steps ended."""
         deferred, router = self._deferred, self.router
         apply = router.index.apply
         while deferred and deferred[0][0] <= now:
-            _, _, rank, batches, prefilled, ended, usage, waiting = heapq.heappop(deferred)
+            _, _, rank, batches, prefilled, ended = heapq.heappop(deferred)
             for batch in batches:
                 apply(batch, rank)
             for rid in prefilled:
                 router.prefilled(rid)
             for rid in ended:
                 router.finished(rid)
-            router.report(rank, kv_usage=usage, waiting=waiting)
+        backlog = len(deferred)
+        for rank, ends in enumerate(self._report_ends):
+            if not ends:
+                continue
+            due = bisect_right(ends, now)
+            if due:
+                usage, waiting = self._reports[rank][due - 1]
+                router.report(rank, kv_usage=usage, waiting=waiting)
+                del ends[:due], self._reports[rank][:due]
+            backlog += len(ends)
+        self._backlog = backlog
 
     def _deliver(self, rank: int, req: Req) -> bool:
         """Hand ``req`` to worker ``rank`` (its ``arrival_time`` still seconds from the start:
         the stepper puts it on the worker's clock)."""
         self.routed[rank] += 1
-        self.steppers[rank].submit(req.arrival_time, req)
+        stepper = self.steppers[rank]
+        stepper.submit(req.arrival_time, req)
         self._awaiting[rank].add(req.rid)
+        if not self._queued[rank]:
+            self._queued[rank] = True
+            heapq.heappush(self._busy, (stepper.elapsed(), rank))
         return True
 
     def _closed(self, req: Req, rank: int | None, outcome: Outcome) -> None:
@@ -308,6 +328,7 @@ class OfflineFleet:
         """Run the workload to the end (or Ctrl-C) and summarise it."""
         steppers, dispatcher = self.steppers, self.dispatcher
         pending = self._pending = PendingArrivals(self.workload)
+        busy = self._busy
         wall_start = time.perf_counter()
         interrupted = False
         pump_at = math.inf
@@ -316,26 +337,17 @@ class OfflineFleet:
                 due = min(pending.next_time(), dispatcher.next_deadline())
                 if dispatcher.pump_due:
                     due = min(due, pump_at)
-                busy = [s for s in steppers if s.inflight]
-                behind = min(busy, key=Stepper.elapsed, default=None)
-                if behind is None and due == math.inf:
+                if not busy and due == math.inf:
                     break
-                if behind is not None and behind.elapsed() < due:
-                    self._catch_up(behind.elapsed())  # no request is routed before this
-                    rank = steppers.index(behind)
-                    started = time.perf_counter()
-                    _, finished = behind.step()
-                    self.step_wall[rank] += time.perf_counter() - started
-                    self._after_step(rank, finished)
-                    for req in finished:
-                        self._worker_ended(rank, req)
-                    if finished and dispatcher.pump_due:
-                        pump_at = min(pump_at, behind.elapsed())
+                if busy and busy[0][0] < due:
+                    _, rank = heapq.heappop(busy)
+                    if self._run_behind(rank, due) and dispatcher.pump_due:
+                        pump_at = min(pump_at, steppers[rank].elapsed())
                     continue
                 self.now = due
                 self._catch_up(due)
-                for stepper in steppers:
-                    if not stepper.inflight:
+                for rank, stepper in enumerate(steppers):
+                    if not self._queued[rank]:
                         stepper.wait_until(due)
                 dispatcher.expire(due)
                 for arrival in pending.due(due):
@@ -350,6 +362,38 @@ class OfflineFleet:
             for stepper in steppers:
                 stepper.close()
         return self._summary(time.perf_counter() - wall_start, interrupted)
+
+    def _run_behind(self, rank: int, due: float) -> bool:
+        """Step worker ``rank``, the busy worker furthest behind, for as long as it stays so
+        and its clock is before ``due`` (seconds), stopping after a step that ends requests:
+        what follows may move ``due``. True if requests ended."""
+        stepper, busy = self.steppers[rank], self._busy
+        elapsed, step, after_step = stepper.elapsed, stepper.step, self._after_step
+        step_wall = 0.0
+        ended = False
+        self._queued[rank] = False
+        clock = elapsed()
+        while True:
+            if self._backlog > _MAX_BACKLOG:
+                self._catch_up(clock)
+            started = time.perf_counter()
+            _, finished = step()
+            step_wall += time.perf_counter() - started
+            clock = elapsed()
+            after_step(rank, finished, clock)
+            if finished:
+                for req in finished:
+                    self._worker_ended(rank, req)
+                ended = True
+                break
+            # The next step of the busy worker furthest behind (the lowest rank on a tie).
+            if clock >= due or (busy and busy[0] < (clock, rank)):
+                break
+        self.step_wall[rank] += step_wall
+        if stepper.inflight and not self._queued[rank]:
+            self._queued[rank] = True
+            heapq.heappush(busy, (clock, rank))
+        return ended
 
     def _summary(self, wall: float, interrupted: bool) -> FleetSummary:
         d = self.dispatcher

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import sys
+from array import array
 from collections.abc import Sequence
 
 from schedkit.kv_events.page_chain import MAX_HASHABLE_TOKEN_ID, chain_ids
@@ -143,6 +145,22 @@ def page_digests(
     return [joined[i : i + 32] for i in range(0, len(joined), 32)]
 
 
+def _chain_hashes(
+    token_ids: Sequence[int], page_size: int, parent_digest: bytes | None, cache_salt: str | None
+) -> list[int]:
+    """``digest_to_int`` of every ``page_digests`` digest, read straight from the chain's
+    joined digests (the first 8 bytes of each 32, big-endian, signed)."""
+    if page_size < 1:
+        raise ValueError(f"page_size must be >= 1, got {page_size}")
+    prior = parent_digest
+    if prior is None:
+        prior = salt_seed(cache_salt) or b""
+    words = array("q", chain_ids(prior, token_ids, page_size))
+    if sys.byteorder == "little":
+        words.byteswap()
+    return words[::4].tolist()
+
+
 def published_page_hashes(
     token_ids: Sequence[int],
     page_size: int,
@@ -179,10 +197,7 @@ def page_hashes(
     if hash_format == "vllm-sha256":
         digests = vllm_page_digests(token_ids, page_size, parent_digest, cache_salt=cache_salt)
         return [vllm_digest_to_int(d) for d in digests]
-    hashes = [
-        digest_to_int(d)
-        for d in page_digests(token_ids, page_size, parent_digest, cache_salt=cache_salt)
-    ]
+    hashes = _chain_hashes(token_ids, page_size, parent_digest, cache_salt)
     if hash_format == "dynamo":
         seed = namespace_seed(extra_key, cache_salt)
         if seed is not None:

@@ -128,19 +128,28 @@ class KvIndex:
                 medium = event.medium
                 if medium is not None:
                     medium = self._medium(medium, rank)
-                for h in event.block_hashes:
-                    if len(blocks) >= capacity and h not in blocks:
-                        excess += 1
-                        continue
-                    blocks.add(h)
+                hashes = event.block_hashes
+                if len(blocks) + len(hashes) <= capacity:  # all fit: no check per page
+                    blocks.update(hashes)
+                    kept = hashes
+                else:
+                    kept = []
+                    for h in hashes:
+                        if len(blocks) >= capacity and h not in blocks:
+                            excess += 1
+                            continue
+                        blocks.add(h)
+                        kept.append(h)
+                for h in kept:
                     ranks = owners.get(h)
                     if ranks is None:
                         owners[h] = {rank: medium}
                     else:
                         ranks[rank] = medium
             elif kind is BlockRemoved:
-                for h in event.block_hashes:
-                    blocks.discard(h)
+                hashes = event.block_hashes
+                blocks.difference_update(hashes)
+                for h in hashes:
                     ranks = owners.get(h)
                     if ranks is not None:
                         ranks.pop(rank, None)
