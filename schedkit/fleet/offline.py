@@ -251,7 +251,9 @@ class OfflineFleet:
                 decode = self.decode
                 batches = [decode(payload) for _, payload in channel.take()]
         if batches or prefilled or ended:
-            heapq.heappush(self._deferred, (end, next(self._order), rank, batches, prefilled, ended))
+            heapq.heappush(
+                self._deferred, (end, next(self._order), rank, batches, prefilled, ended)
+            )
         # A report only overwrites the worker's figures: the last one due is all that counts.
         self._report_ends[rank].append(end)
         self._reports[rank].append((self._usage[rank](), len(scheduler.waiting_queue)))
