@@ -79,19 +79,18 @@ def worker_wiring(
     """The wiring of worker ``rank``: the file and overlays as DP rank ``rank`` of
     ``num_workers``, with ``kv_events`` (keys of ``KvEventsConfig``) over its KV-event
     config."""
-    rank_overlay = {
-        "components": {
-            "parallel_state": {"args": {"dp_size": num_workers, "dp_rank": rank}},
-        }
-    }
-    wiring = load_wiring(file, *overlays, rank_overlay)
+    wiring = load_wiring(file, *overlays, _rank_overlay(rank, num_workers))
     found = kv_events_config(wiring)
     if kv_events is None or found is None:
         return wiring
     name, config = found
     merged = {**msgspec.structs.asdict(config), **kv_events}
     events_overlay = {"components": {name: {"args": {"kv_events_config": merged}}}}
-    return load_wiring(file, *overlays, rank_overlay, events_overlay)
+    return load_wiring(file, *overlays, _rank_overlay(rank, num_workers), events_overlay)
+
+
+def _rank_overlay(rank: int, num_workers: int) -> dict:
+    return {"components": {"parallel_state": {"args": {"dp_size": num_workers, "dp_rank": rank}}}}
 
 
 def run_offline(
@@ -127,16 +126,19 @@ def run_offline(
             f"{Path(file)}: routing by prefix needs the workers' KV events; give the "
             "kv_events_publisher a kv_events_config"
         )
+    same = []
+    if found is not None:
+        name, config = found
+        config_args = {"kv_events_config": msgspec.structs.asdict(config)}
+        same = [{"components": {name: {"args": config_args}}}]
     with contextlib.ExitStack() as stack:
         started = time.perf_counter()
         assemblies = []
         for rank in range(num_workers):
             before = current_rss_mib()
-            wiring = (
-                first
-                if rank == 0
-                else worker_wiring(file, overlays, rank, num_workers, _queue_events(endpoint))
-            )
+            wiring = first
+            if rank > 0:  # rank 0's KV-event config is every rank's: one reading of the files
+                wiring = load_wiring(file, *overlays, _rank_overlay(rank, num_workers), *same)
             assemblies.append(stack.enter_context(build(wiring)))
             if cap_workers and rank == 1:  # the first one also paid for imports
                 check_offline_workers(num_workers, 2, max(current_rss_mib() - before, 0.5))
