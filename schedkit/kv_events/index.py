@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import KeysView, Sequence
 
 import structlog
 
@@ -29,6 +29,7 @@ DEFAULT_UNANNOUNCED_PAGES = 1 << 16
 DEFAULT_VIOLATION_THRESHOLD = 1024
 _MAX_MEDIUM_CHARS = 32
 _MAX_MEDIA = 16  # distinct medium names kept (GPU, CPU, disk tiers...); others count as None
+_NO_OWNERS: dict[int, str | None] = {}
 
 
 class KvIndex:
@@ -228,6 +229,15 @@ class KvIndex:
     def owners(self, block_hash: int) -> dict[int, str | None]:
         """Rank -> medium for every rank holding ``block_hash``."""
         return dict(self._owners.get(block_hash, {}))
+
+    def holds(self, rank: int, block_hash: int) -> bool:
+        """Whether ``rank`` holds ``block_hash`` (no copy)."""
+        blocks = self._blocks.get(rank)
+        return blocks is not None and block_hash in blocks
+
+    def holders(self, block_hash: int) -> KeysView[int]:
+        """The ranks holding ``block_hash``, as a read-only view (no copy)."""
+        return self._owners.get(block_hash, _NO_OWNERS).keys()
 
     def __len__(self) -> int:
         return len(self._owners)

@@ -19,6 +19,8 @@ from schedkit.kv_events import KvIndex
 
 __all__ = ["PendingPrompts"]
 
+_NONE: dict[int, int] = {}
+
 
 class PendingPrompts:
     """Rank -> {page hash: prompts in flight holding it}, by request id."""
@@ -42,7 +44,7 @@ class PendingPrompts:
         new = 0
         for h in hashes:
             count = pages.get(h, 0)
-            if count == 0 and rank not in index.owners(h):
+            if count == 0 and not index.holds(rank, h):
                 new += 1
             pages[h] = count + 1
         self._extra[rank] = self._extra.get(rank, 0) + new
@@ -82,13 +84,10 @@ class PendingPrompts:
         counts = dict.fromkeys(ranks, 0)
         live = set(counts)
         pending = self._pages
+        holders = index.holders
         for i, h in enumerate(hashes, 1):
-            holders = set(index.owners(h))
-            for rank in live:
-                pages = pending.get(rank)
-                if pages is not None and h in pages:
-                    holders.add(rank)
-            live &= holders
+            held = holders(h)
+            live = {r for r in live if r in held or h in pending.get(r, _NONE)}
             if not live:
                 break
             for rank in live:

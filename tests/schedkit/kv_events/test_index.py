@@ -63,6 +63,9 @@ def test_block_removed_only_affects_its_rank():
     assert index.owners(second) == {0: "GPU"}
     assert index.owners(first) == {0: "GPU", 1: "GPU"}
     assert index.blocks(0) == {first, second}
+    assert index.holds(0, second) and not index.holds(1, second) and not index.holds(7, first)
+    assert set(index.holders(first)) == {0, 1} and set(index.holders(second)) == {0}
+    assert not index.holders(12345)
 
 
 def test_all_blocks_cleared_and_clear_rank_clear_one_rank():
@@ -130,6 +133,11 @@ def test_a_rank_never_holds_more_than_its_pool():
     index.apply(at(0, BlockStored(list(range(10)), None, [], 1, None)))
     assert index.num_blocks(0) == 4 and index.blocks(0) == {0, 1, 2, 3}
     assert index.violations(0) == 6 and not index.violating(0)
+    assert index.owners(3) == {0: None} and index.owners(4) == {}  # a page not kept has no owner
+    exact = KvIndex()
+    exact.set_capacity(0, 4)
+    exact.apply(at(0, BlockStored([0, 1, 2, 3], None, [], 1, None)))  # fills it exactly
+    assert exact.blocks(0) == {0, 1, 2, 3} and exact.violations(0) == 0
     # Pages it holds already may be stored again; freed room may be used.
     index.apply(at(0, BlockStored([3], None, [], 1, None), BlockRemoved([0, 1])))
     index.apply(at(0, BlockStored([20, 21, 22], None, [], 1, None)))
