@@ -51,13 +51,18 @@ from schedkit.kv_events.structs import get_profile
 from schedkit.router import Router, make_policy
 from schedkit.sim.driver import Stepper, peak_rss_mb
 from schedkit.workloads.arrivals import PendingArrivals
-from schedkit.workloads.workload import Workload
+from schedkit.workloads.traces import TraceWorkload
+from schedkit.workloads.workload import GeneratedWorkload, StaticWorkload, Workload
 
 __all__ = ["OfflineFleet", "kv_events_config", "run_offline", "worker_wiring"]
 
 _runs = itertools.count()
 # Steps whose news may wait for the router before it is given them (bounds the backlog).
 _MAX_BACKLOG = 1 << 14
+# Simulated seconds that workers run ahead of the one furthest behind between two arrivals.
+_HORIZON = 1.0
+# Workloads whose requests have no follow-ups (a request's end brings no new arrival).
+_NO_FOLLOW_UPS = (TraceWorkload, StaticWorkload, GeneratedWorkload)
 
 
 def kv_events_config(wiring: Wiring) -> tuple[str, KvEventsConfig] | None:
@@ -230,10 +235,11 @@ class OfflineFleet:
             closed=self._closed,
         )
 
-    def _after_step(self, rank: int, finished: list, end: float) -> None:
-        """Note what the step of worker ``rank`` that just ran (ending at ``end``) told the
-        router: its KV events, the requests that got their first token and those that ended,
-        and the worker's KV usage and waiting requests (``_catch_up`` applies them)."""
+    def _after_step(self, rank: int, finished: list, start: float, end: float) -> None:
+        """Note what the step of worker ``rank`` that just ran (from ``start`` to ``end``)
+        told the router: its KV events, the requests that got their first token and those
+        that ended, and the worker's KV usage and waiting requests (``_catch_up`` applies
+        them, by end time, then start time and rank: the order in which the steps ran)."""
         awaiting = self._awaiting[rank]
         scheduler = self.steppers[rank].scheduler
         prefilled = []
@@ -254,7 +260,8 @@ class OfflineFleet:
                 batches = [decode(payload) for _, payload in channel.take()]
         if batches or prefilled or ended:
             heapq.heappush(
-                self._deferred, (end, next(self._order), rank, batches, prefilled, ended)
+                self._deferred,
+                (end, start, rank, next(self._order), batches, prefilled, ended),
             )
         # A report only overwrites the worker's figures: the last one due is all that counts.
         self._report_ends[rank].append(end)
@@ -273,7 +280,7 @@ class OfflineFleet:
         deferred, router = self._deferred, self.router
         apply = router.index.apply
         while deferred and deferred[0][0] <= now:
-            _, _, rank, batches, prefilled, ended = heapq.heappop(deferred)
+            _, _, rank, _, batches, prefilled, ended = heapq.heappop(deferred)
             for batch in batches:
                 apply(batch, rank)
             for rid in prefilled:
@@ -321,12 +328,11 @@ class OfflineFleet:
         if self.progress is not None:
             self.progress(self.ended, now)
 
-    def _worker_ended(self, rank: int, req: Req) -> None:
-        stepper = self.steppers[rank]
+    def _worker_ended(self, rank: int, req: Req, now: float) -> None:
         outcome = self.dispatcher.ended(req)
         if outcome == "done":
             self.input_tokens[rank] += len(req.origin_input_ids)
-        self._end(req, rank, outcome, stepper.elapsed(), start=stepper.start)
+        self._end(req, rank, outcome, now, start=self.steppers[rank].start)
 
     def run(self) -> FleetSummary:
         """Run the workload to the end (or Ctrl-C) and summarise it."""
@@ -336,6 +342,9 @@ class OfflineFleet:
         wall_start = time.perf_counter()
         interrupted = False
         pump_at = math.inf
+        # Whether a request's end can only matter to the router at the next arrival or
+        # timeout: no follow-up requests, no router queue that an end would pump.
+        independent = type(self.workload) in _NO_FOLLOW_UPS and not dispatcher.has_router_queue
         try:
             while True:
                 due = min(pending.next_time(), dispatcher.next_deadline())
@@ -344,6 +353,9 @@ class OfflineFleet:
                 if not busy and due == math.inf:
                     break
                 if busy and busy[0][0] < due:
+                    if independent:
+                        self._run_ahead(due)
+                        continue
                     _, rank = heapq.heappop(busy)
                     if self._run_behind(rank, due) and dispatcher.pump_due:
                         pump_at = min(pump_at, steppers[rank].elapsed())
@@ -367,6 +379,47 @@ class OfflineFleet:
                 stepper.close()
         return self._summary(time.perf_counter() - wall_start, interrupted)
 
+    def _run_ahead(self, due: float) -> None:
+        """Step every busy worker whose clock is behind a horizon (``due`` seconds, or
+        ``_HORIZON`` past the one furthest behind if sooner) up to it, one worker after the
+        other, then hand over the requests that ended in the order of the steps that ended
+        them (by start time, then rank), as ``_run_behind`` would have met them. Only when
+        requests ending change nothing before ``due`` (see ``run``)."""
+        busy, steppers, after_step = self._busy, self.steppers, self._after_step
+        floor = busy[0][0]
+        if self._backlog > _MAX_BACKLOG:
+            self._catch_up(floor)
+        horizon = min(due, floor + _HORIZON)
+        behind = []
+        while busy and busy[0][0] < horizon:
+            behind.append(heapq.heappop(busy)[1])
+        ended = []
+        for rank in behind:
+            self._queued[rank] = False
+            stepper = steppers[rank]
+            elapsed, step = stepper.elapsed, stepper.step
+            step_wall = 0.0
+            clock = elapsed()
+            while clock < horizon:
+                start = clock
+                started = time.perf_counter()
+                _, finished = step()
+                step_wall += time.perf_counter() - started
+                clock = elapsed()
+                after_step(rank, finished, start, clock)
+                if finished:
+                    ended.append((start, rank, clock, finished))
+                    if not stepper.inflight:
+                        break
+            self.step_wall[rank] += step_wall
+            if stepper.inflight:
+                self._queued[rank] = True
+                heapq.heappush(busy, (clock, rank))
+        ended.sort(key=lambda e: (e[0], e[1]))  # stable: a worker's steps stay in order
+        for _, rank, end, finished in ended:
+            for req in finished:
+                self._worker_ended(rank, req, end)
+
     def _run_behind(self, rank: int, due: float) -> bool:
         """Step worker ``rank``, the busy worker furthest behind, for as long as it stays so
         and its clock is before ``due`` (seconds), stopping after a step that ends requests:
@@ -380,14 +433,15 @@ class OfflineFleet:
         while True:
             if self._backlog > _MAX_BACKLOG:
                 self._catch_up(clock)
+            start = clock
             started = time.perf_counter()
             _, finished = step()
             step_wall += time.perf_counter() - started
             clock = elapsed()
-            after_step(rank, finished, clock)
+            after_step(rank, finished, start, clock)
             if finished:
                 for req in finished:
-                    self._worker_ended(rank, req)
+                    self._worker_ended(rank, req, clock)
                 ended = True
                 break
             # The next step of the busy worker furthest behind (the lowest rank on a tie).

@@ -23,9 +23,14 @@ ROOT = Path(__file__).resolve().parents[3]
 WIRING = ROOT / "wiring.yaml"
 BLOCK = 64  # tokens per hash id: prompts of ~1.5k tokens, the trace's shape at an eighth
 
-LIMITS = AdmissionLimits(
-    worker=QueueLimits(max_requests=2), router=QueueLimits(max_requests=8), timeout=5.0
-)
+LIMITS = {
+    # requests wait at the router: an end there sends the next one at once
+    "router queue": AdmissionLimits(
+        worker=QueueLimits(max_requests=2), router=QueueLimits(max_requests=8), timeout=5.0
+    ),
+    # no router queue: refusals at the workers' doors, timeouts on the workers
+    "worker doors": AdmissionLimits(worker=QueueLimits(max_requests=3), timeout=0.2),
+}
 
 # policy, admission, closed-loop concurrency -> (digest, requests routed per worker, TTFT p99)
 PINNED = {
@@ -33,7 +38,8 @@ PINNED = {
     ("dynamo", None, None): ("bb2aff976bb91873", [4, 15, 24, 17], 0.2865441072220258),
     ("llm-d", None, None): ("047f701d8cc0ef83", [15, 17, 14, 14], 0.32433765668700004),
     ("power_of_two", None, None): ("785d408b82e40a85", [19, 18, 4, 19], 0.33791927777060005),
-    ("kv", "limits", None): ("de8df0333f98f768", [9, 11, 11, 10], 2.431625180971314),
+    ("kv", "router queue", None): ("de8df0333f98f768", [9, 11, 11, 10], 2.431625180971314),
+    ("kv", "worker doors", None): ("7bc8de93ccf8c978", [21, 18, 11, 10], 0.189412299033008),
     ("sglang", None, 6): ("8f2f3f5421f3d373", [18, 14, 14, 14], 0.27400585616864365),
 }
 
@@ -55,7 +61,7 @@ def test_offline_replay_gives_the_pinned_results(trace, policy, admission, concu
         workload,
         4,
         policy,
-        admission=LIMITS if admission else None,
+        admission=LIMITS.get(admission),
         record=lambda req, worker, outcome, start: records.append(
             request_record(req, worker, outcome, start)
         ),
