@@ -3,17 +3,23 @@
 Each worker is a whole assembly built from the wiring, as DP rank ``r`` of ``N``; its KV
 events go out through the ``queue`` publisher (``schedkit.fleet.events``), encoded as on the
 wire, and the router decodes them into its ``KvIndex``. Time moves as a discrete-event
-simulation over the workers' virtual clocks: the busy worker furthest behind steps next, and
-an arrival is routed once every busy worker's clock has reached it (idle workers' clocks
-jump there). The router learns what a step did (its KV events, first tokens, finished
-requests, the worker's KV usage and queue) at the step's end time: a request is routed on what
-happened up to then, not on a step that another worker's clock has run past it (a worker in
-the middle of a long prefill does not look idle). Admission control
+simulation over the workers' virtual clocks: the busy worker furthest behind steps next (the
+busy workers wait in a heap by clock), and an arrival is routed once every busy worker's clock
+has reached it (idle workers' clocks jump there). When the end of a request cannot bring a
+routing decision forward (a workload with no follow-up requests, no router queue), each worker
+instead runs on its own up to the next arrival, at most ``_HORIZON`` ahead of the one furthest
+behind, and the requests that ended are handed over in the order of the steps that ended them:
+the same numbers either way. The router learns what a step did (its KV events, first tokens,
+finished requests, the worker's KV usage and queue) at the step's end time, applied when it
+next routes: a request is routed on what happened up to then, not on a step that another
+worker's clock has run past it (a worker in the middle of a long prefill does not look idle).
+Admission control
 (``schedkit.fleet.admission``) acts at the same moments: a request waiting at the router is
 sent when a worker's request ends, at that worker's time, once every busy worker has reached
 it; a timeout falls due like an arrival. The same wiring, workload and seed give the same
 numbers. The wiring's model runner should run on the virtual clock
-(the default); on the wall clock every step would also take its time.
+(the default); on the wall clock every step would also take its time. (Over 300 lines: the
+two ways of stepping share the loop's state; what the router is told is in ``router_news``.)
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ import itertools
 import math
 import os
 import time
-from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -45,6 +50,7 @@ from schedkit.fleet.capacity import check_offline_workers, current_rss_mib
 from schedkit.fleet.events import attach
 from schedkit.fleet.pool import pool_pages
 from schedkit.fleet.records import RecordRequest
+from schedkit.fleet.router_news import RouterNews
 from schedkit.fleet.summary import FleetSummary, WorkerTotals, fleet_summary, router_figures
 from schedkit.kv_events import KvEventsConfig
 from schedkit.kv_events.structs import get_profile
@@ -201,13 +207,13 @@ class OfflineFleet:
         self.ended = 0
         self.now = 0.0
         self._pending: PendingArrivals | None = None
-        self.channels = []
+        channels, decode = [], None
         page_size = 1
         if events is not None:
             name, config = events
             publishers = [a[name] for a in assemblies]
-            self.channels = [attach(p.endpoint) for p in publishers]
-            self.decode = get_profile(config.profile).decode
+            channels = [attach(p.endpoint) for p in publishers]
+            decode = get_profile(config.profile).decode
             page_size = publishers[0].page_size
         steppers = self.steppers
         self.router = Router(
@@ -216,13 +222,7 @@ class OfflineFleet:
         if events is not None:
             for rank, (assembly, publisher) in enumerate(zip(assemblies, publishers, strict=True)):
                 self.router.index.set_capacity(rank, pool_pages(assembly, publisher))
-        self._usage = [_kv_usage(a) for a in assemblies]
-        self._awaiting: list[set[str]] = [set() for _ in assemblies]  # no first token seen yet
-        self._deferred: list = []  # what steps told the router, by the time they ended
-        self._order = itertools.count()
-        self._report_ends: list[list[float]] = [[] for _ in assemblies]
-        self._reports: list[list[tuple[float, int]]] = [[] for _ in assemblies]
-        self._backlog = 0  # steps whose news the router has not been given yet
+        self.news = RouterNews(assemblies, self.router, channels, decode)
         self._busy: list[tuple[float, int]] = []  # (clock, rank) of each worker in flight
         self._queued = [False] * n  # whether the rank is in _busy
         self.dispatcher = Dispatcher(
@@ -235,69 +235,9 @@ class OfflineFleet:
             closed=self._closed,
         )
 
-    def _after_step(self, rank: int, finished: list, start: float, end: float) -> None:
-        """Note what the step of worker ``rank`` that just ran (from ``start`` to ``end``)
-        told the router: its KV events, the requests that got their first token and those
-        that ended, and the worker's KV usage and waiting requests (``_catch_up`` applies
-        them, by end time, then start time and rank: the order in which the steps ran)."""
-        awaiting = self._awaiting[rank]
-        scheduler = self.steppers[rank].scheduler
-        prefilled = []
-        if awaiting:
-            for req in scheduler.running_batch.reqs:
-                if req.rid in awaiting and req.output_ids:
-                    awaiting.discard(req.rid)
-                    prefilled.append(req.rid)
-        ended = []
-        if finished:
-            ended = [req.rid for req in finished]
-            awaiting.difference_update(ended)
-        batches = []
-        if self.channels:
-            channel = self.channels[rank]
-            if channel.queue_depth:
-                decode = self.decode
-                batches = [decode(payload) for _, payload in channel.take()]
-        if batches or prefilled or ended:
-            heapq.heappush(
-                self._deferred,
-                (end, start, rank, next(self._order), batches, prefilled, ended),
-            )
-        # A report only overwrites the worker's figures: the last one due is all that counts.
-        self._report_ends[rank].append(end)
-        self._reports[rank].append((self._usage[rank](), len(scheduler.waiting_queue)))
-        self._backlog += 1
-
     def _take_events(self, rank: int) -> None:
         """Apply the KV events worker ``rank`` published and nobody took yet, now."""
-        apply, decode = self.router.index.apply, self.decode
-        for _, payload in self.channels[rank].take():
-            apply(decode(payload), rank)
-
-    def _catch_up(self, now: float) -> None:
-        """Apply to the router what the workers told it up to ``now`` (seconds), in the
-        order the steps ended."""
-        deferred, router = self._deferred, self.router
-        apply = router.index.apply
-        while deferred and deferred[0][0] <= now:
-            _, _, rank, _, batches, prefilled, ended = heapq.heappop(deferred)
-            for batch in batches:
-                apply(batch, rank)
-            for rid in prefilled:
-                router.prefilled(rid)
-            for rid in ended:
-                router.finished(rid)
-        backlog = len(deferred)
-        for rank, ends in enumerate(self._report_ends):
-            if not ends:
-                continue
-            due = bisect_right(ends, now)
-            if due:
-                usage, waiting = self._reports[rank][due - 1]
-                router.report(rank, kv_usage=usage, waiting=waiting)
-                del ends[:due], self._reports[rank][:due]
-            backlog += len(ends)
-        self._backlog = backlog
+        self.news.take_events(rank)
 
     def _deliver(self, rank: int, req: Req) -> bool:
         """Hand ``req`` to worker ``rank`` (its ``arrival_time`` still seconds from the start:
@@ -305,7 +245,7 @@ class OfflineFleet:
         self.routed[rank] += 1
         stepper = self.steppers[rank]
         stepper.submit(req.arrival_time, req)
-        self._awaiting[rank].add(req.rid)
+        self.news.routed(rank, req.rid)
         if not self._queued[rank]:
             self._queued[rank] = True
             heapq.heappush(self._busy, (stepper.elapsed(), rank))
@@ -361,7 +301,7 @@ class OfflineFleet:
                         pump_at = min(pump_at, steppers[rank].elapsed())
                     continue
                 self.now = due
-                self._catch_up(due)
+                self.news.catch_up(due)
                 for rank, stepper in enumerate(steppers):
                     if not self._queued[rank]:
                         stepper.wait_until(due)
@@ -371,7 +311,7 @@ class OfflineFleet:
                     dispatcher.arrive(arrival.req)
                 dispatcher.pump()
                 pump_at = math.inf
-            self._catch_up(math.inf)
+            self.news.catch_up(math.inf)
         except KeyboardInterrupt:
             interrupted = True
         finally:
@@ -385,10 +325,10 @@ class OfflineFleet:
         other, then hand over the requests that ended in the order of the steps that ended
         them (by start time, then rank), as ``_run_behind`` would have met them. Only when
         requests ending change nothing before ``due`` (see ``run``)."""
-        busy, steppers, after_step = self._busy, self.steppers, self._after_step
+        busy, steppers, after_step = self._busy, self.steppers, self.news.after_step
         floor = busy[0][0]
-        if self._backlog > _MAX_BACKLOG:
-            self._catch_up(floor)
+        if self.news.backlog > _MAX_BACKLOG:
+            self.news.catch_up(floor)
         horizon = min(due, floor + _HORIZON)
         behind = []
         while busy and busy[0][0] < horizon:
@@ -425,14 +365,14 @@ class OfflineFleet:
         and its clock is before ``due`` (seconds), stopping after a step that ends requests:
         what follows may move ``due``. True if requests ended."""
         stepper, busy = self.steppers[rank], self._busy
-        elapsed, step, after_step = stepper.elapsed, stepper.step, self._after_step
+        elapsed, step, after_step = stepper.elapsed, stepper.step, self.news.after_step
         step_wall = 0.0
         ended = False
         self._queued[rank] = False
         clock = elapsed()
         while True:
-            if self._backlog > _MAX_BACKLOG:
-                self._catch_up(clock)
+            if self.news.backlog > _MAX_BACKLOG:
+                self.news.catch_up(clock)
             start = clock
             started = time.perf_counter()
             _, finished = step()
@@ -489,13 +429,3 @@ class OfflineFleet:
             wall_seconds=wall,
             interrupted=interrupted,
         )
-
-
-def _kv_usage(assembly: Assembly) -> Callable[[], float]:
-    """The worker's KV-pool usage as its load reports give it (``LoadInquirer``'s
-    ``token_usage``: slots held by requests or locked in the cache), 0 without an inquirer."""
-    if "load_inquirer" not in assembly:
-        return lambda: 0.0
-    inquirer = assembly["load_inquirer"]
-    size = inquirer.allocator.size or 1
-    return lambda: inquirer.num_used_tokens() / size
