@@ -105,9 +105,10 @@ def main(argv: list[str] | None = None) -> int:
             order = list(sides) if pair % 2 == 0 else list(reversed(sides))
             for side in order:
                 runs[side].append(replay(sides[side], trace))
+        runs_of = "pairs" if "baseline" in sides else "runs"
         print(
             f"Mooncake-shaped trace, {args.requests} requests at {args.rate:g}/s, {WORKERS} "
-            f"workers offline; {args.pairs} pairs, CPU (user + system) of each replay, "
+            f"workers offline; {args.pairs} {runs_of}, CPU (user + system) of each replay, "
             "min / median / max"
         )
         for side, python in sides.items():
