@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from schedkit.cli.args import add_wiring_args, number, run_provenance, wiring_sources
+from schedkit.cli.fleet_serve import add_fleet_http_args, serve_fleet, serves
 from schedkit.cli.workload_args import (
     add_summary_args,
     add_workload_args,
@@ -153,6 +154,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_workload_args(p, speedup_sweep=True)
     add_summary_args(p)
+    add_fleet_http_args(p)
     p.set_defaults(run=cmd_fleet)
 
 
@@ -183,6 +185,8 @@ def _refused_options(args: argparse.Namespace) -> str | None:
         return f"{', '.join(given)} apply to live workers; leave out --offline"
     if args.concurrency is not None and args.speedup is not None:
         return "--concurrency replays in a closed loop, which ignores arrival times: no --speedup"
+    if args.endpoints_file is not None and not serves(args):
+        return "--endpoints-file needs --http or --worker-http"
     return None
 
 
@@ -190,7 +194,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     """``schedkit fleet``: 0 when every request finished, 3 when some failed (or were
     refused with no admission limits asked for), 1 when a worker could not start or a
     scheduler got stuck, 2 on bad input (or more workers than the machine holds), 130 when
-    interrupted."""
+    interrupted. With ``--http``/``--worker-http`` it serves instead (``serve_fleet``)."""
     problem = _refused_options(args)
     names = ("cache_threshold", "balance_abs_threshold", "balance_rel_threshold")
     args.settings = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
@@ -208,6 +212,8 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"schedkit fleet: {problem}", file=sys.stderr)
         return 2
+    if serves(args):
+        return serve_fleet(args)
     sweep = args.speedup or [None]
     summaries: list[FleetSummary] = []
     with contextlib.ExitStack() as stack:

@@ -10,10 +10,11 @@ from pathlib import Path
 
 from schedkit.cli.args import number
 from schedkit.http.config import Limits, parse_address
+from schedkit.http.launcher import front_end_overlay
 
-__all__ = ["add_http_args", "http_overlays"]
+__all__ = ["add_http_args", "http_limits", "http_overlays", "http_server_args"]
 
-_OVERLAY = """\
+_RECEIVER_OVERLAY = """\
 components:
   request_receiver:
     type: zmq_server
@@ -26,17 +27,6 @@ components:
   model_runner:
     args:
       clock: wall
-  metrics_reporter:
-    args:
-      enable_metrics: true
-      prometheus_port: 0
-  http_server:
-    type: http_server
-    args:
-      scheduler_endpoint: !ref request_receiver.bound_endpoint
-      metrics_port: !ref metrics_reporter.collector.prometheus_port
-      vocab_size: !ref model_runner.vocab_size
-      eos_token_id: !ref model_runner.eos_token_id
 """
 
 
@@ -48,16 +38,19 @@ def _address(text: str) -> str:
     return text
 
 
-def add_http_args(p: argparse.ArgumentParser) -> None:
-    """The front end's options on ``schedkit serve``."""
+_SERVE_HTTP_HELP = (
+    "serve OpenAI-compatible and SGLang-native HTTP routes here (port 0: a free one); the "
+    "ZeroMQ edge then moves to a private ipc:// path"
+)
+
+
+def add_http_args(
+    p: argparse.ArgumentParser, http_help: str = _SERVE_HTTP_HELP
+) -> argparse._ArgumentGroup:
+    """The front end's options (on ``schedkit serve``, and ``schedkit fleet``'s with its own
+    ``--http`` help); returns their group."""
     g = p.add_argument_group("HTTP front end (docs/http.md)")
-    g.add_argument(
-        "--http",
-        metavar="HOST:PORT",
-        type=_address,
-        help="serve OpenAI-compatible and SGLang-native HTTP routes here (port 0: a free one); "
-        "the ZeroMQ edge then moves to a private ipc:// path",
-    )
+    g.add_argument("--http", metavar="HOST:PORT", type=_address, help=http_help)
     g.add_argument(
         "--api-key",
         action="append",
@@ -86,6 +79,40 @@ def add_http_args(p: argparse.ArgumentParser) -> None:
         metavar="NAME=VALUE",
         help=f"a front-end limit ({', '.join(Limits.__struct_fields__)}); repeatable",
     )
+    return g
+
+
+def http_limits(args: argparse.Namespace, command: str) -> dict[str, int | float]:
+    """The ``--http-limit NAME=VALUE`` options as a dict; SystemExit naming a bad one."""
+    limits: dict[str, int | float] = {}
+    for item in args.http_limit:
+        name, sep, value = item.partition("=")
+        if not sep or name not in Limits.__struct_fields__:
+            raise SystemExit(
+                f"schedkit {command}: --http-limit {item!r}: expected NAME=VALUE with NAME one "
+                f"of {', '.join(Limits.__struct_fields__)}"
+            )
+        try:
+            limits[name] = int(value) if value.isdigit() else float(value)
+        except ValueError:
+            raise SystemExit(f"schedkit {command}: --http-limit {item!r}: not a number") from None
+    return limits
+
+
+def http_server_args(args: argparse.Namespace, command: str) -> dict:
+    """The ``http_server`` settings the options give (keys, tokenizer, model, limits); the
+    address is left to the caller."""
+    http_args: dict = {
+        "api_keys": [*args.api_key, *filter(None, [os.environ.get("SCHEDKIT_API_KEY")])],
+        "admin_api_key": args.admin_api_key,
+        "tokenizer_path": args.tokenizer,
+        "model_name": args.served_model_name,
+        "allow_remote": args.http_allow_remote,
+        "limits": http_limits(args, command),
+    }
+    if args.context_length is not None:
+        http_args["context_length"] = args.context_length
+    return http_args
 
 
 def http_overlays(args: argparse.Namespace, private_dir: Path) -> list[str | Path | dict]:
@@ -93,38 +120,9 @@ def http_overlays(args: argparse.Namespace, private_dir: Path) -> list[str | Pat
     if args.http is None:
         return []
     overlay = private_dir / "http.yaml"
-    overlay.write_text(_OVERLAY.format(endpoint=f"ipc://{private_dir / 'scheduler'}"))
-    limits: dict[str, int | float] = {}
-    for item in args.http_limit:
-        name, sep, value = item.partition("=")
-        if not sep or name not in Limits.__struct_fields__:
-            raise SystemExit(
-                f"schedkit serve: --http-limit {item!r}: expected NAME=VALUE with NAME one of "
-                f"{', '.join(Limits.__struct_fields__)}"
-            )
-        try:
-            limits[name] = int(value) if value.isdigit() else float(value)
-        except ValueError:
-            raise SystemExit(f"schedkit serve: --http-limit {item!r}: not a number") from None
+    overlay.write_text(_RECEIVER_OVERLAY.format(endpoint=f"ipc://{private_dir / 'scheduler'}"))
     # The front end pauses, continues and flushes through the scheduler's ZeroMQ edge, which
     # takes those only with its admin token: --admin-token's, or one made for this run.
     token = args.admin_token or secrets.token_urlsafe(24)
-    http_args: dict = {
-        "address": args.http,
-        "scheduler_admin_token": token,
-        "api_keys": [*args.api_key, *filter(None, [os.environ.get("SCHEDKIT_API_KEY")])],
-        "admin_api_key": args.admin_api_key,
-        "tokenizer_path": args.tokenizer,
-        "model_name": args.served_model_name,
-        "allow_remote": args.http_allow_remote,
-        "limits": limits,
-    }
-    if args.context_length is not None:
-        http_args["context_length"] = args.context_length
-    metrics = {"model_name": args.served_model_name}
-    components = {
-        "http_server": {"args": http_args},
-        "metrics_reporter": {"args": metrics},
-        "request_receiver": {"args": {"admin_token": token}},
-    }
-    return [overlay, {"components": components}]
+    http_args = {"address": args.http, **http_server_args(args, "serve")}
+    return [overlay, front_end_overlay(http_args, token, args.served_model_name)]

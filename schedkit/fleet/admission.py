@@ -371,6 +371,17 @@ class Dispatcher:
             self._aborted.add(rid)
             self.abort(rank, req)
 
+    def withdraw(self, rid: str) -> Req | None:
+        """Take request ``rid`` out of the router queue (its client gave up); the request, or
+        None when it is not queued here."""
+        for req in self.queue:
+            if req.rid == rid:
+                self.queue.remove(req)
+                self.queued_tokens -= len(req.origin_input_ids)
+                self._requeues.pop(rid, None)
+                return req
+        return None
+
     def pump(self) -> None:
         """Send waiting requests from the router queue, in order, while a worker has room."""
         self._pump_due = False

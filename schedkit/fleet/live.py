@@ -96,6 +96,7 @@ class LiveFleet(LiveWorkers):
         replay: str = "open loop",
         record: RecordRequest | None = None,
         cap_workers: bool = True,
+        worker_http: Mapping | None = None,
     ) -> None:
         self.settings = dict(settings or {})
         make_policy(policy, **self.settings)
@@ -113,6 +114,7 @@ class LiveFleet(LiveWorkers):
             max_requests=limits.max_requests,
             max_tokens=limits.max_tokens,
             cap_workers=cap_workers,
+            worker_http=worker_http,
         )
         self.load_interval = load_interval
         self.admission = admission or AdmissionLimits()
@@ -146,8 +148,10 @@ class LiveFleet(LiveWorkers):
         self._progress: Callable[[int, float], None] | None = None
         self._ended = 0
         self._pending: PendingArrivals | None = None
-        self._start_time = 0.0
+        self._start_time = self._next_check = self._next_load = 0.0
         self.routed = [0] * num_workers
+        # Sockets of a subclass polled with the workers' (socket -> what reads it).
+        self._socket_handlers: dict[zmq.Socket, Callable[[], None]] = {}
 
     def _start(self) -> None:
         """Start the workers, then the router over them."""
@@ -188,10 +192,8 @@ class LiveFleet(LiveWorkers):
         self._progress = progress
         dispatcher = self.dispatcher
         self._on_route = on_route
-        start = self._start_time = time.monotonic()
-        self._poller.register(self._report, zmq.POLLIN)
-        self._last_seen = [start] * self.num_workers
-        next_check, next_load, interrupted = start, start, False
+        start = self._begin()
+        interrupted = False
         try:
             while pending or self._inflight or dispatcher.queue:
                 now = time.monotonic()
@@ -200,34 +202,55 @@ class LiveFleet(LiveWorkers):
                 for arrival in pending.due(elapsed):
                     arrival.req.arrival_time = arrival.time
                     dispatcher.arrive(arrival.req)
-                if dispatcher.queue:
-                    dispatcher.pump()
-                self._take_out_doomed()
-                if now >= next_check:
-                    self._check_workers(now, sample_loads=now >= next_load)
-                    if now >= next_load:
-                        next_load = now + self.load_interval
-                    next_check = now + min(self.heartbeat_interval, self.heartbeat_timeout / 4)
-                soonest = min(pending.next_time(), dispatcher.next_deadline()) - elapsed
-                wait = min(soonest, next_check - now, 0.05)
-                for sock, events in self._poller.poll(max(0, int(wait * 1000))):
-                    if sock is self._report:
-                        self._take_reports()
-                    elif sock in self._sentinels:
-                        self._mark_dead(self._sentinels[sock], "its process exited")
-                    else:
-                        rank = self._dealers.index(sock)
-                        if events & zmq.POLLOUT and self.alive[rank]:
-                            self._flush(rank)
-                        while self.alive[rank] and sock.poll(0):
-                            self._receive(rank, sock.recv(), time.monotonic() - start)
-                if isinstance(self.router, KvRouter):
-                    self.router.poll(0)
+                wait = min(pending.next_time() - elapsed, self._housekeep(now, elapsed))
+                self._poll(wait)
         except KeyboardInterrupt:
             interrupted = True
         wall = time.monotonic() - start
         self.close()
         return self._summary(wall, interrupted)
+
+    def _begin(self) -> float:
+        """Start following the workers' reports and the clock; returns the start time."""
+        start = self._start_time = time.monotonic()
+        self._poller.register(self._report, zmq.POLLIN)
+        self._last_seen = [start] * self.num_workers
+        self._next_check = self._next_load = start
+        return start
+
+    def _housekeep(self, now: float, elapsed: float) -> float:
+        """The router queue, workers to take out, heartbeats and load queries; returns how
+        long the loop may wait for sockets before the next call (seconds)."""
+        dispatcher = self.dispatcher
+        if dispatcher.queue:
+            dispatcher.pump()
+        self._take_out_doomed()
+        if now >= self._next_check:
+            sample_loads = now >= self._next_load
+            self._check_workers(now, sample_loads=sample_loads)
+            if sample_loads:
+                self._next_load = now + self.load_interval
+            self._next_check = now + min(self.heartbeat_interval, self.heartbeat_timeout / 4)
+        return min(dispatcher.next_deadline() - elapsed, self._next_check - now, 0.05)
+
+    def _poll(self, wait: float) -> None:
+        """Wait up to ``wait`` seconds for the sockets and take in what came."""
+        start = self._start_time
+        for sock, events in self._poller.poll(max(0, int(wait * 1000))):
+            if sock is self._report:
+                self._take_reports()
+            elif sock in self._sentinels:
+                self._mark_dead(self._sentinels[sock], "its process exited")
+            elif sock in self._socket_handlers:
+                self._socket_handlers[sock]()
+            else:
+                rank = self._dealers.index(sock)
+                if events & zmq.POLLOUT and self.alive[rank]:
+                    self._flush(rank)
+                while self.alive[rank] and sock.poll(0):
+                    self._receive(rank, sock.recv(), time.monotonic() - start)
+        if isinstance(self.router, KvRouter):
+            self.router.poll(0)
 
     def _elapsed(self) -> float:
         return time.monotonic() - self._start_time
@@ -257,7 +280,7 @@ class LiveFleet(LiveWorkers):
                 outbox.popleft()
                 continue
             try:
-                dealer.send(encode(_generate_message(req)), zmq.NOBLOCK)
+                dealer.send(self._request_message(req), zmq.NOBLOCK)
             except zmq.Again:
                 break
             except zmq.ZMQError as exc:
@@ -268,6 +291,10 @@ class LiveFleet(LiveWorkers):
         events = zmq.POLLIN | (zmq.POLLOUT if outbox else 0)
         if self.alive[rank]:
             self._poller.modify(dealer, events)
+
+    def _request_message(self, req: Req) -> bytes:
+        """The message that sends ``req`` to a worker."""
+        return encode(_generate_message(req))
 
     def _abort(self, rank: int, req: Req) -> None:
         """``req`` timed out on worker ``rank`` before its first token: abort it there and
@@ -330,6 +357,8 @@ class LiveFleet(LiveWorkers):
                     int(msg.loads.get("num_running_reqs", 0)),
                     int(msg.loads.get("num_waiting_reqs", 0)),
                 )
+            else:
+                self._control_reply(rank, msg)
         elif isinstance(msg, ErrorReply):
             if msg.rid in self._aborting:  # its abort came too late: it had ended there
                 self._aborting.discard(msg.rid)
@@ -339,6 +368,10 @@ class LiveFleet(LiveWorkers):
                 del self._inflight[msg.rid]
                 self._load[rank] -= 1
                 self.dispatcher.worker_refused(rank, req, f"worker {rank}: {msg.message}")
+
+    def _control_reply(self, rank: int, msg: ControlReply) -> None:
+        """A worker's reply to a control message other than a load query (its answers to the
+        router's aborts need nothing)."""
 
     def _outputs(self, rank: int, msg: BatchTokenIDOutput, now: float) -> None:
         cached = msg.cached_tokens if len(msg.cached_tokens) == len(msg.rids) else None

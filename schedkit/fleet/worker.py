@@ -1,6 +1,8 @@
 """One worker of a live fleet: a scheduler assembled from the wiring as DP rank ``r`` of
 ``N``, on the wall clock, taking requests on its own ``zmq_server`` endpoint and publishing
-KV events (with replay) on its own loopback ports, all on free ports.
+KV events (with replay) on its own loopback ports, all on free ports. With ``http`` settings
+it also serves its own OpenAI-compatible front end (``schedkit serve --http``'s, a second client
+of the same ``zmq_server``) on the address given, for a router outside the fleet.
 
 It reports to the parent on a PUSH socket: ``{"rank", "ready": {...endpoints}}`` once built,
 ``{"rank", "stats": {...}}`` after it stopped (peak RSS, prefix-cache token counts, uptime),
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import secrets
 import signal
 import sys
 import threading
@@ -36,6 +39,7 @@ from schedkit.assembly.container import build
 from schedkit.assembly.wiring import Ref, Wiring, WiringError
 from schedkit.fleet.offline import worker_wiring
 from schedkit.fleet.pool import pool_pages
+from schedkit.http.launcher import front_end_overlay
 from schedkit.serving import drain
 from schedkit.sim.driver import peak_rss_mb
 
@@ -65,6 +69,10 @@ class WorkerSpec:
     heartbeat_interval: float = 0.2
     max_requests: int | None = None
     max_tokens: int | None = None
+    # The worker's own HTTP front end: the http_server's settings (address, keys, limits).
+    http: dict | None = None
+    # The token its zmq_server wants on pause, continue and flush (None: it takes none).
+    admin_token: str | None = attrs.field(default=None, repr=False)
 
 
 def serve_overlay() -> dict:
@@ -167,6 +175,13 @@ def worker_main(spec: WorkerSpec) -> None:
     }
     try:
         overlays = [*spec.overlays, serve_overlay()]
+        token = spec.admin_token or secrets.token_urlsafe(24)
+        if spec.http is not None:
+            model = spec.http.get("model_name", "schedkit-sim")
+            overlays.append(front_end_overlay(spec.http, token, model))
+        elif spec.admin_token is not None:
+            receiver = {"request_receiver": {"args": {"admin_token": token}}}
+            overlays.append({"components": receiver})
         wiring = worker_wiring(spec.file, overlays, spec.rank, spec.num_workers, events)
         trusted = trusted_client_overlay(wiring, spec.max_requests, spec.max_tokens)
         overlays.append(trusted)
@@ -187,6 +202,10 @@ def worker_main(spec: WorkerSpec) -> None:
                 "pool_pages": pool_pages(assembly, publisher) if enabled else None,
                 "topic": publisher.kv_events_config.topic if enabled else "",
                 "profile": publisher.kv_events_config.profile if enabled else "sglang",
+                "http": assembly["http_server"].url if "http_server" in assembly else None,
+                "http_pid": assembly["http_server"].pid if "http_server" in assembly else None,
+                "vocab_size": getattr(assembly["model_runner"], "vocab_size", None),
+                "eos_token_id": getattr(assembly["model_runner"], "eos_token_id", None),
             }
             report.send(send({"rank": spec.rank, "ready": ready}))
             watcher = threading.Thread(

@@ -10,8 +10,11 @@ them.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import secrets
+import signal
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,6 +27,7 @@ import zmq
 from schedkit.fleet.capacity import check_live_workers
 from schedkit.fleet.launch import LAUNCHERS, WorkerStartError, exit_reason
 from schedkit.fleet.worker import LOOPBACK_ANY_PORT, WorkerSpec
+from schedkit.http.config import parse_address
 
 __all__ = ["LiveWorkers"]
 
@@ -36,11 +40,36 @@ def _bind(context: zmq.Context, kind: int) -> tuple[zmq.Socket, str]:
     return sock, sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
 
+def _stop_front_end(pid: int | None) -> None:
+    """Stop the HTTP front end of a worker that did not stop it itself (it was killed)."""
+    if pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and _running(pid):
+            time.sleep(0.05)
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
 class LiveWorkers:
     """``num_workers`` worker processes built from ``file`` (+ ``overlays``): ``start()``
     (or ``with``), ``close()``. A worker sends a beat every ``heartbeat_interval`` seconds;
     ``max_requests``/``max_tokens`` are its waiting limits (None: its wiring's). With
-    ``cap_workers``, ``FleetCapacityError`` when this machine cannot hold them."""
+    ``cap_workers``, ``FleetCapacityError`` when this machine cannot hold them. With
+    ``worker_http`` (``http_server`` settings; ``address`` the base: worker ``r`` listens on
+    its port + ``r``, or on a free one with port 0) each worker serves its own HTTP front
+    end; its URL is in ``endpoints[r]["http"]``."""
 
     def __init__(
         self,
@@ -56,6 +85,7 @@ class LiveWorkers:
         max_requests: int | None = None,
         max_tokens: int | None = None,
         cap_workers: bool = True,
+        worker_http: Mapping | None = None,
     ) -> None:
         if num_workers < 1:
             raise ValueError(f"a fleet needs at least one worker, got {num_workers}")
@@ -73,6 +103,9 @@ class LiveWorkers:
         self.heartbeat_interval, self.heartbeat_timeout = heartbeat_interval, heartbeat_timeout
         self.ready_timeout, self.grace = ready_timeout, grace
         self.max_requests, self.max_tokens = max_requests, max_tokens
+        self.worker_http = dict(worker_http) if worker_http is not None else None
+        # What the workers' zmq_servers want on pause, continue and flush: only this router.
+        self.admin_token = secrets.token_urlsafe(24)
         self.handles: list[Any] = []
         self.endpoints: dict[int, dict] = {}  # each worker's ready report: pid and endpoints
         self._launcher: Any = None
@@ -127,6 +160,8 @@ class LiveWorkers:
                 heartbeat_interval=self.heartbeat_interval,
                 max_requests=self.max_requests,
                 max_tokens=self.max_tokens,
+                http=self._http_settings(rank),
+                admin_token=self.admin_token,
             )
             self.handles.append(self._launcher.launch(spec))
         ready = self.endpoints = self._wait_ready()
@@ -139,6 +174,15 @@ class LiveWorkers:
             self._poller.register(sentinel, zmq.POLLIN)
             self._sentinels[sentinel] = rank
         return ready
+
+    def _http_settings(self, rank: int) -> dict | None:
+        """Worker ``rank``'s front-end settings: the base address's port plus ``rank`` (port
+        0: a free one each)."""
+        if self.worker_http is None:
+            return None
+        host, port = parse_address(self.worker_http["address"])
+        address = f"[{host}]" if ":" in host else host
+        return {**self.worker_http, "address": f"{address}:{port + rank if port else 0}"}
 
     def _wait_ready(self) -> dict[int, dict]:
         ready: dict[int, dict] = {}
@@ -218,11 +262,15 @@ class LiveWorkers:
                 if now - exited.setdefault(rank, now) > 1.0:  # its report would be here by now
                     pending.discard(rank)
         for rank, handle in enumerate(self.handles):
-            if self.alive[rank]:
+            clean = self.alive[rank]
+            if clean:
                 handle.join(timeout=5.0)
             if handle.is_alive():  # dead to the router (e.g. hung) or not stopping
+                clean = False
                 handle.kill()
                 handle.join(timeout=5.0)
+            if not clean or rank not in self.stats:
+                _stop_front_end(self.endpoints.get(rank, {}).get("http_pid"))
         if self._launcher is not None:
             self._launcher.close()
         for sock in [*self._dealers, self._report, self._stop]:

@@ -19,10 +19,40 @@ import time
 import attrs
 import msgspec
 
+from schedkit.assembly.wiring import Ref
 from schedkit.core.component import at_least, component
 from schedkit.http.config import HttpConfig, Limits, ModelInfo, parse_address
 
-__all__ = ["HttpServer"]
+__all__ = ["HttpServer", "front_end_overlay"]
+
+
+def front_end_overlay(http_args: dict, admin_token: str, model_name: str) -> dict:
+    """The wiring overlay that adds the front end to a scheduler whose ``request_receiver`` is
+    a ``zmq_server``: metrics on (Prometheus on a free loopback port, relayed at ``/metrics``),
+    the receiver's ``admin_token`` (the front end's pause, continue and flush need it) and the
+    ``http_server`` with ``http_args`` (address, keys, limits, ...), connected to the
+    receiver, with the model runner's vocabulary and end-of-sequence id."""
+
+    def ref(target: str, *attributes: str) -> Ref:
+        return Ref("ref", target, attributes)
+
+    server_args = {
+        **http_args,
+        "scheduler_endpoint": ref("request_receiver", "bound_endpoint"),
+        "scheduler_admin_token": admin_token,
+        "metrics_port": ref("metrics_reporter", "collector", "prometheus_port"),
+        "vocab_size": ref("model_runner", "vocab_size"),
+        "eos_token_id": ref("model_runner", "eos_token_id"),
+    }
+    return {
+        "components": {
+            "metrics_reporter": {
+                "args": {"enable_metrics": True, "prometheus_port": 0, "model_name": model_name}
+            },
+            "request_receiver": {"args": {"admin_token": admin_token}},
+            "http_server": {"type": "http_server", "args": server_args},
+        }
+    }
 
 
 def _address(instance: object, attribute: attrs.Attribute, value: str) -> None:
@@ -107,6 +137,11 @@ class HttpServer:
                 )
         self.close()
         raise ValueError(f"the HTTP front end did not start within {self.startup_timeout:g} s")
+
+    @property
+    def exited(self) -> bool:
+        """True once the front-end process has ended (before ``close()``)."""
+        return self._process is not None and self._process.poll() is not None
 
     @property
     def pid(self) -> int | None:
