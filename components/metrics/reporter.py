@@ -8,7 +8,8 @@ report, every ``decode_log_interval``-th decode report and every pause.
 
 Throughputs and the cache hit rate are kept current whether or not metrics are enabled (they
 cost a few additions); with ``enable_metrics`` the reporter also fills the pool and queue stats,
-logs a line per report through the collector, keeps Prometheus metrics (gauges, token counters,
+logs a line per report through the collector when ``log_batches`` is on (as SGLang does at info
+level; off by default, since at saturation a line per batch costs the scheduler CPU), keeps Prometheus metrics (gauges, token counters,
 and per finished request, through ``observe_finished_request``, which the scheduler calls:
 latency histograms and request and token counters) named as ``metrics_profile`` says
 (``sglang`` or ``vllm``), serves them when ``prometheus_port`` is set, and emits KV metrics.
@@ -54,6 +55,7 @@ class MetricsReporter:
     enable_metrics: bool = False
     prometheus_port: int | None = None
     log_format: Literal["console", "json"] = "console"
+    log_batches: bool = False
     metrics_profile: Literal["sglang", "vllm"] = "sglang"
     model_name: str = "default"
     dp_rank: int | None = None
@@ -152,19 +154,24 @@ class MetricsReporter:
             )
             self._fill_stats(len(self.load_inquirer.get_running_batch().reqs))
             self.collector.count_tokens(prompt=new_tokens, cached=cached_tokens)
-            self.collector.logger.info(
-                "prefill batch",
-                new_seq=batch.batch_size(),
-                new_token=new_tokens,
-                cached_token=cached_tokens,
-                token_usage=round(stats.token_usage, 2),
-                running_req=stats.num_running_reqs,
-                queue_req=stats.num_queue_reqs,
-                input_throughput=round(self.last_input_throughput, 2),
-            )
+            if self.log_batches:
+                self._log_prefill(batch, new_tokens, cached_tokens)
             self.collector.log_stats(stats)
             self.emit_kv_metrics()
         self.publish_kv_events()
+
+    def _log_prefill(self, batch: ScheduleBatch, new_tokens: int, cached_tokens: int) -> None:
+        stats = self.stats
+        self.collector.logger.info(
+            "prefill batch",
+            new_seq=batch.batch_size(),
+            new_token=new_tokens,
+            cached_token=cached_tokens,
+            token_usage=round(stats.token_usage, 2),
+            running_req=stats.num_running_reqs,
+            queue_req=stats.num_queue_reqs,
+            input_throughput=round(self.last_input_throughput, 2),
+        )
 
     def report_decode_stats(self, batch: ScheduleBatch) -> None:
         """Every ``decode_log_interval`` decode steps: generation throughput over the interval
@@ -182,13 +189,14 @@ class MetricsReporter:
         if self.enable_metrics:
             self._fill_stats(batch.batch_size())
             self.collector.count_tokens(generated=generated)
-            self.collector.logger.info(
-                "decode batch",
-                running_req=stats.num_running_reqs,
-                token_usage=round(stats.token_usage, 2),
-                gen_throughput=round(self.last_gen_throughput, 2),
-                queue_req=stats.num_queue_reqs,
-            )
+            if self.log_batches:
+                self.collector.logger.info(
+                    "decode batch",
+                    running_req=stats.num_running_reqs,
+                    token_usage=round(stats.token_usage, 2),
+                    gen_throughput=round(self.last_gen_throughput, 2),
+                    queue_req=stats.num_queue_reqs,
+                )
             self.collector.log_stats(stats)
             self.emit_kv_metrics()
         self.publish_kv_events()

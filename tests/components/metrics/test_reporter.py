@@ -4,6 +4,7 @@ import urllib.request
 from types import SimpleNamespace
 
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from schedkit.components.metrics.reporter import FORWARD_CT_MOD, MetricsReporter, SchedulerStats
 from schedkit.components.scheduler.waiting_queue import WaitingQueue
@@ -90,7 +91,9 @@ def test_registered_name():
 
 @pytest.mark.parametrize("enable_metrics", [False, True])
 def test_decode_stats_every_interval_compute_throughput(enable_metrics, capsys):
-    reporter = make_reporter(decode_log_interval=4, enable_metrics=enable_metrics)
+    reporter = make_reporter(
+        decode_log_interval=4, enable_metrics=enable_metrics, log_batches=True
+    )
     run_decode_steps(reporter, 3, tokens_per_step=8, seconds_per_step=0.5)
     assert reporter.publish_kv_events.calls == 0
     assert reporter.last_gen_throughput == 0.0
@@ -126,7 +129,7 @@ def test_forward_ct_decode_wraps():
 
 @pytest.mark.parametrize("enable_metrics", [False, True])
 def test_prefill_stats_cache_hit_rate_and_input_throughput(enable_metrics, capsys):
-    reporter = make_reporter(enable_metrics=enable_metrics)
+    reporter = make_reporter(enable_metrics=enable_metrics, log_batches=True)
     reporter.now.t = 2.0
     reporter.report_prefill_stats(prefill_batch([2, 0], [6, 4]))
     assert reporter.stats.cache_hit_rate == pytest.approx(2 / 12)
@@ -203,8 +206,20 @@ def test_pause_zeroes_throughput_and_flushes_events_on_every_call(enable_metrics
         assert "idle" not in err
 
 
+def test_batches_are_not_logged_by_default_but_still_exported(capsys):
+    reporter = make_reporter(enable_metrics=True, decode_log_interval=1)
+    reporter.report_prefill_stats(prefill_batch([2, 0], [6, 4]))
+    run_decode_steps(reporter, 2, tokens_per_step=3, seconds_per_step=1.0, batch_size=2)
+    assert "batch" not in capsys.readouterr().err
+    exposition = generate_latest(reporter.collector.registry).decode()
+    assert "sglang:num_running_reqs" in exposition
+    assert reporter.stats.gen_throughput == 3.0
+
+
 def test_json_log_format(capsys):
-    reporter = make_reporter(enable_metrics=True, log_format="json", decode_log_interval=1)
+    reporter = make_reporter(
+        enable_metrics=True, log_format="json", decode_log_interval=1, log_batches=True
+    )
     run_decode_steps(reporter, 1, tokens_per_step=12, seconds_per_step=2.0, batch_size=4)
     (line,) = capsys.readouterr().err.splitlines()
     entry = json.loads(line)
