@@ -89,6 +89,7 @@ class FleetGateway(LiveFleet):
         self.prompt_tokens = [0] * num_workers
         self.cached_tokens = [0] * num_workers
         self.generated_tokens = [0] * num_workers
+        self.indexed_blocks = [0] * num_workers  # the router's index, per worker
         self._server: zmq.Socket | None = None
         self._clients: dict[str, bytes] = {}  # rid -> the identity of the client that sent it
         self._messages: dict[str, bytes] = {}  # rid -> the message that sends it to a worker
@@ -124,6 +125,8 @@ class FleetGateway(LiveFleet):
             wait = self._housekeep(now, elapsed)
             if self._next_load != sampled:  # the loads were just sampled: the figures too
                 self._snapshot = self._count_in_flight()
+                index = self.router.index
+                self.indexed_blocks = [index.num_blocks(r) for r in range(self.num_workers)]
             self._poll(wait)
 
     def in_flight(self) -> tuple[list[int], list[int], int]:

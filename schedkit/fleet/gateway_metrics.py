@@ -3,8 +3,10 @@ a free loopback port that the HTTP front end relays.
 
 They are what the router sees, not the workers' own engine metrics (each worker's are on its
 own ``/metrics`` with ``--worker-http``): requests routed to each worker and how they ended,
-requests in flight on each (before and after their first token), the router queue, and the
-prompt, cached and generated tokens of the requests each worker finished.
+the prompt, cached and generated tokens of the requests each worker finished (counters, always
+current), and, as of the last load query (every 0.5 s), requests in flight on each worker
+(before and after their first token), the router queue and each worker's blocks in the
+router's KV index (gauges).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class FleetFigures(Protocol):
     prompt_tokens: list[int]
     cached_tokens: list[int]
     generated_tokens: list[int]
+    indexed_blocks: list[int]
 
     def in_flight(self) -> tuple[list[int], list[int], int]:
         """Per worker, requests with no first token and with one; requests at the router."""
@@ -49,10 +52,15 @@ class _FleetCollector(Collector):
         for name, alive in zip(workers, fleet.alive, strict=True):
             up.add_metric([name], 1.0 if alive else 0.0)
         yield up
-        waiting, running, queued = fleet.in_flight()
+        waiting, running, queued = fleet.in_flight()  # as of the same moment as indexed_blocks
         for metric, doc, values in (
             ("requests_waiting", "requests on the worker with no first token yet", waiting),
             ("requests_running", "requests on the worker generating", running),
+            (
+                "indexed_blocks",
+                "KV blocks of the worker in the router's index",
+                fleet.indexed_blocks,
+            ),
         ):
             gauge = GaugeMetricFamily(f"{PREFIX}_{metric}", doc, labels=["worker"])
             for name, value in zip(workers, values, strict=True):
