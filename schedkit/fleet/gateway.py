@@ -64,7 +64,6 @@ class _PendingReply:
     waiting: set[int] = attrs.Factory(set)
     ok: bool = True
     messages: list[str] = attrs.Factory(list)
-    loads: dict | None = None
 
 
 class FleetGateway(LiveFleet):
@@ -212,8 +211,7 @@ class FleetGateway(LiveFleet):
 
     def _control(self, identity: bytes, msg: ControlReq) -> None:
         if msg.type == "get_loads":
-            loads = self.loads()
-            reply = _PendingReply(identity, msg.type, ok=loads["num_workers"] > 0, loads=loads)
+            reply = _PendingReply(identity, msg.type)  # the loads as of when it is sent
         elif msg.type == "abort":
             if msg.rid is not None:
                 self._withdraw(msg.rid)
@@ -264,8 +262,12 @@ class FleetGateway(LiveFleet):
         replies = self._replies
         while replies and not replies[0].waiting:
             reply = replies.popleft()
+            loads = None
+            if reply.kind == "get_loads":
+                loads = self.loads()
+                reply.ok = loads["num_workers"] > 0
             message = "; ".join(reply.messages) or None
-            out = ControlReply(type=reply.kind, ok=reply.ok, loads=reply.loads, message=message)
+            out = ControlReply(type=reply.kind, ok=reply.ok, loads=loads, message=message)
             self._send(reply.identity, out)
 
     def _send(self, identity: bytes, msg: msgspec.Struct | bytes) -> None:
@@ -374,9 +376,9 @@ class FleetGateway(LiveFleet):
 
     def close(self) -> None:
         """Stop listening, then stop the workers (``LiveFleet.close``)."""
-        if self._server is not None:
-            self._poller.unregister(self._server)
-            self._socket_handlers.pop(self._server, None)
-            self._server.close(linger=0)
-            self._server = None
+        server, self._server = self._server, None
+        if server is not None:
+            if self._socket_handlers.pop(server, None) is not None:
+                self._poller.unregister(server)
+            server.close(linger=0)
         super().close()
