@@ -16,16 +16,17 @@ figures (requests on the workers before and after their first token, requests at
 router), ``abort`` by taking the request back from the router queue or aborting it on its
 worker, and ``pause``, ``continue`` and ``flush`` by sending them to every live worker and
 answering once each has (ok when all were).
+
+(Longer than 300 lines: taking requests in, relaying outputs, control replies and ends share
+the bookkeeping of the clients' requests.)
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
-import attrs
 import msgspec
 import structlog
 import zmq
@@ -42,6 +43,7 @@ from schedkit.components.io.io_struct import (
 )
 from schedkit.core.schedule_batch import FinishAbort, Req, SamplingParams
 from schedkit.fleet.admission import Outcome
+from schedkit.fleet.control_replies import OwedReplies
 from schedkit.fleet.live import LiveFleet
 
 __all__ = ["FleetGateway"]
@@ -53,17 +55,6 @@ _MAX_TAKEN = 256
 # A generation request of the longest prompt the decoder takes, with room to spare.
 MAX_MESSAGE_BYTES = 64 << 20
 OUTCOMES = ("done", "failed", "refused", "timed_out", "aborted")
-
-
-@attrs.define
-class _PendingReply:
-    """A control reply owed to a client: ready (``waiting`` empty) or waiting on workers."""
-
-    identity: bytes
-    kind: str
-    waiting: set[int] = attrs.Factory(set)
-    ok: bool = True
-    messages: list[str] = attrs.Factory(list)
 
 
 class FleetGateway(LiveFleet):
@@ -93,7 +84,7 @@ class FleetGateway(LiveFleet):
         self._clients: dict[str, bytes] = {}  # rid -> the identity of the client that sent it
         self._messages: dict[str, bytes] = {}  # rid -> the message that sends it to a worker
         self._withdrawn: set[str] = set()  # aborted by their client
-        self._replies: deque[_PendingReply] = deque()
+        self._replies = OwedReplies()
         self._payload = b""
         self._snapshot: tuple[list[int], list[int], int] = ([0] * num_workers,) * 2 + (0,)
 
@@ -210,24 +201,21 @@ class FleetGateway(LiveFleet):
         return self._messages[req.rid]
 
     def _control(self, identity: bytes, msg: ControlReq) -> None:
-        if msg.type == "get_loads":
-            reply = _PendingReply(identity, msg.type)  # the loads as of when it is sent
-        elif msg.type == "abort":
+        if msg.type == "abort":
             if msg.rid is not None:
                 self._withdraw(msg.rid)
-            reply = _PendingReply(identity, msg.type)
+            self._replies.owe(identity, msg.type)
+        elif msg.type == "get_loads":
+            self._replies.owe(identity, msg.type)  # the loads as of when it is sent
         else:  # pause, continue, flush: every live worker
-            reply = _PendingReply(identity, msg.type)
-            token = self.admin_token
-            forward = encode(ControlReq(type=msg.type, mode=msg.mode, token=token))
+            reply = self._replies.owe(identity, msg.type)
+            forward = encode(ControlReq(type=msg.type, mode=msg.mode, token=self.admin_token))
             for rank in self.router.ranks:
                 try:
                     self._dealers[rank].send(forward, zmq.NOBLOCK)
                     reply.waiting.add(rank)
                 except zmq.ZMQError as exc:
-                    reply.ok = False
-                    reply.messages.append(f"worker {rank}: {exc.strerror}")
-        self._replies.append(reply)
+                    reply.failed(f"worker {rank}: {exc.strerror}")
         self._answer()
 
     def _withdraw(self, rid: str) -> None:
@@ -259,9 +247,7 @@ class FleetGateway(LiveFleet):
 
     def _answer(self) -> None:
         """Send the control replies that are ready, in the order their requests came."""
-        replies = self._replies
-        while replies and not replies[0].waiting:
-            reply = replies.popleft()
+        for reply in self._replies.ready():
             loads = None
             if reply.kind == "get_loads":
                 loads = self.loads()
@@ -284,16 +270,9 @@ class FleetGateway(LiveFleet):
         super()._receive(rank, payload, now)
 
     def _control_reply(self, rank: int, msg: ControlReply) -> None:
-        if msg.type not in ("pause", "continue", "flush"):
-            return
-        for reply in self._replies:
-            if reply.kind == msg.type and rank in reply.waiting:
-                reply.waiting.discard(rank)
-                if not msg.ok:
-                    reply.ok = False
-                    reply.messages.append(f"worker {rank}: {msg.message or 'refused'}")
-                break
-        self._answer()
+        if msg.type in ("pause", "continue", "flush"):
+            self._replies.answered(rank, msg.type, msg.ok, msg.message)
+            self._answer()
 
     def _outputs(self, rank: int, msg: BatchTokenIDOutput, now: float) -> None:
         self._relay(rank, msg)
@@ -345,11 +324,7 @@ class FleetGateway(LiveFleet):
     def _mark_dead(self, rank: int, why: str) -> None:
         super()._mark_dead(rank, why)
         log.warning("fleet.worker_taken_out", worker=rank, why=why)
-        for reply in self._replies:
-            if rank in reply.waiting:
-                reply.waiting.discard(rank)
-                reply.ok = False
-                reply.messages.append(f"worker {rank} was taken out: {why}")
+        self._replies.lost(rank, why)
         self._answer()
 
     def _end(self, req: Req, rank: int | None, outcome: Outcome) -> None:
