@@ -23,6 +23,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from schedkit import wirings
+from schedkit.cli import main
 
 KEY = "fleet-test-key"
 PAGE = 16  # the default wiring's page size
@@ -227,3 +228,24 @@ def test_sigterm_stops_everything_with_exit_0(fleet):
     assert [pid for pid in below if _alive(pid)] == []
     errors.seek(0)
     assert "schedkit fleet: stopped" in errors.read().decode()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--http", "127.0.0.1:0", "--offline"], "serve live workers; leave out --offline"),
+        (["--worker-http", "auto", "--rate", "5", "--json"], "--rate, --json shape a workload"),
+        (["--endpoints-file", "e.json"], "--endpoints-file needs --http or --worker-http"),
+    ],
+)
+def test_options_that_do_not_go_with_serving_are_refused(options, message, capsys):
+    assert main(["fleet", str(wirings.path()), *options]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["nonsense", "70000", "host:"])
+def test_a_bad_worker_http_base_is_refused_naming_what_is_valid(value, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fleet", str(wirings.path()), "--worker-http", value])
+    assert exit_info.value.code == 2
+    assert "or auto" in capsys.readouterr().err
