@@ -167,3 +167,19 @@ def test_out_of_descriptors_it_stops_accepting_for_a_while_instead_of_spinning()
     finally:
         peer.close()
         table.close_all()
+
+
+def test_tcp_connections_are_accepted_with_nagle_off():
+    listener, endpoint = listen("tcp://127.0.0.1:0", 8)
+    port = int(endpoint.rsplit(":", 1)[1])
+    with listener, socket.create_connection(("127.0.0.1", port)):
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                accepted, _ = listener.accept()
+                break
+            except BlockingIOError:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        with accepted:
+            assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
