@@ -204,7 +204,7 @@ def _announce(
         )
     endpoints = {
         "http": front_end.url if front_end is not None else None,
-        "router": args.router,
+        "router": args.router if front_end is not None else None,
         "workers": workers,
     }
     if args.endpoints_file:
