@@ -86,6 +86,8 @@ class FleetGateway(LiveFleet):
         self._withdrawn: set[str] = set()  # aborted by their client
         self._replies = OwedReplies()
         self._payload = b""
+        # While a worker's outputs are taken in: errors that go out after them.
+        self._held_errors: list[tuple[bytes, ErrorReply]] | None = None
         self._snapshot: tuple[list[int], list[int], int] = ([0] * num_workers,) * 2 + (0,)
 
     def _start(self) -> None:
@@ -275,12 +277,18 @@ class FleetGateway(LiveFleet):
             self._answer()
 
     def _outputs(self, rank: int, msg: BatchTokenIDOutput, now: float) -> None:
-        self._relay(rank, msg)
-        super()._outputs(rank, msg, now)
+        groups = self._group(rank, msg)  # before the requests that end here are forgotten
+        held = self._held_errors = []
+        try:
+            super()._outputs(rank, msg, now)
+        finally:
+            self._held_errors = None
+        self._relay(rank, msg, groups)
+        for identity, error in held:  # after the outputs they follow
+            self._send(identity, error)
 
-    def _relay(self, rank: int, msg: BatchTokenIDOutput) -> None:
-        """Send each client the outputs of its requests from worker ``rank``: the message as
-        it came when all of it is for one client, else one message per client."""
+    def _group(self, rank: int, msg: BatchTokenIDOutput) -> dict[bytes, list[int]]:
+        """The indexes of ``msg``'s requests per client (those in flight on ``rank``)."""
         clients, inflight = self._clients, self._inflight
         groups: dict[bytes, list[int]] = {}
         for i, rid in enumerate(msg.rids):
@@ -291,9 +299,16 @@ class FleetGateway(LiveFleet):
             groups.setdefault(identity, []).append(i)
             if msg.finished_reasons[i] is not None:
                 self._count_finished(rank, msg, i)
+        return groups
+
+    def _relay(self, rank: int, msg: BatchTokenIDOutput, groups: dict[bytes, list[int]]) -> None:
+        """Send each client the outputs of its requests from worker ``rank``: the message as
+        it came when all of it is for one client, else one message per client."""
         n = len(msg.rids)
+        # A worker attaches its load when a request finished; the client gets the fleet's.
+        load = None if msg.load is None else self.loads()
         for identity, picked in groups.items():
-            if len(picked) == n and msg.load is None:
+            if len(picked) == n and load is None:
                 self._send(identity, self._payload)
                 continue
 
@@ -309,6 +324,7 @@ class FleetGateway(LiveFleet):
                 cached_tokens=pick(msg.cached_tokens),
                 cached_tokens_details=pick(msg.cached_tokens_details),
                 dp_rank=rank,
+                load=load,
             )
             self._send(identity, part)
 
@@ -345,7 +361,11 @@ class FleetGateway(LiveFleet):
         if outcome not in ("done", "aborted") and identity is not None:
             reason = req.finished_reason
             message = reason.message if isinstance(reason, FinishAbort) else outcome
-            self._send(identity, ErrorReply(message=message, rid=rid))
+            error = ErrorReply(message=message, rid=rid)
+            if self._held_errors is not None:
+                self._held_errors.append((identity, error))
+            else:
+                self._send(identity, error)
 
     # ---- stopping -----------------------------------------------------------------------
 

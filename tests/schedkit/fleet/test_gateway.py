@@ -135,8 +135,10 @@ def test_one_worker_message_for_two_clients_is_split_between_them(rig):
     rig.worker_sends(0, msg)
     got = rig.client_gets(0)
     assert isinstance(got, BatchTokenIDOutput) and got.rids == ["a", "c"]
-    # A worker's own load is not the fleet's: it is left out, and the worker is named.
-    assert got.load is None and got.dp_rank == 0
+    # A worker's own load is not the fleet's: the fleet's replaces it (after "c" ended and
+    # "a" got its first token; "b" has none yet), and the worker is named.
+    assert got.load["num_waiting_reqs"] == 1 and got.load["num_running_reqs"] == 1
+    assert got.dp_rank == 0
     assert rig.client_has_nothing(1)
     rig.worker_sends(1, token_msg(("b", [3], None)))
     assert rig.client_gets(1).rids == ["b"]
