@@ -9,10 +9,11 @@ report, every ``decode_log_interval``-th decode report and every pause.
 Throughputs and the cache hit rate are kept current whether or not metrics are enabled (they
 cost a few additions); with ``enable_metrics`` the reporter also fills the pool and queue stats,
 logs a line per report through the collector when ``log_batches`` is on (as SGLang does at info
-level; off by default, since at saturation a line per batch costs the scheduler CPU), keeps Prometheus metrics (gauges, token counters,
-and per finished request, through ``observe_finished_request``, which the scheduler calls:
-latency histograms and request and token counters) named as ``metrics_profile`` says
-(``sglang`` or ``vllm``), serves them when ``prometheus_port`` is set, and emits KV metrics.
+level; off by default, since at saturation a line per batch costs the scheduler CPU), keeps
+Prometheus metrics (gauges, token counters, and per finished request, through
+``observe_finished_request``, which the scheduler calls: latency histograms and request and
+token counters) named as ``metrics_profile`` says (``sglang`` or ``vllm``), serves them when
+``prometheus_port`` is set, and emits KV metrics.
 """
 
 from __future__ import annotations

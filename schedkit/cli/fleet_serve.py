@@ -31,7 +31,13 @@ from schedkit.http.launcher import HttpServer
 __all__ = ["add_fleet_http_args", "serve_fleet", "serves"]
 
 # Front-end limits on what it hands over, scaled by the number of workers unless given.
-_PER_WORKER_LIMITS = ("max_forwarded_requests", "max_forwarded_tokens", "max_scheduler_waiting")
+_PER_WORKER_LIMITS = (
+    "max_forwarded_requests",
+    "max_forwarded_tokens",
+    "max_forwarded_per_key",
+    "max_scheduler_waiting",
+    "max_scheduler_waiting_tokens",
+)
 # Options that shape a workload run, meaningless while serving.
 _RUN_ONLY = {
     "workload": "--workload",

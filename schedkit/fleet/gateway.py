@@ -136,11 +136,22 @@ class FleetGateway(LiveFleet):
         return waiting, running, len(self.dispatcher.queue)
 
     def loads(self) -> dict:
-        """The fleet's load as a scheduler's ``get_loads`` reports its own."""
-        waiting, running, queued = self._count_in_flight()
+        """The fleet's load as a scheduler's ``get_loads`` reports its own; its waiting
+        tokens are the whole prompts of the requests with no first token (the router does
+        not know how much of each a worker has cached: an upper bound)."""
+        waiting, running = 0, 0
+        waiting_tokens = self.dispatcher.queued_tokens
+        for _, req in self._inflight.values():
+            if req.first_token_time is None:
+                waiting += 1
+                waiting_tokens += len(req.origin_input_ids)
+            else:
+                running += 1
+        queued = len(self.dispatcher.queue)
         return {
-            "num_running_reqs": sum(running),
-            "num_waiting_reqs": sum(waiting) + queued,
+            "num_running_reqs": running,
+            "num_waiting_reqs": waiting + queued,
+            "num_waiting_uncached_tokens": waiting_tokens,
             "num_total_tokens": sum(self.dispatcher.held_tokens),
             "num_workers": len(self.router.ranks),
             "router_queue_reqs": queued,

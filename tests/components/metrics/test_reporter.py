@@ -91,9 +91,7 @@ def test_registered_name():
 
 @pytest.mark.parametrize("enable_metrics", [False, True])
 def test_decode_stats_every_interval_compute_throughput(enable_metrics, capsys):
-    reporter = make_reporter(
-        decode_log_interval=4, enable_metrics=enable_metrics, log_batches=True
-    )
+    reporter = make_reporter(decode_log_interval=4, enable_metrics=enable_metrics, log_batches=True)
     run_decode_steps(reporter, 3, tokens_per_step=8, seconds_per_step=0.5)
     assert reporter.publish_kv_events.calls == 0
     assert reporter.last_gen_throughput == 0.0

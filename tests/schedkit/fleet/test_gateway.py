@@ -196,6 +196,7 @@ def test_get_loads_counts_requests_before_and_after_their_first_token(rig):
     loads = rig.client_gets().loads
     assert (loads["num_running_reqs"], loads["num_waiting_reqs"]) == (1, 2)
     assert loads["num_total_tokens"] == 60
+    assert loads["num_waiting_uncached_tokens"] == 40  # whole prompts: an upper bound
 
 
 def test_an_abort_reaches_the_worker_and_the_request_ends_as_aborted(rig):

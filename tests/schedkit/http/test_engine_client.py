@@ -253,29 +253,3 @@ def test_an_unqueued_abort_never_reaches_the_scheduler(scheduler):
             client.close()
 
     asyncio.run(run())
-
-
-def test_requests_held_for_the_scheduler_s_queue_leave_once_a_load_poll_finds_room(scheduler):
-    """The scheduler admits requests without any output saying so: the load poll is what
-    frees the queued ones, even when the first queued request did not fit."""
-
-    async def run() -> None:
-        limits = Limits(max_scheduler_waiting=2, load_poll_seconds=0.01)
-        client = EngineClient(scheduler.endpoint, limits)
-        client.start()
-        try:
-            states = [client.submit("a", [1], PARAMS, f"r{i}") for i in range(4)]
-            await scheduler.read(2)
-            assert client.forwarded == 2 and client.queued == 2
-            async with asyncio.timeout(10):  # the load poll
-                await scheduler.read(3)
-            assert scheduler.received[2] == ControlReq(type="get_loads")
-            room = ControlReply(type="get_loads", ok=True, loads={"num_waiting_reqs": 0})
-            scheduler.socket.send_multipart([scheduler.peer, encode(room)])
-            await scheduler.read(5)
-            assert [m.rid for m in scheduler.received[3:5]] == ["r2", "r3"]
-            assert client.queued == 0 and not any(s.done for s in states)
-        finally:
-            client.close()
-
-    asyncio.run(run())
