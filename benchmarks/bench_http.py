@@ -37,6 +37,7 @@ from pathlib import Path
 
 import msgspec
 import zmq
+
 from schedkit.components.io.io_struct import (
     BatchTokenIDOutput,
     GenerateReqInput,
@@ -44,7 +45,6 @@ from schedkit.components.io.io_struct import (
     decode_server_message,
     encode,
 )
-
 from schedkit.testing.serving import start_http_serve, stop_serve
 
 PROMPT_TOKENS = 16

@@ -33,12 +33,12 @@ from typing import Any
 
 import structlog
 from kv_transport import transport_rate
+
 from schedkit.components.cache import event_recorder
 from schedkit.components.cache.event_recorder import EventRecorder
 from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.io.kv_events_publisher import KvEventsPublisher
 from schedkit.components.metrics.reporter import SchedulerStats
-
 from schedkit.kv_events import (
     KVEventBatch,
     KvEventsConfig,

@@ -52,9 +52,9 @@ from typing import Any
 import structlog
 from hand_built import DroppingSender, hand_built
 from nano_vllm_reference import NanoVllmUnavailable, load_nano_vllm, run_nano_vllm
-from schedkit.components.io.output_sender import InprocOutputCollector
 
 import schedkit
+from schedkit.components.io.output_sender import InprocOutputCollector
 from schedkit.runner.model_runner import SimulatedModelRunner
 from schedkit.workloads.workload import shared_prefix_workload
 

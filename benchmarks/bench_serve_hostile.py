@@ -35,6 +35,7 @@ from pathlib import Path
 
 import msgspec
 import zmq
+
 from schedkit.components.io.io_struct import (
     BatchTokenIDOutput,
     ControlReply,
@@ -46,7 +47,6 @@ from schedkit.components.io.io_struct import (
     encode,
 )
 from schedkit.components.io.zmtp import GREETING, command, frame_header
-
 from schedkit.testing.serving import peak_rss_mib, start_serve
 
 

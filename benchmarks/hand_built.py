@@ -16,7 +16,6 @@ from schedkit.components.scheduler.batch_result_processor import BatchResultProc
 from schedkit.components.scheduler.load_inquirer import LoadInquirer
 from schedkit.components.scheduler.schedule_policy import LPMPolicy
 from schedkit.components.scheduler.scheduler import Scheduler
-
 from schedkit.core.parallel_state import ParallelState
 from schedkit.runner.model_runner import SimulatedModelRunner
 

@@ -243,6 +243,7 @@ def json_keys() -> str:
 
 def wire_format() -> str:
     import msgspec
+
     from schedkit.components.io import io_struct
 
     rows = ["| `kind` | direction | fields (type, default) |", "|---|---|---|"]

@@ -17,6 +17,7 @@ import time
 
 import msgspec
 import zmq
+
 from schedkit.components.io.io_struct import (
     BatchTokenIDOutput,
     ControlReply,

@@ -7,10 +7,10 @@ import random
 from pathlib import Path
 
 import pytest
-from schedkit.components.cache.hiradix_cache import HiRadixCache
 
 import schedkit
 from schedkit import Req, SamplingParams
+from schedkit.components.cache.hiradix_cache import HiRadixCache
 from schedkit.kv_events import KvIndex
 from schedkit.sim.driver import drive
 from schedkit.testing.doubles import CapturingEventPublisher

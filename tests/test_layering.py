@@ -149,7 +149,6 @@ def test_the_old_paths_of_the_request_and_message_types_still_import():
     from schedkit.components.io import io_struct
     from schedkit.components.io_struct import GenerateReqInput
     from schedkit.components.schedule_batch import Req
-
     from schedkit.core import schedule_batch
 
     assert Req is schedule_batch.Req

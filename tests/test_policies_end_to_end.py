@@ -7,10 +7,10 @@ import random
 from pathlib import Path
 
 import pytest
-from schedkit.components import COMPONENT_MODULES
 
 import schedkit
 from schedkit import Req, SamplingParams
+from schedkit.components import COMPONENT_MODULES
 from schedkit.core.component import component_name
 from schedkit.sim.driver import drive
 from schedkit.workloads.workload import Arrival, StaticWorkload

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from schedkit.components.cache.cache_keys import fill_ids_prefix
 
 import schedkit
 from schedkit import Req, SamplingParams
+from schedkit.components.cache.cache_keys import fill_ids_prefix
 from schedkit.kv_events import KvEventSubscriber, KvIndex, page_hashes
 from schedkit.testing import cache_page_hashes
 from schedkit.testing.serving import free_endpoint, start_serve

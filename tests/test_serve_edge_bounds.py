@@ -14,7 +14,6 @@ from pathlib import Path
 
 from schedkit.components.io.io_struct import ControlReq, encode
 from schedkit.components.io.zmtp import GREETING, command, frame_header
-
 from schedkit.testing.serving import peak_rss_mib, start_serve
 from tests.test_serve_hostile_clients import Client, shut_down, wait_for
 

@@ -12,6 +12,7 @@ import time
 
 import msgspec
 import zmq
+
 from schedkit.components.io.io_struct import (
     BatchTokenIDOutput,
     ControlReply,
@@ -22,7 +23,6 @@ from schedkit.components.io.io_struct import (
     decode_server_message,
     encode,
 )
-
 from schedkit.testing.serving import peak_rss_mib, start_serve
 
 

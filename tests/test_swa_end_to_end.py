@@ -6,10 +6,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from schedkit.components.cache.swa_radix_cache import SWARadixCache
-
 import schedkit
 from schedkit import Req, SamplingParams
+from schedkit.components.cache.swa_radix_cache import SWARadixCache
 from schedkit.kv_events import KvIndex
 from schedkit.sim.driver import drive
 from schedkit.testing import cache_page_hashes

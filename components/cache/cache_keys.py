@@ -4,7 +4,6 @@ in the request's namespace (``extra_key``, ``cache_salt``) when it has one."""
 from __future__ import annotations
 
 from schedkit.components.cache.tree_node import RadixKey
-
 from schedkit.core.schedule_batch import Req
 
 __all__ = [

@@ -4,6 +4,7 @@ host copy of its KV), the write policies and the default transfer figures."""
 from __future__ import annotations
 
 import attrs
+
 from schedkit.components.cache.tree_node import TreeNode
 
 __all__ = [

@@ -30,6 +30,7 @@ from heapq import heapify, heappop, heappush
 from typing import Any, Literal
 
 import attrs
+
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.cache.hi_tree_node import (
     H100_PCIE5_HOST_BANDWIDTH,
@@ -42,7 +43,6 @@ from schedkit.components.cache.introspection import device_values_flatten, hicac
 from schedkit.components.cache.radix_cache import MatchResult, RadixCache
 from schedkit.components.cache.radix_tree import RadixTree
 from schedkit.components.cache.tree_node import TreeNode
-
 from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.kv_events.structs import MEDIUM_CPU, MEDIUM_GPU
 

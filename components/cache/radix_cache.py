@@ -24,7 +24,6 @@ from itertools import chain
 from schedkit.components.cache.allocator import OutOfKVSlotsError
 from schedkit.components.cache.cache_keys import fill_ids_slice, req_namespace
 from schedkit.components.cache.radix_tree import MatchResult, RadixKey, RadixTree, TreeNode
-
 from schedkit.core.component import component
 from schedkit.core.schedule_batch import Req
 

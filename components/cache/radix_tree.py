@@ -20,6 +20,7 @@ from heapq import heapify, heappop, heappush
 from typing import Any, TextIO
 
 import attrs
+
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.cache.cache_keys import fill_ids_prefix
 from schedkit.components.cache.event_recorder import EventRecorder
@@ -31,7 +32,6 @@ from schedkit.components.cache.introspection import (
 )
 from schedkit.components.cache.req_locks import unlock_req
 from schedkit.components.cache.tree_node import MatchResult, RadixKey, TreeNode, match_len
-
 from schedkit.core.component import at_least
 from schedkit.core.schedule_batch import Req
 from schedkit.kv_events.hashing import check_hash_format

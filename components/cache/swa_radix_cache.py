@@ -25,13 +25,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
+
 from schedkit.components.cache.allocator import OutOfKVSlotsError, TokenToKVPoolAllocator
 from schedkit.components.cache.introspection import (
     swa_available_and_evictable_str,
     swa_sanity_check,
 )
 from schedkit.components.cache.radix_tree import MatchResult, RadixTree, TreeNode, make_pool
-
 from schedkit.core.component import ArgumentError, component
 
 __all__ = ["SWARadixCache", "SWATreeNode", "bigram_key"]

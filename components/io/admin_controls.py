@@ -7,6 +7,7 @@ import hmac
 from collections.abc import Hashable
 
 import attrs
+
 from schedkit.components.io.io_struct import ControlReq
 
 __all__ = ["ADMIN_CONTROLS", "AdminControls"]

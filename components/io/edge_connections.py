@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 
 import attrs
 import structlog
+
 from schedkit.components.io.zmtp import GREETING, READY, ZmtpMessage, ZmtpReader, encode_message
 
 __all__ = ["Connection", "ConnectionTable"]

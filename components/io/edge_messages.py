@@ -9,6 +9,7 @@ import time
 import attrs
 import msgspec
 import structlog
+
 from schedkit.components.io.io_struct import (
     BatchEmbeddingOutput,
     BatchTokenIDOutput,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import attrs
 import structlog
+
 from schedkit.components.io.edge_connections import Connection
 from schedkit.components.io.edge_messages import OutputMessage
 

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import attrs
 import zmq
+
 from schedkit.components.io.io_struct import (
     BatchEmbeddingOutput,
     BatchTokenIDOutput,
@@ -18,7 +19,6 @@ from schedkit.components.io.io_struct import (
     decode_output,
     encode,
 )
-
 from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.core.schedule_batch import FinishReason
 

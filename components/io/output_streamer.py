@@ -14,13 +14,13 @@ from operator import attrgetter, itemgetter
 from typing import ClassVar
 
 import attrs
+
 from schedkit.components.io.io_struct import (
     BatchEmbeddingOutput,
     BatchTokenIDOutput,
     RequestTimes,
 )
 from schedkit.components.io.steady_stream import NOT_STREAMING, SteadyColumns, SteadyStream
-
 from schedkit.core.component import at_least, component
 from schedkit.core.parallel_state import ParallelState
 from schedkit.core.protocols import OutputSender, PrefixCache

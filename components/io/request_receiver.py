@@ -12,8 +12,8 @@ import threading
 from collections import deque
 
 import attrs
-from schedkit.components.io.io_struct import ControlRequest
 
+from schedkit.components.io.io_struct import ControlRequest
 from schedkit.core.component import component
 from schedkit.core.schedule_batch import Req
 

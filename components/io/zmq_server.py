@@ -35,6 +35,7 @@ from typing import Any
 import attrs
 import msgspec
 import structlog
+
 from schedkit.components.io.admin_controls import AdminControls
 from schedkit.components.io.edge_backlog import EdgeBacklog
 from schedkit.components.io.edge_connections import Connection, ConnectionTable
@@ -60,7 +61,6 @@ from schedkit.components.io.io_struct import (
 )
 from schedkit.components.io.waiting_limits import WaitingLimits
 from schedkit.components.io.zmtp import ZmtpMessage
-
 from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.core.schedule_batch import Req
 

@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 import msgspec
 import structlog
-from schedkit.components.metrics.profiles import PROFILES, Histogram
 
+from schedkit.components.metrics.profiles import PROFILES, Histogram
 from schedkit.core.schedule_batch import FinishReason, Req
 
 __all__ = ["FINISH_REASONS", "MetricsCollector", "SchedulerStats", "finish_reason_name"]

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import attrs
-from schedkit.components.metrics.collector import MetricsCollector, SchedulerStats
 
+from schedkit.components.metrics.collector import MetricsCollector, SchedulerStats
 from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.core.protocols import LoadInquirer
 from schedkit.core.schedule_batch import Req, ScheduleBatch

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import attrs
-from schedkit.components.scheduler.decode_tokens import DecodeTokens
 
+from schedkit.components.scheduler.decode_tokens import DecodeTokens
 from schedkit.core.component import component
 from schedkit.core.protocols import KVAllocator, OutputStreamer, PrefixCache
 from schedkit.core.schedule_batch import (

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 import attrs
+
 from schedkit.components.cache.cache_keys import prefix_match_key
 from schedkit.components.cache.req_locks import unlock_req
 from schedkit.components.scheduler.decode_pages import DecodePages
-
 from schedkit.core.protocols import KVAllocator, PrefixCache
 from schedkit.core.schedule_batch import ForwardMode, Req, ScheduleBatch
 

@@ -20,7 +20,6 @@ from schedkit.components.scheduler.schedule_policy import (
     IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD,
     match_waiting_prefixes,
 )
-
 from schedkit.core.component import ArgumentError, component
 from schedkit.core.protocols import PrefixCache
 from schedkit.core.schedule_batch import Req

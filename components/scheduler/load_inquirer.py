@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from schedkit.components.scheduler.waiting_queue import WaitingQueue
-
 from schedkit.core.component import component
 from schedkit.core.parallel_state import ParallelState
 from schedkit.core.protocols import KVAllocator, PrefixCache

@@ -16,7 +16,6 @@ import math
 from typing import Any
 
 from schedkit.components.cache.cache_keys import prefix_match_key
-
 from schedkit.core.component import ArgumentError, component
 from schedkit.core.protocols import PrefixCache, SchedulePolicy
 from schedkit.core.schedule_batch import Req

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import attrs
 import structlog
+
 from schedkit.components.io.io_struct import ControlReply
 from schedkit.components.scheduler.batching import (
     KVSlots,
@@ -40,7 +41,6 @@ from schedkit.components.scheduler.batching import (
     take_decode_slots,
 )
 from schedkit.components.scheduler.waiting_queue import WaitingQueue
-
 from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.core.protocols import (
     BatchResultProcessor,

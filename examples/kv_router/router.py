@@ -30,11 +30,11 @@ from pathlib import Path
 
 import attrs
 import structlog
+
+import schedkit
 from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.io.kv_events_publisher import KvEventsPublisher
 from schedkit.components.metrics.reporter import SchedulerStats
-
-import schedkit
 from schedkit.core.parallel_state import ParallelState
 from schedkit.kv_events import KvEventsConfig, KvIndex
 from schedkit.router import POLICIES, KvRouter, Route, make_policy, rank_endpoints

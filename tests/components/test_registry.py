@@ -9,8 +9,8 @@ from pathlib import Path
 
 import attrs
 import pytest
-import schedkit.components
 
+import schedkit.components
 from schedkit import load_wiring
 from schedkit.core.component import component_name, is_component, lookup
 

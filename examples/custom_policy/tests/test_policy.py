@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 from my_policies import ShortestUncachedFirst
-from schedkit.components.cache.radix_cache import MatchResult, RadixCache
 
+from schedkit.components.cache.radix_cache import MatchResult, RadixCache
 from schedkit.core.schedule_batch import Req
 from schedkit.testing import fake, isolate
 

@@ -6,7 +6,6 @@ from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.metrics.reporter import SchedulerStats
 from schedkit.components.scheduler.load_inquirer import LoadInquirer
 from schedkit.components.scheduler.waiting_queue import WaitingQueue
-
 from schedkit.core.parallel_state import ParallelState
 from schedkit.core.schedule_batch import ForwardMode, Req, ScheduleBatch
 

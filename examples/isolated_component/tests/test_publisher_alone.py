@@ -4,11 +4,11 @@ a real radix cache recording events, and a real ZeroMQ socket receiving its KV m
 import msgspec
 import pytest
 import zmq
+
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.io.kv_events_publisher import KvEventsPublisher
 from schedkit.components.metrics.reporter import SchedulerStats
-
 from schedkit.kv_events import AllBlocksCleared, BlockStored, page_hashes
 from schedkit.kv_events.structs import KvMetrics
 from schedkit.testing import CapturingEventPublisher, FakeClock

@@ -4,7 +4,6 @@ result processor ask it to stream?"""
 from pathlib import Path
 
 from schedkit.components.io.output_streamer import OutputStreamer
-
 from schedkit.core.schedule_batch import Req, SamplingParams
 from schedkit.testing import fake
 

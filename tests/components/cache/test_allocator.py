@@ -1,8 +1,8 @@
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 
+from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.core.component import component_name, is_component
 
 

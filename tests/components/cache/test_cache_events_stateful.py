@@ -9,11 +9,11 @@ from collections import Counter
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
 from schedkit.components.cache.allocator import OutOfKVSlotsError
 from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.cache.radix_tree import EVICTION_POLICIES, RadixKey
 from schedkit.components.cache.swa_radix_cache import SWARadixCache
-
 from schedkit.kv_events.hashing import published_page_hashes
 from schedkit.kv_events.structs import AllBlocksCleared, BlockRemoved, BlockStored
 

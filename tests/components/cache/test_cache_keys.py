@@ -5,6 +5,7 @@ workloads both leave the same tree, events, request slots and free pool."""
 import random
 
 import pytest
+
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.cache.cache_keys import (
     fill_ids_prefix,
@@ -14,7 +15,6 @@ from schedkit.components.cache.cache_keys import (
 from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.cache.radix_tree import RadixTree
 from schedkit.components.scheduler.batching import KVSlots
-
 from schedkit.core.schedule_batch import Req
 
 

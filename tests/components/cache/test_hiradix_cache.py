@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.cache.hiradix_cache import HiRadixCache
-
 from schedkit.core.component import component_name
 from schedkit.kv_events import KvIndex, page_hashes
 from schedkit.kv_events.structs import (

@@ -4,6 +4,7 @@ ordering, pretty_print, all_values_flatten, available_and_evictable_str, sanity_
 import io
 
 import pytest
+
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.cache.swa_radix_cache import SWARadixCache

@@ -1,11 +1,11 @@
 import pytest
-import schedkit.components.cache.event_recorder as event_recorder
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import schedkit.components.cache.event_recorder as event_recorder
 from schedkit.components.cache.allocator import OutOfKVSlotsError, TokenToKVPoolAllocator
 from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.cache.radix_tree import RadixKey, match_len
-
 from schedkit.core.component import component_name
 from schedkit.kv_events.hashing import digest_to_int, page_hashes, published_page_hashes
 from schedkit.kv_events.structs import AllBlocksCleared, BlockStored

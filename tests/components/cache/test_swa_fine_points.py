@@ -3,9 +3,9 @@
 (dec_swa_lock_only)."""
 
 import pytest
+
 from schedkit.components.cache.req_locks import release_swa_prefix_lock, unlock_req
 from schedkit.components.cache.swa_radix_cache import SWARadixCache, bigram_key
-
 from schedkit.core.schedule_batch import Req
 
 

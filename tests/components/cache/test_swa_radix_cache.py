@@ -1,8 +1,8 @@
 import pytest
+
 import schedkit.components.cache.event_recorder as event_recorder
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.cache.swa_radix_cache import SWARadixCache
-
 from schedkit.core.component import component_name
 from schedkit.kv_events.hashing import page_hashes
 from schedkit.kv_events.structs import AllBlocksCleared, BlockRemoved, BlockStored

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from schedkit.components.io.edge_backlog import EdgeBacklog, message_bytes
 from schedkit.components.io.zmtp import ZmtpMessage
 

@@ -8,6 +8,7 @@ import socket
 import time
 
 import pytest
+
 from schedkit.components.io.edge_connections import Connection, ConnectionTable
 from schedkit.components.io.edge_listen import listen
 from schedkit.components.io.zmtp import GREETING, command, frame_header

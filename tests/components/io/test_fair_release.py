@@ -6,7 +6,6 @@ from __future__ import annotations
 from array import array
 
 from schedkit.components.io.fair_release import FairRelease
-
 from schedkit.core.schedule_batch import FinishAbort, Req
 
 

@@ -3,6 +3,7 @@ from array import array
 
 import msgspec
 import pytest
+
 from schedkit.components.io.io_struct import (
     BatchEmbeddingOutput,
     BatchTokenIDOutput,
@@ -18,7 +19,6 @@ from schedkit.components.io.io_struct import (
     encode,
     rid_of,
 )
-
 from schedkit.core.schedule_batch import FinishAbort, FinishLength, FinishMatchedToken, Req
 
 

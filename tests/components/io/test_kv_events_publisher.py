@@ -7,12 +7,12 @@ import time
 import msgspec
 import pytest
 import zmq
-from schedkit.components.cache.radix_cache import RadixCache
-from schedkit.components.io.kv_events_publisher import KvEventsPublisher, kv_events_dp_rank
-from schedkit.components.metrics.reporter import SchedulerStats
 from structlog.testing import capture_logs
 
 from schedkit import build, load_wiring
+from schedkit.components.cache.radix_cache import RadixCache
+from schedkit.components.io.kv_events_publisher import KvEventsPublisher, kv_events_dp_rank
+from schedkit.components.metrics.reporter import SchedulerStats
 from schedkit.core.parallel_state import ParallelState
 from schedkit.kv_events import (
     AllBlocksCleared,

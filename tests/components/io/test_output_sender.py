@@ -1,5 +1,6 @@
 import pytest
 import zmq
+
 from schedkit.components.io.io_struct import (
     BatchEmbeddingOutput,
     BatchTokenIDOutput,
@@ -7,7 +8,6 @@ from schedkit.components.io.io_struct import (
     encode,
 )
 from schedkit.components.io.output_sender import InprocOutputCollector, OutputTally, ZmqOutputSender
-
 from schedkit.core.component import component_name
 from schedkit.core.schedule_batch import FinishLength, FinishMatchedToken
 

@@ -3,6 +3,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from schedkit.components.io.io_struct import (
     BatchEmbeddingOutput,
     BatchTokenIDOutput,
@@ -12,7 +13,6 @@ from schedkit.components.io.io_struct import (
 )
 from schedkit.components.io.output_sender import InprocOutputCollector
 from schedkit.components.io.output_streamer import OutputStreamer
-
 from schedkit.core.parallel_state import ParallelState
 from schedkit.core.schedule_batch import FinishAbort, FinishLength, Req, SamplingParams
 

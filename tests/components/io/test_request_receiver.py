@@ -2,11 +2,11 @@ import threading
 import time
 
 import pytest
+
 from schedkit.components.io.io_struct import (
     ControlRequest,
 )
 from schedkit.components.io.request_receiver import InprocRequestReceiver
-
 from schedkit.core.component import component_name
 from schedkit.core.schedule_batch import Req
 

@@ -11,6 +11,7 @@ from array import array
 import msgspec
 import pytest
 import zmq
+
 from schedkit.components.io.io_struct import (
     BatchTokenIDOutput,
     ControlReply,
@@ -24,7 +25,6 @@ from schedkit.components.io.io_struct import (
     encode,
 )
 from schedkit.components.io.zmq_server import ZmqServer
-
 from schedkit.core.component import component_name
 from schedkit.core.schedule_batch import Req
 

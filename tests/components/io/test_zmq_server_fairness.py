@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 import zmq
+
+import schedkit
+from schedkit.assembly.wiring import Ref
 from schedkit.components.io.io_struct import (
     BatchTokenIDOutput,
     ControlReply,
@@ -22,9 +25,6 @@ from schedkit.components.io.io_struct import (
     decode_server_message,
     encode,
 )
-
-import schedkit
-from schedkit.assembly.wiring import Ref
 
 WIRING = Path(__file__).resolve().parents[3] / "wiring.yaml"
 

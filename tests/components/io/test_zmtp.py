@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 
 import zmq
+
 from schedkit.components.io.zmtp import GREETING, READY, ZmtpReader, command, encode_message
 
 

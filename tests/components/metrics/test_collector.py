@@ -3,6 +3,7 @@
 import socket
 
 import pytest
+
 from schedkit.components.metrics.collector import MetricsCollector, SchedulerStats
 
 

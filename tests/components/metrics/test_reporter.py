@@ -6,9 +6,9 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+
 from schedkit.components.metrics.reporter import FORWARD_CT_MOD, MetricsReporter, SchedulerStats
 from schedkit.components.scheduler.waiting_queue import WaitingQueue
-
 from schedkit.core.component import component_name
 from schedkit.core.schedule_batch import ForwardMode, Req, ScheduleBatch
 

@@ -1,9 +1,9 @@
 import attrs
 import pytest
+
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.scheduler.batch_result_processor import BatchResultProcessor
-
 from schedkit.core.component import component_name
 from schedkit.core.schedule_batch import (
     FinishAbort,

@@ -2,6 +2,7 @@
 NewTokenRatio, PrefillAdder (admission), take_decode_slots and retract_decode (a decode step)."""
 
 import pytest
+
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.scheduler.batching import (
@@ -11,7 +12,6 @@ from schedkit.components.scheduler.batching import (
     retract_decode,
     take_decode_slots,
 )
-
 from schedkit.core.schedule_batch import FinishLength, Req, SamplingParams
 
 

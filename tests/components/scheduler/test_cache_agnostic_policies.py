@@ -1,12 +1,12 @@
 """lof, random and routing-key, against SGLang's schedule_policy behaviour."""
 
 import pytest
+
 from schedkit.components.scheduler.cache_agnostic_policies import (
     LongestOutputFirstPolicy,
     RandomPolicy,
     RoutingKeyPolicy,
 )
-
 from schedkit.core.component import component_name
 from schedkit.core.schedule_batch import ForwardMode, Req, SamplingParams, ScheduleBatch
 

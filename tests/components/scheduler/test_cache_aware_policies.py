@@ -1,6 +1,7 @@
 """dfs-weight, hrrn and shortest-prefill-first, against SGLang's schedule_policy behaviour."""
 
 import pytest
+
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.scheduler.cache_aware_policies import (
@@ -8,7 +9,6 @@ from schedkit.components.scheduler.cache_aware_policies import (
     HRRNPolicy,
     ShortestPrefillFirstPolicy,
 )
-
 from schedkit.core.component import component_name
 from schedkit.core.schedule_batch import Req
 

@@ -3,10 +3,10 @@
 import random
 
 import pytest
+
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.scheduler.batching import KVSlots, take_decode_slots
-
 from schedkit.core.schedule_batch import Req
 
 PAGE = 4

@@ -3,9 +3,9 @@
 import random
 
 import pytest
+
 from schedkit.components.scheduler import decode_tokens
 from schedkit.components.scheduler.decode_tokens import DecodeTokens
-
 from schedkit.core.schedule_batch import Req, SamplingParams
 
 EOS = 99

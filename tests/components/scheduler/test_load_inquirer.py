@@ -2,10 +2,10 @@ from types import SimpleNamespace
 
 import attrs
 import pytest
+
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.scheduler.load_inquirer import LoadInquirer
 from schedkit.components.scheduler.waiting_queue import WaitingQueue
-
 from schedkit.core.component import component_name
 from schedkit.core.parallel_state import ParallelState
 from schedkit.core.schedule_batch import ForwardMode, Req, ScheduleBatch

@@ -1,10 +1,10 @@
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.scheduler.schedule_policy import FCFSPolicy, LPMPolicy, PriorityPolicy
-
 from schedkit.core.component import component_name
 from schedkit.core.schedule_batch import Req
 

@@ -6,6 +6,7 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
+
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.io.io_struct import ControlRequest
@@ -13,7 +14,6 @@ from schedkit.components.io.request_receiver import InprocRequestReceiver
 from schedkit.components.scheduler.batch_result_processor import BatchResultProcessor
 from schedkit.components.scheduler.schedule_policy import FCFSPolicy, LPMPolicy
 from schedkit.components.scheduler.scheduler import Scheduler
-
 from schedkit.core.component import component_name
 from schedkit.core.schedule_batch import (
     FinishAbort,

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.io.request_receiver import InprocRequestReceiver
@@ -16,7 +17,6 @@ from schedkit.components.scheduler.load_inquirer import LoadInquirer
 from schedkit.components.scheduler.schedule_policy import FCFSPolicy, LPMPolicy
 from schedkit.components.scheduler.scheduler import Scheduler
 from schedkit.components.scheduler.waiting_queue import WaitingQueue
-
 from schedkit.core.parallel_state import ParallelState
 from schedkit.core.schedule_batch import Req, SamplingParams
 from schedkit.runner.model_runner import SimulatedModelRunner

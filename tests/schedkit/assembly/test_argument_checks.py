@@ -232,7 +232,6 @@ def test_every_constructor_check_is_one_validate_runs():
     import inspect
 
     from schedkit.components import COMPONENT_MODULES
-
     from schedkit.core.component import lookup
 
     raising = set()

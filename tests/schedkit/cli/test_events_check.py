@@ -11,10 +11,10 @@ import time
 import msgspec
 import pytest
 import structlog
-from schedkit.components.cache.radix_cache import RadixCache, RadixKey
 
 from schedkit.cli import main
 from schedkit.cli.events import cmd_check
+from schedkit.components.cache.radix_cache import RadixCache, RadixKey
 from schedkit.kv_events import (
     PROFILES,
     AllBlocksCleared,

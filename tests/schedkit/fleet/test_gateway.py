@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import zmq
+
 from schedkit.components.io.io_struct import (
     BatchTokenIDOutput,
     ControlReply,
@@ -17,7 +18,6 @@ from schedkit.components.io.io_struct import (
     decode_server_message,
     encode,
 )
-
 from schedkit.core.schedule_batch import FinishAbort, FinishLength
 from schedkit.fleet.gateway import FleetGateway
 from schedkit.router import Router, make_policy

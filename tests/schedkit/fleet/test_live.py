@@ -21,9 +21,9 @@ import msgspec
 import pytest
 import structlog
 import zmq
-from schedkit.components.io.io_struct import ErrorReply, RequestTimes, encode
 from structlog.testing import capture_logs
 
+from schedkit.components.io.io_struct import ErrorReply, RequestTimes, encode
 from schedkit.core.schedule_batch import FinishLength, Req
 from schedkit.fleet import worker as worker_module
 from schedkit.fleet.launch import LAUNCHERS, ProcessLauncher

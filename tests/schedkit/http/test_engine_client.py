@@ -8,6 +8,7 @@ import asyncio
 import msgspec
 import pytest
 import zmq
+
 from schedkit.components.io.io_struct import (
     BatchTokenIDOutput,
     ControlReply,
@@ -17,7 +18,6 @@ from schedkit.components.io.io_struct import (
     decode_request,
     encode,
 )
-
 from schedkit.http.config import Limits
 from schedkit.http.engine_client import EngineClient, Overloaded
 

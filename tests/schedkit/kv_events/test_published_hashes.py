@@ -5,9 +5,9 @@ import hashlib
 import struct
 
 import pytest
+
 from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.cache.tree_node import RadixKey
-
 from schedkit.kv_events import BlockStored
 from schedkit.kv_events.hashing import namespace_seed, page_hashes, published_page_hashes
 

@@ -1,10 +1,10 @@
 from pathlib import Path
 
 import pytest
+
 from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.io.io_struct import BatchTokenIDOutput
 from schedkit.components.io.kv_events_publisher import KvEventsPublisher
-
 from schedkit.core.schedule_batch import FinishLength, Req, SamplingParams
 from schedkit.kv_events import BlockStored, KVEventBatch, create_publisher
 from schedkit.testing import (

@@ -1,10 +1,10 @@
 import attrs
 import pytest
+
 from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.io.kv_events_publisher import KvEventsPublisher
 from schedkit.components.io.output_streamer import OutputStreamer
 from schedkit.components.scheduler.batch_result_processor import BatchResultProcessor
-
 from schedkit.core.component import component
 from schedkit.core.schedule_batch import (
     ForwardMode,

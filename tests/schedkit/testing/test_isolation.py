@@ -1,12 +1,12 @@
 from pathlib import Path
 
 import pytest
+
+from schedkit import WiringError, load_wiring
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.metrics.reporter import MetricsReporter
 from schedkit.components.scheduler.scheduler import Scheduler
-
-from schedkit import WiringError, load_wiring
 from schedkit.core.schedule_batch import (
     FinishLength,
     ForwardMode,
