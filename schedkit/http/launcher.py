@@ -15,12 +15,13 @@ import select
 import subprocess
 import sys
 import time
+from typing import Any
 
 import attrs
 import msgspec
 
 from schedkit.assembly.wiring import Ref
-from schedkit.core.component import at_least, component
+from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.http.config import HttpConfig, Limits, ModelInfo, parse_address
 
 __all__ = ["HttpServer", "front_end_overlay"]
@@ -81,19 +82,31 @@ class HttpServer:
     url: str = attrs.field(init=False, default="")
     _process: subprocess.Popen | None = attrs.field(init=False, default=None, repr=False)
 
-    def __attrs_post_init__(self) -> None:
-        host, port = parse_address(self.address)
-        if not self.allow_remote and host not in ("127.0.0.1", "localhost", "::1"):
-            raise ValueError(
-                f"refusing to listen on {self.address!r}: not a loopback address; use "
-                "127.0.0.1, or set allow_remote: true (--http-allow-remote) to listen on others"
+    @classmethod
+    def check_arguments(cls, args: Any) -> None:
+        """Argument checks that need no build (``schedkit validate`` runs them too): a
+        loopback address unless ``allow_remote``, and limits the front end knows."""
+        try:
+            host, _ = parse_address(args.address)
+        except ValueError as exc:
+            raise ArgumentError("address", str(exc)) from None
+        if not args.allow_remote and host not in ("127.0.0.1", "localhost", "::1"):
+            raise ArgumentError(
+                "address",
+                f"refusing to listen on {args.address!r}: not a loopback address; use "
+                "127.0.0.1, or set allow_remote: true (--http-allow-remote) to listen on others",
             )
         try:
-            limits = msgspec.convert(self.limits, Limits)
+            msgspec.convert(args.limits, Limits)
         except msgspec.ValidationError as exc:
-            raise ValueError(
-                f"limits: {exc}; valid keys: {', '.join(Limits.__struct_fields__)}"
+            raise ArgumentError(
+                "limits", f"limits: {exc}; valid keys: {', '.join(Limits.__struct_fields__)}"
             ) from None
+
+    def __attrs_post_init__(self) -> None:
+        self.check_arguments(self)
+        host, port = parse_address(self.address)
+        limits = msgspec.convert(self.limits, Limits)
         config = HttpConfig(
             host=host,
             port=port,

@@ -110,6 +110,20 @@ CASES = {
         "components.tree_cache.args.hicache_size: the host pool (4096 tokens from "
         "hicache_size=4096, hicache_ratio=2.0) must be at least the device pool (65536 tokens)",
     ),
+    "http_server_remote": (
+        "  http_server:\n    type: http_server\n    args:\n      address: 0.0.0.0:30000\n"
+        "      scheduler_endpoint: ipc:///tmp/schedkit-edge\n",
+        5,
+        "components.http_server.args.address: refusing to listen on '0.0.0.0:30000': not a "
+        "loopback address",
+    ),
+    "http_server_limits": (
+        "  http_server:\n    type: http_server\n    args:\n"
+        "      scheduler_endpoint: ipc:///tmp/schedkit-edge\n      limits: {max_body_byte: 1}\n",
+        6,
+        "components.http_server.args.limits: limits: Object contains unknown field "
+        "`max_body_byte`; valid keys: ",
+    ),
 }
 
 
@@ -224,7 +238,6 @@ BUILD_ONLY = {
     "zmq_server": "the open-files limit left for connections belongs to the machine",
     "zmq_output_sender": "a bind or connect that fails (a port in use) belongs to the machine",
     "kv_events_publisher": "tree_cache.take_events: validate checks the field's protocol",
-    "http_server": "address and limits: checked when the front end's process is built",
 }
 
 
