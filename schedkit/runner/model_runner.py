@@ -68,7 +68,19 @@ from schedkit.core.schedule_batch import (
     ScheduleBatch,
 )
 
-__all__ = ["TOKEN_TABLE_SIZE", "SimulatedModelRunner"]
+__all__ = ["TIME_TERMS", "TOKEN_TABLE_SIZE", "SimulatedModelRunner"]
+
+# The cost model's arguments that are seconds (or seconds per unit).
+TIME_TERMS = (
+    "prefill_fixed",
+    "prefill_per_token",
+    "attention_coeff",
+    "decode_fixed",
+    "decode_per_seq",
+    "decode_per_kv_token",
+    "step_overhead",
+    "request_overhead",
+)
 
 TOKEN_TABLE_SIZE = 1 << 16
 _TABLE_MASK = TOKEN_TABLE_SIZE - 1
@@ -134,16 +146,7 @@ class SimulatedModelRunner:
             )
         if args.eos_probability > 0 and eos is None:
             raise ArgumentError("eos_probability", "eos_probability > 0 needs an eos_token_id")
-        for name in (
-            "prefill_fixed",
-            "prefill_per_token",
-            "attention_coeff",
-            "decode_fixed",
-            "decode_per_seq",
-            "decode_per_kv_token",
-            "step_overhead",
-            "request_overhead",
-        ):
+        for name in TIME_TERMS:
             if getattr(args, name) < 0:
                 raise ArgumentError(name, f"{name} must be >= 0 seconds, got {getattr(args, name)}")
 

@@ -12,19 +12,9 @@ from __future__ import annotations
 import copy
 import math
 
-__all__ = ["TIME_TERMS", "faster_model"]
+from schedkit.runner.model_runner import TIME_TERMS
 
-# The simulated model runner's arguments that are seconds (or seconds per unit).
-TIME_TERMS = (
-    "prefill_fixed",
-    "prefill_per_token",
-    "attention_coeff",
-    "decode_fixed",
-    "decode_per_seq",
-    "decode_per_kv_token",
-    "step_overhead",
-    "request_overhead",
-)
+__all__ = ["TIME_TERMS", "faster_model"]
 
 
 def faster_model(overlay: dict, factor: float) -> dict:
