@@ -41,7 +41,7 @@ from schedkit.components.io.io_struct import (
     encode,
     rid_of,
 )
-from schedkit.core.schedule_batch import FinishAbort, Req, SamplingParams
+from schedkit.core.schedule_batch import FinishAbort, Req
 from schedkit.fleet.admission import Outcome
 from schedkit.fleet.control_replies import OwedReplies
 from schedkit.fleet.live import LiveFleet
@@ -186,28 +186,13 @@ class FleetGateway(LiveFleet):
         if rid in self._clients or rid in self._inflight:
             self._send(identity, ErrorReply(message=f"rid {rid!r} is already in flight", rid=rid))
             return
-        given = msg.sampling_params
-        params = SamplingParams(
-            max_new_tokens=given.max_new_tokens,
-            stop_token_ids=tuple(given.stop_token_ids),
-            ignore_eos=given.ignore_eos,
-            stream=True,
-            stream_interval=given.stream_interval,
-            min_new_tokens=given.min_new_tokens,
-        )
-        req = Req(
-            rid=rid,
-            origin_input_ids=msg.input_ids,
-            sampling_params=params,
-            priority=msg.priority,
-            extra_key=msg.extra_key,
-            cache_salt=msg.cache_salt,
-        )
+        # Streamed to the worker whatever the client asked: the router needs the first token.
+        streamed = msgspec.structs.replace(msg.sampling_params, stream=True)
+        msg = msgspec.structs.replace(msg, sampling_params=streamed)
+        req = msg.to_req()
         req.arrival_time = self._elapsed()
         self._clients[rid] = identity
-        # Streamed to the worker whatever the client asked: the router needs the first token.
-        streamed = msgspec.structs.replace(given, stream=True)
-        self._messages[rid] = encode(msgspec.structs.replace(msg, sampling_params=streamed))
+        self._messages[rid] = encode(msg)
         self.dispatcher.arrive(req)
 
     def _request_message(self, req: Req) -> bytes:

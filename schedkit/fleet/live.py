@@ -524,7 +524,9 @@ class LiveFleet(LiveWorkers):
 
 
 def _generate_message(req: Req) -> GenerateReqInput:
-    """The ``GenerateReqInput`` a worker gets for ``req`` (its packed prompt as a list)."""
+    """The ``GenerateReqInput`` a worker gets for ``req``: its packed prompt as a list, every
+    field the worker's scheduler reads (its cache namespace too, or the worker's KV events
+    would not hash as the router does), streamed so that the router sees the first token."""
     params = req.sampling_params
     return GenerateReqInput(
         rid=req.rid,
@@ -535,7 +537,11 @@ def _generate_message(req: Req) -> GenerateReqInput:
             ignore_eos=params.ignore_eos,
             stream=True,
             stream_interval=params.stream_interval,
+            min_new_tokens=params.min_new_tokens,
         ),
+        priority=req.priority,
+        extra_key=req.extra_key,
+        cache_salt=req.cache_salt,
     )
 
 

@@ -552,3 +552,34 @@ def test_the_workers_limits_for_the_router_are_its_whole_capacity():
     overlay = {"components": {"request_receiver": {"args": sized}}}
     built = worker_wiring(WIRING, [serve_overlay(), overlay], 0, 1)
     assert built.components["request_receiver"].args["max_waiting_tokens_per_client"] == 100_000
+
+
+def test_a_worker_gets_every_field_its_scheduler_reads():
+    """The request a live worker gets rebuilds the router's ``Req``: the cache namespace
+    (``extra_key``, ``cache_salt``) included, or the worker's KV events would hash apart from
+    the router's own hashes of the prompt."""
+    from array import array
+
+    from schedkit.components.io.io_struct import decode_request
+    from schedkit.core.schedule_batch import SamplingParams
+    from schedkit.fleet.live import _generate_message
+
+    params = SamplingParams(
+        max_new_tokens=7,
+        stop_token_ids=(3,),
+        ignore_eos=True,
+        stream_interval=2,
+        min_new_tokens=4,
+    )
+    req = Req(
+        rid="r",
+        origin_input_ids=array("I", [1, 2, 3]),
+        sampling_params=params,
+        priority=5,
+        extra_key="tenant",
+        cache_salt="salt",
+    )
+    rebuilt = decode_request(encode(_generate_message(req))).to_req()
+    assert list(rebuilt.origin_input_ids) == [1, 2, 3]
+    assert (rebuilt.priority, rebuilt.extra_key, rebuilt.cache_salt) == (5, "tenant", "salt")
+    assert rebuilt.sampling_params == attrs.evolve(params, stream=True)
