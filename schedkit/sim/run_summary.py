@@ -199,6 +199,18 @@ class RunSummary:
         return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
 
 
+def vm_hwm_mib(pid: int | str = "self") -> float | None:
+    """The peak resident memory (VmHWM) of process ``pid``, in MiB; None without /proc."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
 def _counter(assembly: Assembly, component: str, attribute: str) -> int:
     if component not in assembly:
         return 0
@@ -212,13 +224,9 @@ def peak_rss_mb() -> float:
     keeps the parent's resident size when the process was started by vfork and exec (as
     ``subprocess`` does), so a run started from a large process would report that size.
     """
-    try:
-        with open("/proc/self/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
+    hwm = vm_hwm_mib()
+    if hwm is not None:
+        return hwm
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 1024 if sys.platform != "darwin" else peak / 2**20
 

@@ -13,10 +13,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 from typing import IO
 
 from schedkit import wirings
+from schedkit.sim.run_summary import vm_hwm_mib
 
 __all__ = ["free_endpoint", "peak_rss_mib", "start_http_serve", "start_serve", "stop_serve"]
 
@@ -67,8 +67,10 @@ def start_serve(
 
 def peak_rss_mib(pid: int) -> float:
     """The peak resident memory (VmHWM, Linux) of process ``pid`` so far, in MiB."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(status.split("VmHWM:")[1].split()[0]) / 1024
+    peak = vm_hwm_mib(pid)
+    if peak is None:
+        raise OSError(f"no VmHWM for process {pid} (it has ended, or this is not Linux)")
+    return peak
 
 
 def start_http_serve(
