@@ -23,6 +23,7 @@ __all__ = [
     "make_policy",
     "policy_settings",
     "register_policy",
+    "release_pages",
 ]
 
 # The load signals a policy may read (each policy lists its own in ``signals``).
@@ -166,3 +167,14 @@ def make_policy(name: str, **settings: Any) -> RoutingPolicy:
         return cls(**settings)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"routing policy {name!r}: {exc}") from None
+
+
+def release_pages(counts: dict[int, int], hashes: Sequence[int]) -> None:
+    """Take one reference to each of ``hashes`` off ``counts`` (page hash -> requests holding
+    it), dropping a page whose count reaches zero."""
+    for h in hashes:
+        count = counts.get(h, 0) - 1
+        if count > 0:
+            counts[h] = count
+        else:
+            counts.pop(h, None)

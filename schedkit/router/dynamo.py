@@ -27,7 +27,7 @@ from typing import ClassVar
 
 import attrs
 
-from schedkit.router.base import Candidates, register_policy
+from schedkit.router.base import Candidates, register_policy, release_pages
 
 __all__ = ["DynamoKvCost", "softmax_sample"]
 
@@ -105,12 +105,7 @@ class DynamoKvCost:
         active = self._active.get(rank)
         if active is None:
             return
-        for h in hashes:
-            count = active.get(h, 0) - 1
-            if count > 0:
-                active[h] = count
-            else:
-                active.pop(h, None)
+        release_pages(active, hashes)
 
     def on_removed(self, rank: int) -> None:
         """A worker left: forget its active requests."""

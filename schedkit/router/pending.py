@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from schedkit.kv_events import KvIndex
+from schedkit.router.base import release_pages
 
 __all__ = ["PendingPrompts"]
 
@@ -59,12 +60,7 @@ class PendingPrompts:
         pages = self._pages.get(rank)
         if pages is None:
             return
-        for h in hashes:
-            count = pages.get(h, 0) - 1
-            if count > 0:
-                pages[h] = count
-            else:
-                pages.pop(h, None)
+        release_pages(pages, hashes)
         self._extra[rank] = self._extra.get(rank, 0) - new
 
     def clear_rank(self, rank: int) -> None:
