@@ -190,6 +190,12 @@ class ZmqServer:
         output)."""
         return len(self._routes)
 
+    def client_of(self, req: Req) -> Connection | None:
+        """The connection that sent ``req`` (None once it left, or for a request it did not
+        take): the scheduler's ``client_of`` for fair shares between clients."""
+        route = self._routes.by_rid.get(req.rid)
+        return None if route is None else route.client
+
     # -- requests in ------------------------------------------------------------------------
 
     def recv_requests(self) -> list[Req | ControlRequest]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from operator import attrgetter
 from typing import Any, Literal
 
@@ -40,6 +40,7 @@ from schedkit.components.scheduler.batching import (
     retract_decode,
     take_decode_slots,
 )
+from schedkit.components.scheduler.client_share import ClientShare
 from schedkit.components.scheduler.waiting_queue import WaitingQueue
 from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.core.protocols import (
@@ -104,6 +105,11 @@ class Scheduler:
     # and the minimum with it (their ratio kept, capped at 1).
     schedule_conservativeness: float = 1.0
     sleep_on_idle_seconds: float = 0.001
+    # Who sent a request (a request edge's ``client_of``): set, the running batch is shared
+    # fairly between clients, ``client_share_tokens`` of context split between them
+    # (``client_share``); None keeps SGLang's behaviour.
+    client_of: Callable[[Req], Hashable] | None = None
+    client_share_tokens: int = attrs.field(default=65536, validator=at_least(1))
 
     waiting_queue: WaitingQueue = attrs.field(init=False, factory=WaitingQueue)
     running_batch: ScheduleBatch = attrs.field(
@@ -125,6 +131,7 @@ class Scheduler:
     _ratio: NewTokenRatio = attrs.field(init=False, repr=False)
     # Set when admission failed for lack of KV room; cleared when a request leaves or arrives.
     _prefill_blocked: bool = attrs.field(init=False, default=False)
+    _client_share: ClientShare | None = attrs.field(init=False, default=None, repr=False)
 
     @classmethod
     def check_arguments(cls, args: Any) -> None:
@@ -154,6 +161,10 @@ class Scheduler:
             self.schedule_conservativeness,
         )
         self._kv = KVSlots(self.allocator, self.tree_cache, self._page_size)
+        if self.client_of is not None:
+            self._client_share = ClientShare(
+                client_of=self.client_of, share_tokens=self.client_share_tokens
+            )
 
     @property
     def new_token_ratio(self) -> float:
@@ -364,6 +375,11 @@ class Scheduler:
     def get_new_batch_prefill(self) -> ScheduleBatch | None:
         """Continue the chunked request, then admit waiting requests in policy order until
         the first that does not fit (``PrefillAdder``)."""
+        share = self._client_share
+        if share is not None and self.waiting_queue and not self._prefill_blocked:
+            self._retract_for_share(
+                share.plan(self.running_batch.reqs, self.chunked_req, self.waiting_queue)
+            )
         running, chunked = self.running_batch.reqs, self.chunked_req
         if self._prefill_blocked or (
             chunked is None
@@ -382,12 +398,15 @@ class Scheduler:
             adder.new_chunked_req = chunked  # its next chunk waits for room
         if adder.new_chunked_req is None:
             waiting = self.waiting_queue
-            self.policy.calc_priority(waiting)
-            admitted = 0
-            while admitted < len(waiting) and adder.budget_left():
-                if not adder.add_one_req(waiting[admitted]):
-                    break
-                admitted += 1
+            if share is not None:
+                admitted = share.admit(adder, waiting, self.policy.calc_priority)
+            else:
+                self.policy.calc_priority(waiting)
+                admitted = 0
+                while admitted < len(waiting) and adder.budget_left():
+                    if not adder.add_one_req(waiting[admitted]):
+                        break
+                    admitted += 1
             if admitted:
                 now = self.now()
                 for req in waiting[:admitted]:
@@ -446,6 +465,18 @@ class Scheduler:
         total = sum(r.sampling_params.max_new_tokens for r in keep)
         self._ratio.after_retract(decoded, len(keep), total)
         log.info("retracted requests", count=len(retracted), new_token_ratio=self._ratio.value)
+
+    def _retract_for_share(self, retract: list[Req]) -> None:
+        """Retract running requests of clients over their share (``client_share``) to the back
+        of the waiting queue."""
+        if not retract:
+            return
+        gone = set(retract)
+        self.running_batch.reqs = [r for r in self.running_batch.reqs if r not in gone]
+        for req in retract:
+            self._retract(req)
+        self.waiting_queue.extend(retract)
+        log.info("retracted requests over their client's share", count=len(retract))
 
     def _retract(self, req: Req) -> None:
         self._kv.release(req)

@@ -1,7 +1,8 @@
-"""ZmqServer in the default assembly: a small request behind another client's flood of 1,000
-requests finishes within twice its time alone plus the longest step it waited through (on the
-wall clock, step times as the model runner measured them), and within twice its steps alone plus
-one; the flood cannot take the whole waiting budget."""
+"""ZmqServer in the default assembly, the scheduler sharing its running batch between clients
+(``client_of``): a small request behind another client's flood of 32k-token requests, distinct
+or all one cached prompt, finishes within twice its time alone plus the longest step it waited
+through (on the wall clock, step times as the model runner measured them), and within twice its
+steps alone plus one; the flood cannot take the whole waiting budget."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ def serve_overlay(clock: str = "virtual", **server_args: object) -> dict:
             "output_streamer": {"args": {"sender": Ref("ref", "request_receiver")}},
             "kv_events_publisher": {"args": {"kv_events_config": kv}},
             "model_runner": {"args": {"clock": clock}},
+            "scheduler": {"args": {"client_of": Ref("call", "request_receiver", ("client_of",))}},
         }
     }
 
@@ -152,14 +154,18 @@ def small_request_steps(scheduler, client: Dealer, rid: str) -> int:
     return finished_at[0]
 
 
-def flood_messages(start: int, end: int) -> list[bytes]:
+def flood_messages(start: int, end: int, cached: bool = False) -> list[bytes]:
     """Requests ``start`` to ``end`` of a flood: 32k prompt tokens each, distinct (nothing
-    cached), 128 new tokens."""
+    cached) or all one prompt (cached after the first), 128 new tokens."""
     base = list(range(10, 10 + (32 << 10)))
     params = SamplingParamsInput(max_new_tokens=128)
     return [
         encode(
-            GenerateReqInput(rid=f"f{i}", input_ids=[40_000 + i, *base[1:]], sampling_params=params)
+            GenerateReqInput(
+                rid=f"f{i}",
+                input_ids=[40_000 + (0 if cached else i), *base[1:]],
+                sampling_params=params,
+            )
         )
         for i in range(start, end)
     ]
@@ -214,11 +220,14 @@ class StepTimes:
         return [took for began, took in list(self.steps) if began < end and began + took > start]
 
 
+@pytest.mark.parametrize("cached", [False, True], ids=["distinct", "cached"])
 def test_a_small_request_behind_a_flood_finishes_within_twice_idle_plus_its_longest_step(
-    served,
+    served, cached
 ):
-    # 3-5 s: five small requests alone and the flood's first request's prefill (~1.1 s) on the
-    # wall clock, and 160 MB of flood encoded and sent.
+    # Distinct, 3-5 s: five small requests alone and the flood's first request's prefill (~1.1
+    # s) on the wall clock, and 160 MB of flood encoded and sent. Cached, ~2 s: 40 requests of
+    # one 32k prompt, 32 taken and all decoding (each step ~56 ms with nothing to share them)
+    # when the small request comes.
     assembly, endpoint = served(clock="wall")
     scheduler = assembly["scheduler"]
     steps = scheduler.model_runner = StepTimes(scheduler.model_runner)
@@ -243,11 +252,16 @@ def test_a_small_request_behind_a_flood_finishes_within_twice_idle_plus_its_long
     try:
         alone = [took("i0"), took("i1"), took("i2")]
         # The flood's first 40 requests: it takes 32 (2^20 prompt tokens), refuses the rest.
-        for message in flood_messages(0, 40):
+        for message in flood_messages(0, 40, cached):
             flood.sock.send(message)
-        rest = flood_messages(40, 1000)
+        rest = [] if cached else flood_messages(40, 1000)
         deadline = time.monotonic() + 30
-        while "f0" not in flood.started:  # its prefill chunks ran: it is decoding
+        if cached:  # all 32 decoding
+            while len(scheduler.running_batch.reqs) < 32:
+                assert time.monotonic() < deadline
+                flood.sock.poll(5)
+                flood.pump()
+        while not cached and "f0" not in flood.started:  # its output came: f1 is under way
             assert time.monotonic() < deadline
             flood.sock.poll(5)
             flood.pump()
@@ -267,7 +281,8 @@ def test_a_small_request_behind_a_flood_finishes_within_twice_idle_plus_its_long
         bound = 2 * idle + max(waited)
         print(
             f"idle {idle * 1e3:.0f} ms, behind {(end - sent) * 1e3:.0f} ms, bound 2 x idle "
-            f"+ longest step {bound * 1e3:.0f} ms, {len(waited)} steps"
+            f"+ longest step {bound * 1e3:.0f} ms, {len(waited)} steps: "
+            f"{[round(w * 1e3, 1) for w in waited]}"
         )
         assert end - sent <= bound, (idle, end - sent, waited)
     finally:
