@@ -26,6 +26,7 @@ __all__ = [
     "RateLimitedWarnings",
     "Refusal",
     "client_message",
+    "leading_kind_and_rid",
     "rows",
     "shortened",
 ]
@@ -35,6 +36,8 @@ log = structlog.get_logger("schedkit.components.io.zmq_server")
 OutputMessage = BatchTokenIDOutput | BatchEmbeddingOutput
 # Refusals are cut to this length (a client that never reads has them queued).
 MAX_PROBLEM_CHARS = 1000
+# A rid longer than this is invalid (the wire schema's bound on short strings).
+_MAX_RID_CHARS = 256
 VALID_MESSAGES = "valid messages: GenerateReqInput (kind 'generate'), ControlReq (kind 'control')"
 
 
@@ -73,6 +76,59 @@ def client_message(
         return Refusal(
             f"message nested too deeply to decode (requests nest 3 levels); {VALID_MESSAGES}"
         )
+
+
+def _string_at(data: bytes, pos: int) -> tuple[str, int] | None:
+    """The msgpack string at ``pos`` of ``data`` and the position after it, or None."""
+    if pos >= len(data):
+        return None
+    head = data[pos]
+    if 0xA0 <= head <= 0xBF:  # fixstr
+        size, pos = head & 0x1F, pos + 1
+    elif head == 0xD9 and pos + 1 < len(data):  # str 8
+        size, pos = data[pos + 1], pos + 2
+    elif head == 0xDA and pos + 2 < len(data):  # str 16
+        size, pos = int.from_bytes(data[pos + 1 : pos + 3], "big"), pos + 3
+    else:
+        return None
+    end = pos + size
+    if end > len(data):
+        return None
+    try:
+        return data[pos:end].decode(), end
+    except UnicodeDecodeError:
+        return None
+
+
+def leading_kind_and_rid(data: bytes) -> tuple[str, str] | None:
+    """A message's ``kind`` and ``rid`` when they are the first two entries of its map (as
+    every msgspec or SGLang-style encoder writes a request), read from its first bytes; None
+    otherwise (``kind_and_rid`` reads the whole message then). Refusing a client at its limit
+    costs microseconds this way, not a skip over its prompt."""
+    if not data:
+        return None
+    head = data[0]
+    if 0x82 <= head <= 0x8F:  # fixmap of at least two entries
+        pos = 1
+    elif head == 0xDE and len(data) > 3 and int.from_bytes(data[1:3], "big") >= 2:
+        pos = 3
+    elif head == 0xDF and len(data) > 5 and int.from_bytes(data[1:5], "big") >= 2:
+        pos = 5
+    else:
+        return None
+    fields = {}
+    for _ in range(2):
+        key = _string_at(data, pos)
+        if key is None:
+            return None
+        value = _string_at(data, key[1])
+        if value is None:
+            return None
+        fields[key[0]], pos = value
+    kind, rid = fields.get("kind"), fields.get("rid")
+    if kind is None or rid is None or len(rid) > _MAX_RID_CHARS:
+        return None
+    return kind, rid
 
 
 @attrs.define(slots=True)

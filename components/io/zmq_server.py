@@ -10,9 +10,11 @@ wait in ``edge_backlog`` (at most ``max_recv_bytes_per_call`` bytes plus one mes
 read meanwhile, and a connection is read again only once its own are parsed). One call of
 ``recv_requests``, made once per scheduler step, parses them one message per client in turns
 for at most ``recv_seconds_per_call`` seconds (or a tenth of the step since the previous call,
-if longer; at least one message), so a flood adds a bounded time to each step and delays
-another client's message by at most one of its own per turn. A client already at its waiting
-limit has its requests refused from their kind and rid alone, without decoding their prompts.
+if longer; at least one message), reading again when all are parsed and time is left, so a
+flood adds a bounded time to each step and delays another client's message by at most one of
+its own per turn. A client already at its waiting limit has its requests refused from their
+kind and rid alone (read from the message's first bytes when they come first, as encoders write
+them), without decoding their prompts.
 
 Requests taken and not finished ("waiting") are limited per client and in total
 (``waiting_limits``); when the total is full, a client with fewer waiting requests than the one
@@ -45,6 +47,7 @@ from schedkit.components.io.edge_messages import (
     RateLimitedWarnings,
     Refusal,
     client_message,
+    leading_kind_and_rid,
     rows,
     shortened,
 )
@@ -204,24 +207,11 @@ class ZmqServer:
         items: list[Req | ControlRequest] = []
         if not self._closed:
             start = time.monotonic()
-            table, backlog = self.connections, self._backlog
-            readable = table.poll(0)
-            room = self.max_recv_bytes_per_call - backlog.bytes
-            if room > 0 and readable:
-                fresh = [conn for conn in readable if conn not in backlog]
-                for conn, message in table.read(fresh, room):
-                    if not conn.closed:
-                        backlog.add(conn, message)
             since = start - self._last_call_end
             deadline = start + max(self.recv_seconds_per_call, _RECV_SHARE_OF_STEP * since)
-            while backlog:
-                conn, message = backlog.take()
-                if not conn.closed:
-                    item = self._parse(conn, message)
-                    if item is not None:
-                        items.append(item)
-                if time.monotonic() >= deadline:
-                    break
+            # Read, parse; read again while the backlog was all parsed and time is left.
+            while self._read() and self._parse_backlog(items, deadline):
+                pass
             released, requeue = self._fair.release()
             items += released
             items += (ControlRequest(type="requeue", rid=rid) for rid in requeue)
@@ -231,10 +221,37 @@ class ZmqServer:
         self._last_call_end = time.monotonic()
         return items
 
+    def _read(self) -> bool:
+        """Read what readable connections with nothing in the backlog sent, up to the
+        backlog's bytes; True if the backlog holds anything then."""
+        table, backlog = self.connections, self._backlog
+        room = self.max_recv_bytes_per_call - backlog.bytes
+        readable = table.poll(0) if room > 0 else None
+        if readable:
+            fresh = [conn for conn in readable if conn not in backlog]
+            for conn, message in table.read(fresh, room):
+                if not conn.closed:
+                    backlog.add(conn, message)
+        return bool(backlog)
+
+    def _parse_backlog(self, items: list[Req | ControlRequest], deadline: float) -> bool:
+        """Parse backlog messages, one per client in turns, into ``items`` until the backlog
+        is empty or ``deadline`` passed (at least one); True if time is left."""
+        backlog = self._backlog
+        while backlog:
+            conn, message = backlog.take()
+            if not conn.closed:
+                item = self._parse(conn, message)
+                if item is not None:
+                    items.append(item)
+            if time.monotonic() >= deadline:
+                return False
+        return True
+
     def _parse(self, client: Connection, message: ZmtpMessage) -> Req | ControlRequest | None:
         full = self._limits.client_full(len(client.rids), client.tokens)
         if full is not None and message.parts == 1 and not message.oversize:
-            kind, rid = kind_and_rid(message.last)
+            kind, rid = leading_kind_and_rid(message.last) or kind_and_rid(message.last)
             if kind == "generate":  # refused whatever it holds: not decoded (a flood's cost)
                 return self._refuse(client, full, rid)
         msg = client_message(
