@@ -114,13 +114,16 @@ class ConnectionTable:
         return readable
 
     def read(
-        self, readable: list[Connection], max_bytes: int
+        self, readable: list[Connection], max_bytes: int, deadline: float | None = None
     ) -> list[tuple[Connection, ZmtpMessage]]:
-        """Read from ``readable`` connections in turns until each is drained or ``max_bytes``
-        were read; the whole messages received, in order per connection."""
+        """Read from ``readable`` connections in turns until each is drained, ``max_bytes``
+        were read or (if given) the monotonic clock passed ``deadline`` (checked after each
+        chunk); the whole messages received, in order per connection."""
         messages: list[tuple[Connection, ZmtpMessage]] = []
         left, turn = max_bytes, readable
         while turn and left > 0:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
             next_turn = []
             for conn in turn:
                 if conn.closed:
@@ -140,7 +143,7 @@ class ConnectionTable:
                 self._received(conn, data, messages)
                 if len(data) == want and not conn.closed:
                     next_turn.append(conn)
-                if left <= 0:
+                if left <= 0 or (deadline is not None and time.monotonic() >= deadline):
                     break
             turn = next_turn
         return messages

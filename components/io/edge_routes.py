@@ -16,10 +16,12 @@ log = structlog.get_logger("schedkit.components.io.zmq_server")
 
 @attrs.define(slots=True, eq=False)
 class Route:
-    """A live request's client (None once it departed) and its prompt tokens."""
+    """A live request's client (None once it departed), its prompt tokens, and the user it was
+    sent for (``GenerateReqInput.client``)."""
 
     client: Connection | None
     tokens: int
+    user: str | None = None
 
 
 @attrs.define(slots=True, eq=False)
@@ -37,9 +39,9 @@ class Routes:
     def __contains__(self, rid: str) -> bool:
         return rid in self.by_rid
 
-    def add(self, client: Connection, rid: str, tokens: int) -> None:
+    def add(self, client: Connection, rid: str, tokens: int, user: str | None = None) -> None:
         """Route ``rid`` to ``client`` until its final output."""
-        self.by_rid[rid] = Route(client, tokens)
+        self.by_rid[rid] = Route(client, tokens, user)
         client.rids.add(rid)
         client.tokens += tokens
         self.tokens += tokens

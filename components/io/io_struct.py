@@ -90,7 +90,9 @@ class GenerateReqInput(
     msgspec.Struct, tag="generate", tag_field="kind", forbid_unknown_fields=True
 ):
     """A tokenized generation request. ``extra_key`` and ``cache_salt`` put it in a
-    prefix-cache namespace of its own; ``priority`` is read by the priority policy."""
+    prefix-cache namespace of its own; ``priority`` is read by the priority policy; ``client``
+    names the user a front end sends it for (an API key's digest): the scheduler shares its
+    running batch fairly between connections and, within one, between these names."""
 
     rid: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH)]
     input_ids: Annotated[list[TokenId], msgspec.Meta(min_length=1, max_length=MAX_INPUT_IDS)]
@@ -98,6 +100,7 @@ class GenerateReqInput(
     priority: int | None = None
     extra_key: ShortStr | None = None
     cache_salt: ShortStr | None = None
+    client: ShortStr | None = None
 
     def to_req(self) -> Req:
         """A fresh scheduler ``Req`` for this request, its token ids packed (``array('I')``)

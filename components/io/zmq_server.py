@@ -193,11 +193,14 @@ class ZmqServer:
         output)."""
         return len(self._routes)
 
-    def client_of(self, req: Req) -> Connection | None:
-        """The connection that sent ``req`` (None once it left, or for a request it did not
-        take): the scheduler's ``client_of`` for fair shares between clients."""
+    def client_of(self, req: Req) -> Connection | tuple[Connection | None, str] | None:
+        """Whose ``req`` is, for the scheduler's fair shares between clients: the connection
+        that sent it (None once it left, or for a request this server did not take), paired
+        with the user it names (``GenerateReqInput.client``), if any."""
         route = self._routes.by_rid.get(req.rid)
-        return None if route is None else route.client
+        if route is None:
+            return None
+        return route.client if route.user is None else (route.client, route.user)
 
     # -- requests in ------------------------------------------------------------------------
 
@@ -209,9 +212,11 @@ class ZmqServer:
             start = time.monotonic()
             since = start - self._last_call_end
             deadline = start + max(self.recv_seconds_per_call, _RECV_SHARE_OF_STEP * since)
-            # Read, parse; read again while the backlog was all parsed and time is left.
-            while self._read() and self._parse_backlog(items, deadline):
-                pass
+            # Read, parse; read again, until the deadline, while the backlog was all parsed
+            # and time is left (the first read is bounded in bytes alone).
+            read_until = None
+            while self._read(read_until) and self._parse_backlog(items, deadline):
+                read_until = deadline
             released, requeue = self._fair.release()
             items += released
             items += (ControlRequest(type="requeue", rid=rid) for rid in requeue)
@@ -221,15 +226,16 @@ class ZmqServer:
         self._last_call_end = time.monotonic()
         return items
 
-    def _read(self) -> bool:
+    def _read(self, deadline: float | None) -> bool:
         """Read what readable connections with nothing in the backlog sent, up to the
-        backlog's bytes; True if the backlog holds anything then."""
+        backlog's bytes (and ``deadline``, if given); True if the backlog holds anything
+        then."""
         table, backlog = self.connections, self._backlog
         room = self.max_recv_bytes_per_call - backlog.bytes
         readable = table.poll(0) if room > 0 else None
         if readable:
             fresh = [conn for conn in readable if conn not in backlog]
-            for conn, message in table.read(fresh, room):
+            for conn, message in table.read(fresh, room, deadline):
                 if not conn.closed:
                     backlog.add(conn, message)
         return bool(backlog)
@@ -271,7 +277,7 @@ class ZmqServer:
             over = self._make_room(client, tokens)
         if over is not None:
             return self._refuse(client, over, rid)
-        self._routes.add(client, rid, tokens)
+        self._routes.add(client, rid, tokens, msg.client)
         self._fair.hold(client, msg.to_req())
         return None
 

@@ -43,6 +43,7 @@ class ClientShare:
     share_tokens: int
     # Per client, the running context counted by the last ``plan`` and what admission added.
     _held: dict[Hashable, int] = attrs.field(init=False, factory=dict)
+    _active: set[Hashable] = attrs.field(init=False, factory=set)
     _share: int = attrs.field(init=False, default=0)
 
     def plan(self, running: list[Req], chunked: Req | None, waiting: Iterable[Req]) -> list[Req]:
@@ -60,12 +61,12 @@ class ClientShare:
             client = client_of(chunked)
             held[client] = held.get(client, 0) + context_tokens(chunked)
         waiting_clients = {client_of(req) for req in waiting}
-        clients = len(held.keys() | waiting_clients)
-        if clients < 2:
-            self._held, self._share = {}, 0
+        active = held.keys() | waiting_clients
+        if len(active) < 2:
+            self._held, self._active, self._share = {}, set(), 0
             return []
-        share = self._share = self.share_tokens // clients
-        self._held = held
+        share = self._share = self.share_tokens // len(active)
+        self._held, self._active = held, active
         if not any(held.get(client, 0) < share for client in waiting_clients):
             return []
         retract: list[Req] = []
@@ -78,19 +79,33 @@ class ClientShare:
             held[client] = context
         return retract
 
+    def defers(self, req: Req) -> bool:
+        """Whether ``req``'s client holds more running context than another client with
+        requests in the scheduler (its admission, or its next chunk, waits for that one)."""
+        if not self._share:
+            return False
+        client = self.client_of(req)
+        held = self._held
+        mine = held.get(client, 0)
+        return any(held.get(other, 0) < mine for other in self._active if other != client)
+
     def admit(
         self,
         adder: PrefillAdder,
         waiting: list[Req],
         calc_priority: Callable[[list[Req]], None],
+        whole_only: bool = False,
     ) -> int:
-        """Order the waiting requests of clients under their share by ``calc_priority`` (the
-        policy; the others are not looked at, nor matched against the cache) and admit them in
-        that order through ``adder``, skipping a request that would take its client over its
-        share (a client with nothing running takes one whatever its size), until the first
-        that does not fit. The admitted requests are moved to the front of ``waiting``,
-        then come the other candidates, then the skipped requests (each part in its order);
-        returns how many were admitted."""
+        """Admit waiting requests through ``adder`` until the first that does not fit: the
+        requests of clients under their share, ordered by ``calc_priority`` (the policy; the
+        others are not looked at, nor matched against the cache), then lightest client first
+        (least running context; the order stable). A request is skipped when it would take its
+        client over its share (a client with nothing running takes one whatever its size), or
+        when its client holds more running context than another client with requests in the
+        scheduler. ``whole_only``: only requests whose whole prompt fits the chunk left (no new
+        chunked request). The admitted requests are moved to the front of ``waiting``, then
+        come the other candidates, then the skipped ones (each part in its order); returns how
+        many were admitted."""
         share, held, client_of = self._share, self._held, self.client_of
         if not share:
             calc_priority(waiting)
@@ -105,6 +120,7 @@ class ClientShare:
         for req in waiting:
             (candidates if held.get(client_of(req), 0) < share else skipped).append(req)
         calc_priority(candidates)
+        candidates.sort(key=lambda req: held.get(client_of(req), 0))
         admitted: list[Req] = []
         for req in candidates:
             if not adder.budget_left():
@@ -112,6 +128,10 @@ class ClientShare:
             client = client_of(req)
             context = held.get(client, 0)
             if context and context + context_tokens(req) > share:  # one request at least
+                continue
+            if whole_only and req.seqlen > adder.rem_chunk:
+                continue
+            if self.defers(req):
                 continue
             if not adder.add_one_req(req):
                 break

@@ -375,12 +375,14 @@ class Scheduler:
     def get_new_batch_prefill(self) -> ScheduleBatch | None:
         """Continue the chunked request, then admit waiting requests in policy order until
         the first that does not fit (``PrefillAdder``)."""
-        share = self._client_share
-        if share is not None and self.waiting_queue and not self._prefill_blocked:
+        share, chunked = self._client_share, self.chunked_req
+        defer_chunk = False
+        if share is not None and (self.waiting_queue or chunked) and not self._prefill_blocked:
             self._retract_for_share(
-                share.plan(self.running_batch.reqs, self.chunked_req, self.waiting_queue)
+                share.plan(self.running_batch.reqs, chunked, self.waiting_queue)
             )
-        running, chunked = self.running_batch.reqs, self.chunked_req
+            defer_chunk = chunked is not None and share.defers(chunked)
+        running = self.running_batch.reqs
         if self._prefill_blocked or (
             chunked is None
             and (not self.waiting_queue or len(running) >= self.max_running_requests)
@@ -394,12 +396,12 @@ class Scheduler:
             self.chunked_prefill_size,
             self.max_running_requests,
         )
-        if chunked is not None and not adder.add_chunked_req(chunked):
+        if chunked is not None and not defer_chunk and not adder.add_chunked_req(chunked):
             adder.new_chunked_req = chunked  # its next chunk waits for room
         if adder.new_chunked_req is None:
             waiting = self.waiting_queue
             if share is not None:
-                admitted = share.admit(adder, waiting, self.policy.calc_priority)
+                admitted = share.admit(adder, waiting, self.policy.calc_priority, defer_chunk)
             else:
                 self.policy.calc_priority(waiting)
                 admitted = 0
@@ -414,6 +416,11 @@ class Scheduler:
                     if req.scheduled_time is None:
                         req.scheduled_time = now
                 del waiting[:admitted]
+        if defer_chunk:  # a lighter client's requests go first, unless nothing else can run
+            if adder.batch.reqs or running:
+                adder.new_chunked_req = chunked  # its next chunk waits
+            elif not adder.add_chunked_req(chunked):
+                adder.new_chunked_req = chunked  # its next chunk waits for room
         self.chunked_req = adder.new_chunked_req
         if not adder.batch.reqs:
             # Nothing fits until a running request leaves (decoding goes on meanwhile).

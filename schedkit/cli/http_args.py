@@ -27,6 +27,9 @@ components:
   model_runner:
     args:
       clock: wall
+  scheduler:
+    args:
+      client_of: !call request_receiver.client_of
 """
 
 

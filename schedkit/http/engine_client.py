@@ -24,6 +24,7 @@ are matched to their futures in that order.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 from collections import deque
 from itertools import islice
@@ -50,6 +51,12 @@ __all__ = ["EngineClient", "Overloaded", "RequestState"]
 _ADMIN_CONTROLS = frozenset({"pause", "continue", "flush"})
 # Queued keys compared for each freed slot.
 _SCAN = 32
+
+
+def _client_name(key: str) -> str:
+    """The name the scheduler shares its batch by for requests of ``key`` (an API key or a
+    connection): a digest, so that no key is sent on."""
+    return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
 
 
 class EngineClient:
@@ -128,7 +135,11 @@ class EngineClient:
             rid = self.new_rid()
         elif rid in self.states:
             raise ValueError(f"rid {rid!r} is already in flight")
-        message = encode(GenerateReqInput(rid=rid, input_ids=input_ids, sampling_params=params))
+        message = encode(
+            GenerateReqInput(
+                rid=rid, input_ids=input_ids, sampling_params=params, client=_client_name(key)
+            )
+        )
         state = RequestState(rid, key, message, len(input_ids), params.stream)
         if not self._queues and self._fits(state):
             self.states[rid] = state

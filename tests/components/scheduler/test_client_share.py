@@ -80,3 +80,40 @@ def test_plan_counts_context_and_keeps_one_request_per_client():
     assert context_tokens(reqs[0]) == 45
     assert share.plan(reqs, None, [small]) == [reqs[2], reqs[1]]  # 45 > 40 / 2, one kept
     assert share.plan(reqs, None, reqs[:1]) == []  # one client: no share
+
+
+def test_a_heavier_clients_requests_wait_while_a_lighter_client_runs():
+    env = build(pool=4096, client_of=client_of, client_share_tokens=1 << 20)
+    s = env.s
+    a = flood(4, prompt=60, new=12)
+    s.submit(a[0])
+    s.step()  # a0 runs
+    small = make_req("b", tokens(10, 50), max_new_tokens=6)
+    for req in [a[1], small, a[2], a[3]]:
+        s.submit(req)
+    s.step()
+    assert env.runner.prefills()[-1].rids == ["b"]  # lightest first, and alone
+    while small.finished_reason is None:
+        assert s.step()
+        assert env.runner.batches[-1].mode == ForwardMode.DECODE  # a's wait meanwhile
+    s.run_until_idle()
+    assert env.runner.prefills()[-1].rids == ["a1", "a2", "a3"]
+    assert_all_done(env, [*a, small])
+
+
+def test_a_heavier_clients_chunked_prefill_pauses_while_a_lighter_client_runs():
+    env = build(pool=4096, client_of=client_of, chunked_prefill_size=64)
+    s = env.s
+    long = make_req("a0", tokens(256, 1000), max_new_tokens=4)
+    s.submit(long)
+    s.step()  # its first chunk
+    assert s.chunked_req is long
+    small = make_req("b", tokens(10, 50), max_new_tokens=4)
+    s.submit(small)
+    while small.finished_reason is None:
+        assert s.step()
+        assert "a0" not in env.runner.batches[-1].rids  # its chunks wait for b
+    assert s.chunked_req is long
+    s.run_until_idle()
+    assert [b.extend_lens for b in env.runner.prefills() if b.rids == ["a0"]] == [[64]] * 4
+    assert_all_done(env, [long, small])
