@@ -374,7 +374,8 @@ class Scheduler:
 
     def get_new_batch_prefill(self) -> ScheduleBatch | None:
         """Continue the chunked request, then admit waiting requests in policy order until
-        the first that does not fit (``PrefillAdder``)."""
+        the first that does not fit (``PrefillAdder``); with ``client_of``, as the clients'
+        shares allow (``client_share``)."""
         share, chunked = self._client_share, self.chunked_req
         defer_chunk = False
         if share is not None and (self.waiting_queue or chunked) and not self._prefill_blocked:
