@@ -19,14 +19,13 @@ With KV events on, a host copy is announced as ``BlockStored`` with medium ``CPU
 eviction that keeps the host copy withdraws the pages from ``GPU`` only, and a load-back
 announces them on ``GPU`` again.
 
-(Over 300 lines: the two eviction heaps, eviction on both tiers and load-back share invariants
-that read best together; the node is in ``hi_tree_node``, the checks in ``introspection``.)
+Matching, load-back and revival are here; the host tier (copies, host eviction and its heap) is
+in ``hiradix_host``, device eviction and its heap in ``hiradix_eviction``, the node in
+``hi_tree_node``, the checks in ``introspection``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from heapq import heapify, heappop, heappush
 from typing import Any, Literal
 
 import attrs
@@ -39,18 +38,19 @@ from schedkit.components.cache.hi_tree_node import (
     check_positive,
     check_write_policy,
 )
+from schedkit.components.cache.hiradix_eviction import DeviceEviction
+from schedkit.components.cache.hiradix_host import HostTier
 from schedkit.components.cache.introspection import device_values_flatten, hicache_sanity_check
 from schedkit.components.cache.radix_cache import MatchResult, RadixCache
-from schedkit.components.cache.radix_tree import RadixTree
 from schedkit.components.cache.tree_node import TreeNode
 from schedkit.core.component import ArgumentError, at_least, component
-from schedkit.kv_events.structs import MEDIUM_CPU, MEDIUM_GPU
+from schedkit.kv_events.structs import MEDIUM_GPU
 
 __all__ = ["HiRadixCache", "HiTreeNode"]
 
 
 @component("hiradix_cache")
-class HiRadixCache(RadixCache):
+class HiRadixCache(HostTier, DeviceEviction, RadixCache):
     """``RadixCache`` with SGLang's host-memory tier.
 
     The host pool holds ``hicache_size`` tokens, or (``hicache_size`` 0) ``hicache_ratio``
@@ -188,64 +188,6 @@ class HiRadixCache(RadixCache):
         tokens, self._pending_load_tokens = self._pending_load_tokens, 0
         return tokens * self.kv_bytes_per_token / self.host_bandwidth
 
-    def host_used_size(self) -> int:
-        """Tokens held in the host pool."""
-        return self.host_allocator.size - self.host_allocator.available_size()
-
-    def write_backup(self, node: HiTreeNode) -> int:
-        """Copy ``node``'s device KV to the host pool (evicting host-only leaves if it is
-        full); returns the tokens copied, 0 if the host pool cannot hold them."""
-        n = len(node.value)
-        host = self.host_allocator.alloc(n)
-        if host is None:
-            self.evict_host(n - self.host_allocator.available_size())
-            host = self.host_allocator.alloc(n)
-            if host is None:
-                return 0
-        node.host_value = host
-        self.backed_up_tokens += n
-        if self._events is not None:
-            self._events.announce(node, MEDIUM_CPU)
-        return n
-
-    def evict(self, num_tokens: int) -> int:
-        """Free at least ``num_tokens`` device slots from unlocked device leaves, LRU first (by
-        ``eviction_policy``): a node with a host copy stays in the tree as host-only, one
-        without (write-back: after copying it to the host if there is room) leaves it."""
-        if self.disable or num_tokens <= 0:
-            return 0
-        evicted = 0
-        write_back = self.hicache_write_policy == "write_back"
-        for leaf in self._evictable_leaves():
-            if write_back and leaf.host_value is None:
-                self.write_backup(leaf)
-            if leaf.host_value is not None:
-                evicted += self._evict_backuped(leaf)
-            else:
-                evicted += self._evict_regular(leaf)
-            if evicted >= num_tokens:
-                break
-        return evicted
-
-    def evict_host(self, num_tokens: int) -> int:
-        """Drop host-only leaves not protected by ``protect_host``, least recently used
-        first, until ``num_tokens`` host slots are freed; returns the tokens freed."""
-        heap, evicted, held = self._host_heap, 0, []
-        while heap and evicted < num_tokens:
-            queued, _, node = heappop(heap)
-            if node.host_value is None or node.value is not None or node.children:
-                continue  # stale: dropped, back on the device, or not a leaf
-            if queued != node.last_access_time:
-                self._push_host(node)
-                continue
-            if node.host_ref_counter:
-                held.append(node)
-                continue
-            evicted += self._drop_host(node)
-        for node in held:
-            self._push_host(node)
-        return evicted
-
     def reset(self) -> None:
         """Drop every entry from both pools and announce ``AllBlocksCleared`` (events on)."""
         slots: list[int] = []
@@ -302,96 +244,6 @@ class HiRadixCache(RadixCache):
         if self._events is not None:
             self._events.announce(child, MEDIUM_GPU)
         self._push(child)
-
-    def _evict_backuped(self, leaf: HiTreeNode) -> int:
-        """Free a device leaf's slots, keeping it in the tree with its host copy."""
-        n = len(leaf.value)
-        if self._events is not None:
-            self._events.removed(leaf, MEDIUM_GPU)
-        self.allocator.free(leaf.value)
-        leaf.value = None
-        self._evictable_size -= n
-        if not leaf.children:
-            self._push_host(leaf)
-        self._push_if_device_leaf(leaf.parent)
-        return n
-
-    def _evict_regular(self, leaf: HiTreeNode) -> int:
-        """Take a device leaf without a host copy out of the tree (its host-only subtree
-        too)."""
-        n = len(leaf.value)
-        for child in list(leaf.children.values()):
-            self._drop_host_subtree(child)
-        parent = self._detach(leaf)
-        self._push_if_device_leaf(parent)
-        return n
-
-    def _drop_host_subtree(self, node: HiTreeNode) -> None:
-        for child in list(node.children.values()):
-            self._drop_host_subtree(child)
-        self._drop_host(node)
-
-    def _drop_host(self, node: HiTreeNode) -> int:
-        """Take a host-only leaf out of the tree and free its host slots."""
-        n = len(node.host_value)
-        if self._events is not None:
-            self._events.removed(node, MEDIUM_CPU)
-        self.host_allocator.free(node.host_value)
-        node.host_value = None
-        parent = node.parent
-        del parent.children[node.ckey]
-        self._num_nodes -= 1
-        if parent is not self.root and parent.value is None and not parent.children:
-            self._push_host(parent)
-        return n
-
-    def _is_device_leaf(self, node: TreeNode) -> bool:
-        if node.value is None or node is self.root:
-            return False
-        return all(child.value is None for child in node.children.values())
-
-    def _push_if_device_leaf(self, node: TreeNode) -> None:
-        if node.lock_ref == 0 and self._is_device_leaf(node):
-            self._push(node)
-
-    def _push_host(self, node: HiTreeNode) -> None:
-        heap = self._host_heap
-        if len(heap) > 2 * self._num_nodes + 64:
-            heap[:] = [
-                (n.last_access_time, self._seq(), n)
-                for n in self._nodes()
-                if n.value is None and n.host_value is not None and not n.children
-            ]
-            heapify(heap)
-        heappush(heap, (node.last_access_time, self._seq(), node))
-
-    def _push(self, node: TreeNode) -> None:
-        heap, key = self._heap, self._evict_key
-        if len(heap) > 2 * self._num_nodes + 64:
-            heap[:] = [
-                (key(n), self._seq(), n)
-                for n in self._nodes()
-                if not n.lock_ref and self._is_device_leaf(n)
-            ]
-            heapify(heap)
-        heappush(heap, (key(node), self._seq(), node))
-
-    def _unlock(self, node: TreeNode) -> int:
-        if node is not self.root and node.lock_ref == 1 and node.children:  # noqa: SIM102
-            if self._is_device_leaf(node):
-                self._push(node)  # its children are host-only: a device leaf from now on
-        return RadixTree._unlock(self, node)
-
-    def _evictable_leaves(self) -> Iterator[HiTreeNode]:
-        heap, key = self._heap, self._evict_key
-        while heap:
-            queued, _, leaf = heappop(heap)
-            if leaf.value is None or leaf.lock_ref or not self._is_device_leaf(leaf):
-                continue
-            if queued != key(leaf):
-                self._push(leaf)
-                continue
-            yield leaf
 
     def _split_extra(self, upper: TreeNode, lower: TreeNode, m: int) -> None:
         if lower.host_value is not None:
