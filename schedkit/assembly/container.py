@@ -25,8 +25,9 @@ from dependency_injector import containers, providers
 
 from schedkit.assembly.late_binding import late_binding
 from schedkit.assembly.loading import load_wiring
-from schedkit.assembly.validate import eager_edges, topological_order, validate
+from schedkit.assembly.validate import validate
 from schedkit.assembly.wiring import ComponentSpec, Ref, Wiring, WiringError
+from schedkit.assembly.wiring_graph import eager_edges, topological_order
 
 __all__ = ["Assembly", "ComponentBuildError", "build"]
 
