@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 from tests.docs.test_blocks import blocks
-from tests.wheel import install_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "first-hour.md"
@@ -46,11 +45,11 @@ def script() -> tuple[str, list[str]]:
     return "\n".join(lines) + "\n", done
 
 
-def test_the_first_hour_from_the_docs_alone(wheel, tmp_path):
+def test_the_first_hour_from_the_docs_alone(installed_wheel, tmp_path):
     bash, done = script()
     assert INSTALL in PAGE.read_text()
     assert sum(d.startswith("file") for d in done) == 6  # package, overlays, pyproject, tests
-    venv = install_wheel(wheel, tmp_path / "venv")
+    venv = installed_wheel
     home = tmp_path / "home"
     home.mkdir()
     env = {

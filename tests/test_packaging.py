@@ -12,7 +12,6 @@ import pytest
 
 from schedkit import wirings
 from schedkit.testing.serving import free_endpoint
-from tests.wheel import install_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 # each shipped wiring, as the wheel names it, and the documented file it links to
@@ -42,8 +41,8 @@ def test_the_wheel_holds_the_wirings(wheel):
     assert "schedkit/runner/presets.py" in names
 
 
-def test_an_installed_wheel_runs_without_a_wiring_file(wheel, tmp_path):
-    venv = install_wheel(wheel, tmp_path / "venv")
+def test_an_installed_wheel_runs_without_a_wiring_file(installed_wheel, tmp_path):
+    venv = installed_wheel
     python = venv / "bin" / "python"
     env = {
         **os.environ,
