@@ -2,12 +2,14 @@
 
 ``InprocOutputCollector`` keeps every message in memory (tests) after a real msgpack round
 trip; ``OutputTally`` encodes and counts (runs, benchmarks: flat memory); ``ZmqOutputSender``
-pushes the encoded messages to a detokenizer over a ZeroMQ PUSH socket.
+pushes the encoded messages to a detokenizer over a ZeroMQ PUSH socket. Each of them
+``takes_encoded``: the output streamer may hand it a decode step's message already encoded
+(``EncodedTokenIDOutput``, see ``token_wire``), which it sends or counts as is.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import attrs
 import zmq
@@ -19,12 +21,13 @@ from schedkit.components.io.io_struct import (
     decode_output,
     encode,
 )
+from schedkit.components.io.token_wire import EncodedTokenIDOutput
 from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.core.schedule_batch import FinishReason
 
 __all__ = ["InprocOutputCollector", "OutputTally", "ZmqOutputSender"]
 
-OutputMessage = BatchTokenIDOutput | BatchEmbeddingOutput
+OutputMessage = BatchTokenIDOutput | BatchEmbeddingOutput | EncodedTokenIDOutput
 
 
 @component("inproc_output_collector")
@@ -35,7 +38,8 @@ class InprocOutputCollector:
     went through the real wire format. ``outputs[rid]`` concatenates the new tokens of every
     send, ``finished[rid]`` is the finish reason and ``send_counts[rid]`` the number of final
     sends. Anything sent for a rid that already finished (a second final send included) is an
-    error: the rid is appended to ``double_finishes``.
+    error: the rid is appended to ``double_finishes``. Without the round trip it takes no
+    encoded messages (``takes_encoded``), only objects.
     """
 
     roundtrip: bool = True
@@ -46,11 +50,18 @@ class InprocOutputCollector:
     double_finishes: list[str] = attrs.field(init=False, factory=list)
     closed: bool = attrs.field(init=False, default=False)
 
+    @property
+    def takes_encoded(self) -> bool:
+        """True when messages go through the wire format (the round trip is on)."""
+        return self.roundtrip
+
     def send(self, msg: OutputMessage) -> None:
         """Record one batch message."""
         if self.closed:
             raise RuntimeError("send on a closed InprocOutputCollector")
-        if self.roundtrip:
+        if type(msg) is EncodedTokenIDOutput:
+            msg = decode_output(msg.wire)
+        elif self.roundtrip:
             msg = decode_output(encode(msg))
         self.messages.append(msg)
         finished, outputs, send_counts = self.finished, self.outputs, self.send_counts
@@ -81,7 +92,7 @@ class OutputTally:
 
     ``messages``, ``output_tokens``, ``finished`` and ``bytes_encoded`` count what was sent;
     a rid sent anything after its final send lands in ``double_finishes``. With ``encode``
-    False nothing is encoded (the scheduler's cost alone).
+    False nothing is encoded (the scheduler's cost alone), and no encoded message is taken.
     """
 
     encode: bool = True
@@ -93,10 +104,18 @@ class OutputTally:
     closed: bool = attrs.field(init=False, default=False)
     _done: set[str] = attrs.field(init=False, factory=set)
 
+    @property
+    def takes_encoded(self) -> bool:
+        """True when messages are encoded (``encode``)."""
+        return self.encode
+
     def send(self, msg: OutputMessage) -> None:
         """Encode and count one batch message."""
         if self.closed:
             raise RuntimeError("send on a closed OutputTally")
+        if type(msg) is EncodedTokenIDOutput:
+            self._count_encoded(msg)
+            return
         if self.encode:
             self.bytes_encoded += len(encode(msg))
         self.messages += 1
@@ -111,6 +130,17 @@ class OutputTally:
             ]
             done.update(finished)
             self.finished += len(finished)
+
+    def _count_encoded(self, msg: EncodedTokenIDOutput) -> None:
+        self.bytes_encoded += len(msg.wire)
+        self.messages += 1
+        self.output_tokens += msg.output_tokens
+        done = self._done
+        if not done.isdisjoint(msg.rids):
+            self.double_finishes += [rid for rid in msg.rids if rid in done]
+        if msg.finished_rids:
+            done.update(msg.finished_rids)
+            self.finished += len(msg.finished_rids)
 
     def close(self) -> None:
         """Refuse further sends; the counts stay readable."""
@@ -136,6 +166,7 @@ class ZmqOutputSender:
     sndhwm: int = attrs.field(default=0, validator=at_least(0))
     bound_endpoint: str = attrs.field(init=False, default="")
     _socket: zmq.Socket = attrs.field(init=False, default=None, repr=False)
+    takes_encoded: ClassVar[bool] = True
 
     @classmethod
     def check_arguments(cls, args: Any) -> None:
@@ -167,7 +198,10 @@ class ZmqOutputSender:
 
     def send(self, msg: OutputMessage) -> None:
         """Encode and push one batch message."""
-        self._socket.send(encode(msg))
+        if type(msg) is EncodedTokenIDOutput:
+            self._socket.send(msg.wire)
+        else:
+            self._socket.send(encode(msg))
 
     def close(self) -> None:
         """Close the socket, waiting at most ``linger_ms`` for pending messages."""

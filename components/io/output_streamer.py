@@ -21,6 +21,7 @@ from schedkit.components.io.io_struct import (
     RequestTimes,
 )
 from schedkit.components.io.steady_stream import NOT_STREAMING, SteadyColumns, SteadyStream
+from schedkit.components.io.token_wire import encode_columns, encode_step
 from schedkit.core.component import at_least, component
 from schedkit.core.parallel_state import ParallelState
 from schedkit.core.protocols import OutputSender, PrefixCache
@@ -56,8 +57,13 @@ class OutputStreamer:
     enable_hicache_storage: Callable[[], bool] = _false
     get_load: Callable[[], dict] | None = None
     _steady: SteadyStream = attrs.field(init=False, factory=SteadyStream, repr=False)
+    # The sender takes a decode step's message already encoded (token_wire).
+    _encoded: bool = attrs.field(init=False, default=False, repr=False)
     # The batch result processor hands decode steps to stream_decode_step.
     takes_decode_steps: ClassVar[bool] = True
+
+    def __attrs_post_init__(self) -> None:
+        self._encoded = getattr(self.sender, "takes_encoded", False) is True
 
     def stream_output(
         self,
@@ -167,12 +173,12 @@ class OutputStreamer:
     ) -> None:
         """Each request of a kept batch streams every token and got one since the previous
         call (which sent everything it had); ``finished`` finished at this step. One message
-        with each request's last token, built one column at a time."""
+        with each request's last token, built one column at a time (encoded from the kept
+        columns' encodings when the sender takes it encoded)."""
         outputs = columns.outputs
         lengths = list(map(len, outputs))
-        output_ids = list(map(_LAST_TOKEN, outputs))
         any(map(setattr, reqs, repeat("send_token_offset"), lengths))  # setattr returns None
-        load = time_stats = None
+        reasons = load = time_stats = None
         if finished:
             reasons = list(map(_FINISHED_REASON, reqs))
             time_stats = _time_stats(reqs)
@@ -180,24 +186,43 @@ class OutputStreamer:
                 req.finished_output = True
             if self.get_load is not None:
                 load = self.get_load()
-        else:
-            reasons = [None] * len(reqs)
         storage_enabled = self.enable_hicache_storage()
         details = columns.details
         if details is None or columns.storage_enabled != storage_enabled:
             details = columns.details = self._details(columns.members, storage_enabled)
             columns.storage_enabled = storage_enabled
+            columns.wire = None
+        dp_rank = self.parallel_state.dp_rank
+        if self._encoded:
+            wire = columns.wire
+            if wire is None:
+                wire = columns.wire = encode_columns(
+                    columns.rids, columns.prompt_tokens, columns.cached_tokens, details
+                )
+            self.sender.send(
+                encode_step(
+                    wire,
+                    outputs,
+                    lengths,
+                    columns.rids,
+                    reasons,
+                    dp_rank,
+                    load,
+                    time_stats,
+                )
+            )
+            return
         # Copies of the kept columns: a receiver may keep or change the message's lists.
         self.sender.send(
             BatchTokenIDOutput(
                 rids=columns.rids[:],
-                finished_reasons=reasons,
-                output_ids=output_ids,
+                finished_reasons=[None] * len(reqs) if reasons is None else reasons,
+                output_ids=list(map(_LAST_TOKEN, outputs)),
                 prompt_tokens=columns.prompt_tokens[:],
                 completion_tokens=lengths,
                 cached_tokens=columns.cached_tokens[:],
                 cached_tokens_details=details[:],
-                dp_rank=self.parallel_state.dp_rank,
+                dp_rank=dp_rank,
                 load=load,
                 time_stats=time_stats,
             )

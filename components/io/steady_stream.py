@@ -40,6 +40,7 @@ class SteadyColumns:
         "rids",
         "step",
         "storage_enabled",
+        "wire",
     )
 
     def __init__(self, reqs: list[Req], kind: int, force_interval: int) -> None:
@@ -52,6 +53,8 @@ class SteadyColumns:
         self.cached_tokens = [req.cached_tokens for req in reqs]
         self.details: list[dict | None] | None = None
         self.storage_enabled: bool | None = None
+        # The encoded columns (token_wire.encode_columns), made at the first encoded send.
+        self.wire: tuple | None = None
         self._position: dict[Req, int] | None = None
         # Steps seen with these columns; step -> requests whose output length reaches a
         # multiple of the forced interval at that step (none streaming).
@@ -88,6 +91,7 @@ class SteadyColumns:
         columns.cached_tokens = list(compress(self.cached_tokens, keep))
         columns.details = None if self.details is None else list(compress(self.details, keep))
         columns.storage_enabled = self.storage_enabled
+        columns.wire = None
         columns._position = None
         columns.step = self.step
         columns._due = self._due

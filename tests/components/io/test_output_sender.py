@@ -1,3 +1,4 @@
+import attrs
 import pytest
 import zmq
 
@@ -8,6 +9,7 @@ from schedkit.components.io.io_struct import (
     encode,
 )
 from schedkit.components.io.output_sender import InprocOutputCollector, OutputTally, ZmqOutputSender
+from schedkit.components.io.token_wire import EncodedTokenIDOutput
 from schedkit.core.component import component_name
 from schedkit.core.schedule_batch import FinishLength, FinishMatchedToken
 
@@ -25,6 +27,13 @@ def token_msg(*entries):
     )
 
 
+def encoded(msg):
+    """``msg`` as the output streamer hands a decode step's message to a sender taking it
+    encoded."""
+    finished = [rid for rid, r in zip(msg.rids, msg.finished_reasons, strict=True) if r]
+    return EncodedTokenIDOutput(encode(msg), msg.rids, finished, sum(map(len, msg.output_ids)))
+
+
 def test_registered_names():
     assert component_name(InprocOutputCollector) == "inproc_output_collector"
     assert component_name(ZmqOutputSender) == "zmq_output_sender"
@@ -39,6 +48,13 @@ def test_tally_counts_and_keeps_no_messages():
     assert (tally.messages, tally.output_tokens, tally.finished) == (3, 7, 2)
     assert tally.double_finishes == ["a"]
     assert tally.bytes_encoded > len(encode(first))
+    # The same messages handed over encoded are counted alike.
+    again = OutputTally()
+    assert again.takes_encoded and not OutputTally(encode=False).takes_encoded
+    again.send(encoded(first))
+    again.send(encoded(token_msg(("a", [3], FinishLength(3)), ("b", [8, 9], FinishMatchedToken(9)))))
+    again.send(encoded(token_msg(("a", [4], None))))
+    assert attrs.asdict(again) == attrs.asdict(tally)
 
 
 def test_tally_without_encoding_counts_no_bytes():
@@ -77,6 +93,15 @@ def test_collector_without_roundtrip_keeps_the_object():
     sent = token_msg(("a", [1], None))
     collector.send(sent)
     assert collector.messages[0] is sent
+    assert not collector.takes_encoded and InprocOutputCollector().takes_encoded
+
+
+def test_collector_decodes_an_encoded_message():
+    collector = InprocOutputCollector()
+    sent = token_msg(("a", [1, 2], FinishLength(2)))
+    collector.send(encoded(sent))
+    assert collector.messages == [sent]
+    assert (collector.outputs, collector.send_counts) == ({"a": [1, 2]}, {"a": 1})
 
 
 def test_collector_flags_a_rid_sent_after_its_finish():
@@ -129,9 +154,9 @@ def test_zmq_sender_connects_to_a_bound_detokenizer(pull):
         first = token_msg(("a", [1, 2], None))
         second = token_msg(("a", [3], FinishLength(3)))
         sender.send(first)
-        sender.send(second)
+        sender.send(encoded(second))
         assert decode_output(pull.recv()) == first
-        assert decode_output(pull.recv()) == second
+        assert pull.recv() == encode(second)
     finally:
         sender.close()
     sender.close()  # idempotent

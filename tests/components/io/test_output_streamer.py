@@ -1,5 +1,6 @@
 from types import SimpleNamespace
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,8 +12,9 @@ from schedkit.components.io.io_struct import (
     decode_output,
     encode,
 )
-from schedkit.components.io.output_sender import InprocOutputCollector
+from schedkit.components.io.output_sender import InprocOutputCollector, OutputTally
 from schedkit.components.io.output_streamer import OutputStreamer
+from schedkit.components.io.token_wire import EncodedTokenIDOutput
 from schedkit.core.parallel_state import ParallelState
 from schedkit.core.schedule_batch import FinishAbort, FinishLength, Req, SamplingParams
 
@@ -324,12 +326,43 @@ def test_hicache_flag_is_read_once_per_call_and_applies_to_every_request():
     assert msg.cached_tokens_details == [streamer.get_cached_tokens_details(r) for r in reqs]
 
 
-def run_decode_steps(use_decode_step, kinds, steps=12, finish_at=None):
+class WireSender:
+    """Keeps each message's wire bytes; takes decode steps' messages already encoded."""
+
+    takes_encoded = True
+
+    def __init__(self):
+        self.messages = []
+        self.encoded = 0
+
+    def send(self, msg):
+        if isinstance(msg, EncodedTokenIDOutput):
+            self.encoded += 1
+            assert msg.message() == decode_output(msg.wire)
+            msg = msg.wire
+        else:
+            msg = encode(msg)
+        self.messages.append(msg)
+
+
+def run_decode_steps(use_decode_step, kinds, steps=12, finish_at=None, sender=None):
     """Decode ``steps`` steps over requests of the given kinds ((stream, interval) pairs),
     finishing request ``finish_at[step]`` at that step; the messages sent."""
-    streamer = make_streamer(force_stream_interval=3)
+    streamer = make_streamer(
+        force_stream_interval=3,
+        sender=sender or RecordingSender(),
+        get_load=lambda: {"num_running_reqs": 2},
+        parallel_state=ParallelState(dp_rank=1, dp_size=2),
+    )
     reqs = [
-        make_req(rid=f"r{i}", stream=stream, stream_interval=interval, prompt=[1] * (i + 1))
+        make_req(
+            rid=f"r{i}",
+            stream=stream,
+            stream_interval=interval,
+            prompt=[1] * (i + 1),
+            cached_tokens=i,
+            cached_tokens_device=i % 2,
+        )
         for i, (stream, interval) in enumerate(kinds)
     ]
     running = list(reqs)
@@ -347,9 +380,12 @@ def run_decode_steps(use_decode_step, kinds, steps=12, finish_at=None):
             streamer.stream_output(running)
         if finished:
             running = [r for r in running if r.finished_reason is None]
-    return [attrs_of(msg) for msg in streamer.sender.messages], [
-        (r.send_token_offset, r.finished_output) for r in reqs
-    ]
+    messages = streamer.sender.messages
+    if isinstance(sender, OutputTally):
+        messages = [attrs.asdict(sender)]
+    elif not isinstance(sender, WireSender):
+        messages = [attrs_of(msg) for msg in messages]
+    return messages, [(r.send_token_offset, r.finished_output) for r in reqs]
 
 
 def attrs_of(msg):
@@ -369,6 +405,16 @@ def test_decode_steps_send_what_stream_output_sends(kinds):
     finish_at = {4: 1, 9: 0}
     assert run_decode_steps(True, kinds, finish_at=finish_at) == run_decode_steps(
         False, kinds, finish_at=finish_at
+    )
+    # Byte for byte on the wire, and counted alike, when the sender takes them encoded.
+    wire = WireSender()
+    assert run_decode_steps(True, kinds, finish_at=finish_at, sender=wire) == run_decode_steps(
+        False, kinds, finish_at=finish_at, sender=WireSender()
+    )
+    every_token = all(stream and interval in (None, 1) for stream, interval in kinds)
+    assert (wire.encoded > 5) == every_token
+    assert run_decode_steps(True, kinds, finish_at=finish_at, sender=OutputTally()) == (
+        run_decode_steps(False, kinds, finish_at=finish_at, sender=OutputTally())
     )
 
 
