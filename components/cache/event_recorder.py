@@ -8,7 +8,9 @@ from its salt's seed; ``hash_format`` (``sglang``, ``dynamo`` or ``vllm-sha256``
 chain is computed and how namespaced nodes publish it (``schedkit.kv_events.hashing``). Queued
 events are coalesced: a ``BlockStored`` that continues the queue's last one (its parent is the
 tail's last hash, same medium, LoRA, block size, salt and session) extends it, and consecutive
-``BlockRemoved`` merge. A cache with events off has no recorder and does no hashing at all.
+``BlockRemoved`` merge. The first merge into an event gives it lists of its own (until then
+they are the node's), which later merges extend in place. A cache with events off has no
+recorder and does no hashing at all.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class EventRecorder:
 
     __slots__ = (
         "_dynamo",
+        "_grown",
         "_pack",
         "_queue",
         "_salt_seeds",
@@ -56,6 +59,8 @@ class EventRecorder:
         self._step = 4 * page_size
         self._salt_seeds: dict[str, bytes] = {}
         self._queue: list = []
+        # The queued event whose lists are its own (grown by a merge): extended in place.
+        self._grown: BlockStored | BlockRemoved | None = None
         # Reads the published hash (first 8 bytes, big-endian signed) of n joined digests.
         self._unpack: dict[int, Callable[[bytes], tuple]] = {}
         # Packs n token ids as 4-byte little-endian unsigned integers.
@@ -139,27 +144,28 @@ class EventRecorder:
         self._queue_stored(node, medium)
 
     def _queue_stored(self, node: Any, medium: str) -> None:
-        hashes, key = node.hashes, node.key
-        salt = node.namespace[1] if node.namespace is not None else None
+        hashes, key, namespace = node.hashes, node.key, node.namespace
+        salt = None if namespace is None else namespace[1]
         parent_hashes = node.parent.hashes
-        parent_hash = parent_hashes[-1] if parent_hashes else None
         queue = self._queue
-        if queue:
+        if queue and parent_hashes:
             tail = queue[-1]
-            # Node lists are shared with the events, so a tail grows by concatenation.
+            # The recorder's events carry no LoRA or session: the rest of the key must match.
             if (
                 type(tail) is BlockStored
-                and parent_hash is not None
-                and tail.block_hashes[-1] == parent_hash
+                and tail.block_hashes[-1] == parent_hashes[-1]
                 and tail.cache_salt == salt
                 and tail.medium == medium
-                and tail.lora_id is None
-                and tail.session_id is None
-                and tail.lora_name is None
             ):
-                tail.block_hashes = tail.block_hashes + hashes
-                tail.token_ids = tail.token_ids + key
+                if tail is self._grown:
+                    tail.block_hashes += hashes
+                    tail.token_ids += key
+                else:
+                    tail.block_hashes = tail.block_hashes + hashes
+                    tail.token_ids = tail.token_ids + key
+                    self._grown = tail
                 return
+        parent_hash = parent_hashes[-1] if parent_hashes else None
         queue.append(BlockStored(hashes, parent_hash, key, self.page_size, None, medium, salt))
 
     def removed(self, node: Any, medium: str = MEDIUM_GPU) -> None:
@@ -169,7 +175,11 @@ class EventRecorder:
         if queue:
             tail = queue[-1]
             if type(tail) is BlockRemoved and tail.medium == medium:
-                tail.block_hashes = tail.block_hashes + node.hashes
+                if tail is self._grown:
+                    tail.block_hashes += node.hashes
+                else:
+                    tail.block_hashes = tail.block_hashes + node.hashes
+                    self._grown = tail
                 return
         queue.append(BlockRemoved(node.hashes, medium))
 
@@ -181,4 +191,5 @@ class EventRecorder:
         """The queued events, oldest first; the queue starts over empty."""
         events = self._queue
         self._queue = []
+        self._grown = None
         return events

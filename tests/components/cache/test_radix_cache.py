@@ -574,16 +574,21 @@ def test_coalesced_events_keep_parents_first_and_one_event_per_chain():
     cache = make_cache(page_size=2)
     cache.insert([1, 2, 3, 4])
     cache.insert([1, 2, 3, 4, 5, 6])  # continues the tail: extends it
+    cache.insert([1, 2, 3, 4, 5, 6, 7, 8])  # and again (in place)
     cache.insert([9, 9])  # a new root: a new event
     events = cache.take_events()
     assert [(e.block_hashes, e.parent_block_hash) for e in events] == [
-        (page_hashes([1, 2, 3, 4, 5, 6], 2), None),
+        (page_hashes([1, 2, 3, 4, 5, 6, 7, 8], 2), None),
         (page_hashes([9, 9], 2), None),
     ]
-    assert events[0].token_ids == [1, 2, 3, 4, 5, 6]
+    assert events[0].token_ids == [1, 2, 3, 4, 5, 6, 7, 8]
+    # The nodes' own lists were not grown with the event.
+    (first,) = [node for node in cache.root.children.values() if node.key[0] == 1]
+    assert (first.key, first.hashes) == ([1, 2, 3, 4], page_hashes([1, 2, 3, 4], 2))
     cache.evict(100)
     (removed,) = cache.take_events()  # consecutive removals merge
     assert sorted(removed.block_hashes) == sorted(stored_hashes(events))
+    assert first.hashes == page_hashes([1, 2, 3, 4], 2)
 
 
 @pytest.mark.parametrize("namespace", [(None, None), (None, "s")])

@@ -42,8 +42,9 @@ def test_registered_names():
 def test_tally_counts_and_keeps_no_messages():
     tally = OutputTally()
     first = token_msg(("a", [1, 2], None), ("b", [7], None))
+    second = token_msg(("a", [3], FinishLength(3)), ("b", [8, 9], FinishMatchedToken(9)))
     tally.send(first)
-    tally.send(token_msg(("a", [3], FinishLength(3)), ("b", [8, 9], FinishMatchedToken(9))))
+    tally.send(second)
     tally.send(token_msg(("a", [4], None)))  # after its final send: an error
     assert (tally.messages, tally.output_tokens, tally.finished) == (3, 7, 2)
     assert tally.double_finishes == ["a"]
@@ -52,7 +53,7 @@ def test_tally_counts_and_keeps_no_messages():
     again = OutputTally()
     assert again.takes_encoded and not OutputTally(encode=False).takes_encoded
     again.send(encoded(first))
-    again.send(encoded(token_msg(("a", [3], FinishLength(3)), ("b", [8, 9], FinishMatchedToken(9)))))
+    again.send(encoded(second))
     again.send(encoded(token_msg(("a", [4], None))))
     assert attrs.asdict(again) == attrs.asdict(tally)
 
