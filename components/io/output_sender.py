@@ -103,6 +103,10 @@ class OutputTally:
     double_finishes: list[str] = attrs.field(init=False, factory=list)
     closed: bool = attrs.field(init=False, default=False)
     _done: set[str] = attrs.field(init=False, factory=set)
+    # The rids column of an encoded message last found to hold no finished rid, and how many
+    # rids had finished then.
+    _clear_rids: list[str] | None = attrs.field(init=False, default=None, repr=False)
+    _clear_at: int = attrs.field(init=False, default=0, repr=False)
 
     @property
     def takes_encoded(self) -> bool:
@@ -135,9 +139,13 @@ class OutputTally:
         self.bytes_encoded += len(msg.wire)
         self.messages += 1
         self.output_tokens += msg.output_tokens
-        done = self._done
-        if not done.isdisjoint(msg.rids):
-            self.double_finishes += [rid for rid in msg.rids if rid in done]
+        rids, done = msg.rids, self._done
+        # The same rids column (never changed) found clear since nothing finished: clear still.
+        if rids is not self._clear_rids or len(done) != self._clear_at:
+            if done.isdisjoint(rids):
+                self._clear_rids, self._clear_at = rids, len(done)
+            else:
+                self.double_finishes += [rid for rid in rids if rid in done]
         if msg.finished_rids:
             done.update(msg.finished_rids)
             self.finished += len(msg.finished_rids)

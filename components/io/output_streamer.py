@@ -9,7 +9,6 @@ Each send carries only the tokens produced since the request's previous send.
 from __future__ import annotations
 
 from collections.abc import Callable
-from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import ClassVar
 
@@ -176,8 +175,7 @@ class OutputStreamer:
         with each request's last token, built one column at a time (encoded from the kept
         columns' encodings when the sender takes it encoded)."""
         outputs = columns.outputs
-        lengths = list(map(len, outputs))
-        any(map(setattr, reqs, repeat("send_token_offset"), lengths))  # setattr returns None
+        lengths = columns.sent = list(map(len, outputs))  # the columns write the offsets
         reasons = load = time_stats = None
         if finished:
             reasons = list(map(_FINISHED_REASON, reqs))

@@ -6,12 +6,18 @@ the completion counts and the finish reasons. ``SteadyStream`` keeps those colum
 seen at two decode steps in a row (a list comparison, by identity, at C speed) when each of
 its requests streams every token or none streams, and for the latter files each request under
 the step at which its output length next reaches a multiple of the forced interval.
+
+Each request's ``send_token_offset`` is part of what is kept: at a step that streams every
+token the streamer records the output lengths it sent (``SteadyColumns.sent``) instead of
+writing them into 256 requests, and the kept batch writes them when it stops being kept (the
+batch changes, a request finishes or is streamed outside a decode step), before anything reads
+them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import compress
+from itertools import compress, repeat
 from operator import not_
 
 from schedkit.core.schedule_batch import Req
@@ -38,6 +44,7 @@ class SteadyColumns:
         "outputs",
         "prompt_tokens",
         "rids",
+        "sent",
         "step",
         "storage_enabled",
         "wire",
@@ -55,6 +62,8 @@ class SteadyColumns:
         self.storage_enabled: bool | None = None
         # The encoded columns (token_wire.encode_columns), made at the first encoded send.
         self.wire: tuple | None = None
+        # Each member's output length at the last message sent, not yet its send_token_offset.
+        self.sent: list[int] | None = None
         self._position: dict[Req, int] | None = None
         # Steps seen with these columns; step -> requests whose output length reaches a
         # multiple of the forced interval at that step (none streaming).
@@ -76,12 +85,25 @@ class SteadyColumns:
         later += due
         return due
 
+    def settle(self) -> None:
+        """Write each member's ``send_token_offset`` from ``sent`` (if pending)."""
+        sent = self.sent
+        if sent is not None:
+            self.sent = None
+            any(map(setattr, self.members, repeat("send_token_offset"), sent))  # returns None
+
     def without(self, gone: list[Req], force_interval: int) -> SteadyColumns:
         """These columns less the requests ``gone`` (finished at this step): the batch the
-        scheduler runs next. Filtered in C, no request looked at but those gone."""
+        scheduler runs next. Filtered in C, no request looked at but those gone (whose
+        offsets are written)."""
         gone_set = set(gone)
         keep = list(map(not_, map(gone_set.__contains__, self.members)))
         columns = SteadyColumns.__new__(SteadyColumns)
+        sent, self.sent = self.sent, None
+        columns.sent = None if sent is None else list(compress(sent, keep))
+        if sent is not None:
+            for req, length in compress(zip(self.members, sent, strict=True), map(not_, keep)):
+                req.send_token_offset = length
         columns.members = list(compress(self.members, keep))
         columns.member_set = self.member_set - gone_set
         columns.kind = self.kind
@@ -129,9 +151,11 @@ class SteadyStream:
         """The columns of ``reqs`` when it is the batch of the previous decode step too and
         its requests all stream every token or none streams; None otherwise."""
         columns = self._columns
-        if columns is not None and reqs == columns.members:
-            return columns
-        self._columns = None
+        if columns is not None:
+            if reqs == columns.members:
+                return columns
+            columns.settle()
+            self._columns = None
         if reqs != self._seen:
             self._seen = list(reqs)
             return None
@@ -155,6 +179,8 @@ class SteadyStream:
 
     def forget(self) -> None:
         """Keep nothing (a request finished: it must not be held)."""
+        if self._columns is not None:
+            self._columns.settle()
         self._columns = None
         self._seen = None
 

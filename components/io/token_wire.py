@@ -23,7 +23,7 @@ from schedkit.components.io.io_struct import BatchTokenIDOutput, RequestTimes, d
 __all__ = ["EncodedTokenIDOutput", "encode_columns", "encode_step"]
 
 _encode = msgspec.msgpack.Encoder().encode
-_LAST_TOKEN = itemgetter(slice(-1, None))
+_LAST_TOKEN = itemgetter(-1)
 
 
 class _TokenIDColumns(msgspec.Struct, tag="token_ids", tag_field="kind"):
@@ -31,7 +31,7 @@ class _TokenIDColumns(msgspec.Struct, tag="token_ids", tag_field="kind"):
 
     rids: msgspec.Raw
     finished_reasons: msgspec.Raw
-    output_ids: list[list[int]]
+    output_ids: list[tuple[int]]  # one 1-tuple per request: encoded as [token]
     prompt_tokens: msgspec.Raw
     completion_tokens: list[int]
     cached_tokens: msgspec.Raw
@@ -110,7 +110,7 @@ def encode_step(
         _TokenIDColumns(
             rid_col,
             reasons_col,
-            list(map(_LAST_TOKEN, outputs)),
+            list(zip(map(_LAST_TOKEN, outputs))),
             prompt_col,
             lengths,
             cached_col,

@@ -116,7 +116,8 @@ class Req:
     finished_reason: FinishReason | None = None
     # True once the final output was sent: a finished request is sent exactly once.
     finished_output: bool = False
-    # How many output tokens were already sent to the detokenizer.
+    # How many output tokens were already sent to the detokenizer (in a decode batch whose
+    # columns the output streamer keeps, written when it stops keeping them: steady_stream).
     send_token_offset: int = 0
     # Prefix-cache hits, by tier (device = the radix cache on the accelerator).
     cached_tokens: int = 0

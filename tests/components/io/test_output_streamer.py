@@ -1,6 +1,5 @@
 from types import SimpleNamespace
 
-import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +16,7 @@ from schedkit.components.io.output_streamer import OutputStreamer
 from schedkit.components.io.token_wire import EncodedTokenIDOutput
 from schedkit.core.parallel_state import ParallelState
 from schedkit.core.schedule_batch import FinishAbort, FinishLength, Req, SamplingParams
+from tests.components.io.test_output_sender import tally_counts
 
 
 class RecordingSender:
@@ -380,9 +380,16 @@ def run_decode_steps(use_decode_step, kinds, steps=12, finish_at=None, sender=No
             streamer.stream_output(running)
         if finished:
             running = [r for r in running if r.finished_reason is None]
+    for req in running:  # a last step at which the rest finish: every offset written
+        req.output_ids.append(steps)
+        req.finished_reason = FinishLength(len(req.output_ids))
+    if use_decode_step:
+        streamer.stream_decode_step(running, list(running))
+    else:
+        streamer.stream_output(running)
     messages = streamer.sender.messages
     if isinstance(sender, OutputTally):
-        messages = [attrs.asdict(sender)]
+        messages = [tally_counts(sender)]
     elif not isinstance(sender, WireSender):
         messages = [attrs_of(msg) for msg in messages]
     return messages, [(r.send_token_offset, r.finished_output) for r in reqs]
@@ -430,6 +437,21 @@ def test_a_decode_batch_streamed_elsewhere_is_not_kept():
     streamer.stream_output([a])  # aborted out of band
     assert streamer._steady._columns is None
     assert streamer.sender.messages[-1].finished_reasons == [FinishAbort("aborted")]
+    assert streamer.sender.messages[-1].output_ids == [[]]  # all three went out already
+
+
+def test_offsets_kept_with_a_batch_are_written_when_it_changes():
+    streamer = make_streamer()
+    a, b = make_req(rid="a", stream=True), make_req(rid="b", stream=True)
+    for n in range(4):
+        a.output_ids.append(n)
+        b.output_ids.append(n)
+        streamer.stream_decode_step([a, b], [])
+    assert streamer._steady._columns is not None
+    a.output_ids.append(4)  # b left the batch unfinished (retracted); a decodes alone
+    streamer.stream_decode_step([a], [])
+    assert streamer.sender.messages[-1].output_ids == [[4]]
+    assert (a.send_token_offset, b.send_token_offset) == (5, 4)
 
 
 def test_kept_columns_follow_the_storage_flag_when_it_flips():
