@@ -106,14 +106,15 @@ def step_batches(n_steps: int) -> list[KVEventBatch]:
 
 @contextmanager
 def python_chain() -> Iterator[None]:
-    """Make the caches' recorders hash with the pure-Python page chain meanwhile."""
-    saved = event_recorder.chain_packed, event_recorder.chain_ids
+    """Make the caches' recorders pack and hash with the pure-Python page chain meanwhile."""
+    saved = event_recorder.chain_packed, event_recorder.chain_ids, event_recorder.pack_u32
     event_recorder.chain_packed = page_chain.chain_packed_py
     event_recorder.chain_ids = page_chain.chain_ids_py
+    event_recorder.pack_u32 = None
     try:
         yield
     finally:
-        event_recorder.chain_packed, event_recorder.chain_ids = saved
+        event_recorder.chain_packed, event_recorder.chain_ids, event_recorder.pack_u32 = saved
 
 
 def cache_seconds(events: bool | str, warm: list[list[int]], seqs: list[list[int]]) -> float:

@@ -27,7 +27,7 @@ from schedkit.kv_events.hashing import (
     salt_seed,
     vllm_page_digests,
 )
-from schedkit.kv_events.page_chain import chain_ids, chain_packed
+from schedkit.kv_events.page_chain import chain_ids, chain_packed, pack_u32
 from schedkit.kv_events.structs import MEDIUM_GPU, AllBlocksCleared, BlockRemoved, BlockStored
 
 __all__ = ["EventRecorder"]
@@ -71,6 +71,10 @@ class EventRecorder:
         """The token ids as the hash input: 4-byte little-endian each, or the ids themselves as
         a tuple when one exceeds 2**32 - 1 (hashed in SGLang's wide encoding); ValueError if an
         id is not hashable. A cache packs an insert's new tokens once, before changing state."""
+        if pack_u32 is not None:  # the native packing, for plain ids in [0, 2**32 - 1]
+            raw = pack_u32(token_ids)
+            if raw is not None:
+                return raw
         pack = self._pack.get(len(token_ids))
         if pack is None:
             if len(self._pack) > 256:

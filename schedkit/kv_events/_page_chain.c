@@ -305,6 +305,40 @@ done:
     return result;
 }
 
+/* The ids of a list or tuple as 4-byte little-endian values, or None when one is not an int
+ * (exactly) in [0, 2**32 - 1]: the caller then takes its general path. */
+static PyObject *pack_u32(PyObject *self, PyObject *ids) {
+    if (!PyList_Check(ids) && !PyTuple_Check(ids)) Py_RETURN_NONE;
+    PyObject *seq = PySequence_Fast(ids, "token ids must be a sequence of integers");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *result = PyBytes_FromStringAndSize(NULL, 4 * n);
+    if (result == NULL) goto done;
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
+    /* No Python code runs in the loop: the list cannot change under it. */
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = items[i];
+        int overflow = 0;
+        long long v = PyLong_CheckExact(item) ? PyLong_AsLongLongAndOverflow(item, &overflow) : -1;
+        if (overflow || v < 0 || v > 0xffffffffLL) {
+            PyErr_Clear();
+            Py_CLEAR(result);
+            Py_INCREF(Py_None);
+            result = Py_None;
+            goto done;
+        }
+        uint32_t x = (uint32_t)v;
+        out[4 * i] = (uint8_t)x;
+        out[4 * i + 1] = (uint8_t)(x >> 8);
+        out[4 * i + 2] = (uint8_t)(x >> 16);
+        out[4 * i + 3] = (uint8_t)(x >> 24);
+    }
+done:
+    Py_DECREF(seq);
+    return result;
+}
+
 static PyObject *implementation(PyObject *self, PyObject *noargs) {
     return PyUnicode_FromString(compress == blocks_portable ? "portable" : "sha-ni");
 }
@@ -324,6 +358,9 @@ static PyMethodDef methods[] = {
      "chain_packed(prior, raw, page_bytes) -> the chained digests of raw's full pages"},
     {"chain_ids", chain_ids, METH_VARARGS,
      "chain_ids(prior, token_ids, page_size) -> the chained digests of the ids' full pages"},
+    {"pack_u32", pack_u32, METH_O,
+     "pack_u32(ids) -> the ids as 4-byte little-endian bytes, or None if one is not an int "
+     "in [0, 2**32 - 1]"},
     {"implementation", implementation, METH_NOARGS,
      "implementation() -> 'sha-ni' or 'portable': the SHA-256 compression in use"},
     {"use_portable", use_portable, METH_O,

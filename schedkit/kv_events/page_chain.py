@@ -8,15 +8,18 @@ the page as an 8-byte little-endian unsigned integer (ids up to 2**63 - 1).
 ``chain_packed(prior, raw, page_bytes)`` chains pages of already packed 4-byte ids and
 ``chain_ids(prior, token_ids, page_size)`` packs the ids itself (taking the wide encoding where
 a page needs it); both return the digests of every full page end to end (32 bytes each) in one
-call. ``NATIVE`` says whether the C extension ``schedkit.kv_events._page_chain`` (built by
-``pip install`` from ``_page_chain.c`` when a C compiler is present) is in use;
-``chain_packed_py`` and ``chain_ids_py`` are the pure-Python versions it falls back to.
+call. ``pack_u32(token_ids)`` packs a list or tuple of plain ints in [0, 2**32 - 1] for
+``chain_packed`` in one native loop, and returns None for anything else (a bool included),
+which the caller packs its own way; it is None without the extension. ``NATIVE`` says whether
+the C extension ``schedkit.kv_events._page_chain`` (built by ``pip install`` from
+``_page_chain.c`` when a C compiler is present) is in use; ``chain_packed_py`` and
+``chain_ids_py`` are the pure-Python versions it falls back to.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from struct import Struct
 
 __all__ = [
@@ -27,6 +30,7 @@ __all__ = [
     "chain_packed",
     "chain_packed_py",
     "implementation",
+    "pack_u32",
 ]
 
 MAX_HASHABLE_TOKEN_ID = 2**63 - 1
@@ -94,10 +98,12 @@ except ImportError:  # the C extension was not built: same results, slower
 if _native is None:
     chain_ids = chain_ids_py
     chain_packed = chain_packed_py
+    pack_u32: Callable[[Sequence[int]], bytes | None] | None = None
     NATIVE = False
 elif _native.implementation() == "sha-ni":
     chain_ids = _native.chain_ids
     chain_packed = _native.chain_packed
+    pack_u32 = _native.pack_u32
     NATIVE = True
 else:
     # Without the CPU's SHA instructions the portable C compression beats hashlib's only on
@@ -116,4 +122,5 @@ else:
             return _native_ids(prior, token_ids, page_size)
         return chain_ids_py(prior, token_ids, page_size)
 
+    pack_u32 = _native.pack_u32
     NATIVE = True

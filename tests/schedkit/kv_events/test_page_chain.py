@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from schedkit.components.cache.event_recorder import EventRecorder
 from schedkit.kv_events import page_chain
 
 try:
@@ -71,6 +72,10 @@ def test_native_chain_is_byte_identical_to_python(portable):
             assert native.chain_packed(prior, raw, page_bytes) == page_chain.chain_packed_py(
                 prior, raw, page_bytes
             )
+            packed = native.pack_u32(ids)
+            assert packed == (
+                None if ids and max(ids) > 2**32 - 1 else struct.pack(f"<{len(ids)}I", *ids)
+            )
     finally:
         native.use_portable(False)
 
@@ -91,6 +96,25 @@ def test_both_chains_refuse_the_same_input_alike(impl, args, message):
     chain_ids = page_chain.chain_ids_py if impl == "python" else native.chain_ids
     with pytest.raises(ValueError, match=message):
         chain_ids(*args)
+
+
+@needs_native
+@pytest.mark.parametrize(
+    ("ids", "packed"),
+    [
+        ((7, 2**32 - 1), b"\x07\x00\x00\x00\xff\xff\xff\xff"),
+        ([], b""),
+        ([1, -1], None),
+        ([2**32], None),
+        ([2**80], None),
+        ([True], None),  # left to the caller's packing, which takes it as struct does
+        ([1.0], None),
+        (range(3), None),
+    ],
+)
+def test_native_packing_takes_only_plain_ids_in_range(ids, packed):
+    assert native.pack_u32(ids) == packed
+    assert EventRecorder(1).pack([True, 2]) == struct.pack("<2I", 1, 2)
 
 
 def test_the_extension_is_built_with_a_compiler():
