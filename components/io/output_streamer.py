@@ -179,7 +179,7 @@ class OutputStreamer:
         reasons = load = time_stats = None
         if finished:
             reasons = list(map(_FINISHED_REASON, reqs))
-            time_stats = _time_stats(reqs)
+            time_stats = _time_stats_of(reqs, finished)
             for req in finished:
                 req.finished_output = True
             if self.get_load is not None:
@@ -204,6 +204,7 @@ class OutputStreamer:
                     lengths,
                     columns.rids,
                     reasons,
+                    [req.rid for req in finished],
                     dp_rank,
                     load,
                     time_stats,
@@ -293,6 +294,15 @@ class OutputStreamer:
         controller = getattr(self.tree_cache, "cache_controller", None)
         backend = getattr(controller, "storage_backend", None)
         return "none" if backend is None else type(backend).__name__
+
+
+def _time_stats_of(reqs: list[Req], finished: list[Req]) -> list[RequestTimes | None]:
+    """``_time_stats(reqs)`` when ``finished`` lists those of ``reqs`` that finished."""
+    times = {
+        req: RequestTimes(arrival_time=req.arrival_time, scheduled_time=req.scheduled_time)
+        for req in finished
+    }
+    return list(map(times.get, reqs))
 
 
 def _time_stats(reqs: list[Req]) -> list[RequestTimes | None]:

@@ -91,21 +91,17 @@ def encode_step(
     lengths: list[int],
     rids: list[str],
     reasons: list | None,
+    finished_rids: list[str],
     dp_rank: int | None,
     load: dict[str, Any] | None,
     time_stats: list[RequestTimes | None] | None,
 ) -> EncodedTokenIDOutput:
     """The message of a step at which each request got one token, the last of its
     ``outputs`` list, and streams it alone: ``columns`` from ``encode_columns``, ``lengths``
-    each request's output length, ``reasons`` its finish reason (None: none finished)."""
+    each request's output length, ``reasons`` its finish reason (None: none finished) and
+    ``finished_rids`` the rids of those that finished."""
     rid_col, prompt_col, cached_col, details_col, no_reasons = columns
-    if reasons is None:
-        reasons_col, finished_rids = no_reasons, []
-    else:
-        reasons_col = msgspec.Raw(_encode(reasons))
-        finished_rids = [
-            rid for rid, reason in zip(rids, reasons, strict=True) if reason is not None
-        ]
+    reasons_col = no_reasons if reasons is None else msgspec.Raw(_encode(reasons))
     wire = _encode(
         _TokenIDColumns(
             rid_col,
