@@ -19,7 +19,7 @@ min / median / max over the pairs; targets are read on the median.
     given. On: a ZeroMQ PUB publisher (with its replay socket) on free loopback ports and every
     request streaming every token, to the default wiring's ``output_tally`` (each message
     encoded as on the wire, then counted), and for comparison to the recording collector
-    (encoded, decoded and kept, as tests use it). Groups: one run of each of the three, 5
+    (encoded, decoded and kept, as tests use it). Groups: one run of each of the three, 9
     groups (``--quick``: 1); the ratios on / off are taken within each group. The scheduler
     thread's own CPU time is shown too. Target: on (output_tally) <= 1.4x off. The calibration
     line (CPU time of ``sum(range(10**6))``) shows how fast this machine runs pure Python.
@@ -71,8 +71,8 @@ NANO_POOL_TOKENS = 8192 * NANO_BLOCK_SIZE
 DESKTOP_CALIBRATION_MS = 12.5
 
 # W1 and the quick smoke version of it.
-FULL = {"num_requests": 2000, "output_len": 128, "pairs": 8, "runs": 5}
-QUICK = {"num_requests": 120, "output_len": 16, "pairs": 2, "runs": 1}
+FULL = {"num_requests": 2000, "output_len": 128, "pairs": 8, "groups": 9, "runs": 5}
+QUICK = {"num_requests": 120, "output_len": 16, "pairs": 2, "groups": 1, "runs": 1}
 
 
 def calibration_ms() -> float:
@@ -191,7 +191,7 @@ def bench_cpu(size: dict, calibration: float) -> None:
     process: dict[str, list[float]] = {label: [] for label in configs}
     thread: dict[str, list[float]] = {label: [] for label in configs}
     counts: dict[str, dict] = {}
-    for i in range(size["runs"]):
+    for i in range(size["groups"]):
         for label in rotated(tuple(configs), i):
             on, sender = configs[label]
             fresh = None if sender is None else sender()
@@ -199,7 +199,7 @@ def bench_cpu(size: dict, calibration: float) -> None:
                 cpu, thread_cpu, counts[label] = run_w1(assembly, size, on, time.process_time)
             process[label].append(cpu)
             thread[label].append(thread_cpu)
-    groups = size["runs"]
+    groups = size["groups"]
     for label in configs:
         tokens, steps = counts[label]["tokens"], counts[label]["decode_steps"]
         per_token = [cpu / tokens * 1e6 for cpu in process[label]]
