@@ -14,6 +14,7 @@ from typing import ClassVar
 
 import attrs
 
+from schedkit.components.io.cache_hit_details import cached_tokens_details, details_column
 from schedkit.components.io.io_struct import (
     BatchEmbeddingOutput,
     BatchTokenIDOutput,
@@ -160,7 +161,9 @@ class OutputStreamer:
                 prompt_tokens=[len(req.origin_input_ids) for req in due],
                 completion_tokens=[req.send_token_offset for req in due],
                 cached_tokens=[req.cached_tokens for req in due],
-                cached_tokens_details=self._details(due, self.enable_hicache_storage()),
+                cached_tokens_details=details_column(
+                    due, self.enable_hicache_storage(), self.tree_cache
+                ),
                 dp_rank=self.parallel_state.dp_rank,
                 load=self.get_load() if any_finished and self.get_load is not None else None,
                 time_stats=_time_stats(due) if any_finished else None,
@@ -187,7 +190,9 @@ class OutputStreamer:
         storage_enabled = self.enable_hicache_storage()
         details = columns.details
         if details is None or columns.storage_enabled != storage_enabled:
-            details = columns.details = self._details(columns.members, storage_enabled)
+            details = columns.details = details_column(
+                columns.members, storage_enabled, self.tree_cache
+            )
             columns.storage_enabled = storage_enabled
             columns.wire = None
         dp_rank = self.parallel_state.dp_rank
@@ -227,25 +232,6 @@ class OutputStreamer:
             )
         )
 
-    def _details(self, reqs: list[Req], storage_enabled: bool) -> list[dict | None]:
-        """``get_cached_tokens_details`` of each request for one value of the storage flag."""
-        details: list[dict | None] = []
-        for req in reqs:
-            device, host, storage = (
-                req.cached_tokens_device,
-                req.cached_tokens_host,
-                req.cached_tokens_storage,
-            )
-            if storage_enabled or storage > 0:
-                details.append(self._details_with_storage(req, storage_enabled))
-            elif device > 0 or host > 0:
-                details.append({"device": device, "host": host})
-            elif req.cached_tokens > 0:
-                details.append({"device": req.cached_tokens, "host": 0})
-            else:
-                details.append(None)
-        return details
-
     def _stream_output_embedding(self, reqs: list[Req]) -> None:
         done = [req for req in reqs if req.finished_reason is not None and not req.finished_output]
         if not done:
@@ -258,7 +244,9 @@ class OutputStreamer:
                 finished_reasons=[req.finished_reason for req in done],
                 prompt_tokens=[len(req.origin_input_ids) for req in done],
                 cached_tokens=[req.cached_tokens for req in done],
-                cached_tokens_details=self._details(done, self.enable_hicache_storage()),
+                cached_tokens_details=details_column(
+                    done, self.enable_hicache_storage(), self.tree_cache
+                ),
                 dp_rank=self.parallel_state.dp_rank,
             )
         )
@@ -270,30 +258,7 @@ class OutputStreamer:
         ``storage`` (and ``storage_backend``) with hierarchical-cache storage;
         ``{"device": cached_tokens, "host": 0}`` when only the total is known.
         """
-        return self._details_with_storage(req, self.enable_hicache_storage())
-
-    def _details_with_storage(self, req: Req, storage_enabled: bool) -> dict | None:
-        device, host, storage = (
-            req.cached_tokens_device,
-            req.cached_tokens_host,
-            req.cached_tokens_storage,
-        )
-        if device > 0 or host > 0 or storage > 0:
-            details: dict[str, int | str] = {"device": device, "host": host}
-            # A storage hit can be reported by another node even when this one has no storage.
-            if storage > 0 or storage_enabled:
-                details["storage"] = storage
-            if storage_enabled:
-                details["storage_backend"] = self._storage_backend_type()
-            return details
-        if req.cached_tokens > 0:
-            return {"device": req.cached_tokens, "host": 0}
-        return None
-
-    def _storage_backend_type(self) -> str:
-        controller = getattr(self.tree_cache, "cache_controller", None)
-        backend = getattr(controller, "storage_backend", None)
-        return "none" if backend is None else type(backend).__name__
+        return cached_tokens_details(req, self.enable_hicache_storage(), self.tree_cache)
 
 
 def _time_stats_of(reqs: list[Req], finished: list[Req]) -> list[RequestTimes | None]:
