@@ -11,18 +11,20 @@ Each request's ``send_token_offset`` is part of what is kept: at a step that str
 token the streamer records the output lengths it sent (``SteadyColumns.sent``) instead of
 writing them into 256 requests, and the kept batch writes them when it stops being kept (the
 batch changes, a request finishes or is streamed outside a decode step), before anything reads
-them.
+them (an offset something else wrote meanwhile, necessarily a later one, is kept).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import compress, repeat
-from operator import not_
+from operator import attrgetter, not_
 
 from schedkit.core.schedule_batch import Req
 
 __all__ = ["EVERY_TOKEN", "NOT_STREAMING", "SteadyColumns", "SteadyStream"]
+
+_SEND_OFFSET = attrgetter("send_token_offset")
 
 # What the batch's requests have in common: each streams every token, or none streams.
 EVERY_TOKEN = 1
@@ -90,7 +92,10 @@ class SteadyColumns:
         sent = self.sent
         if sent is not None:
             self.sent = None
-            any(map(setattr, self.members, repeat("send_token_offset"), sent))  # returns None
+            members = self.members
+            # An offset written meanwhile by other code (a later one, never lower) is kept.
+            offsets = map(max, map(_SEND_OFFSET, members), sent)
+            any(map(setattr, members, repeat("send_token_offset"), offsets))  # returns None
 
     def without(self, gone: list[Req], force_interval: int) -> SteadyColumns:
         """These columns less the requests ``gone`` (finished at this step): the batch the
@@ -103,7 +108,7 @@ class SteadyColumns:
         columns.sent = None if sent is None else list(compress(sent, keep))
         if sent is not None:
             for req, length in compress(zip(self.members, sent, strict=True), map(not_, keep)):
-                req.send_token_offset = length
+                req.send_token_offset = max(req.send_token_offset, length)
         columns.members = list(compress(self.members, keep))
         columns.member_set = self.member_set - gone_set
         columns.kind = self.kind

@@ -452,6 +452,13 @@ def test_offsets_kept_with_a_batch_are_written_when_it_changes():
     streamer.stream_decode_step([a], [])
     assert streamer.sender.messages[-1].output_ids == [[4]]
     assert (a.send_token_offset, b.send_token_offset) == (5, 4)
+    # An offset written meanwhile (a later one) is not overwritten by the kept lengths.
+    for n in range(5, 8):
+        a.output_ids.append(n)
+        streamer.stream_decode_step([a], [])
+    a.send_token_offset = 9
+    streamer.stream_output([a])  # streamed outside a decode step: the columns let go
+    assert a.send_token_offset == 9
 
 
 def test_kept_columns_follow_the_storage_flag_when_it_flips():
