@@ -25,7 +25,9 @@ Printed per row, min / median / max over the rounds: requests completed, prefix-
 rate (cached over prompt tokens, from each response's usage), TTFT p50 and p99 (ms, client
 side, from the request's send to its first streamed token), output tokens per second (over
 the first send to the last finish) and the load imbalance (most requests one worker took,
-from its ``/metrics``, over the mean).
+from its ``/metrics``, over the mean). A request that fails (an HTTP error, a broken stream)
+is counted as not completed. Needs ``tokenizers`` here (the router loads the workers' model
+directory's ``tokenizer.json``).
 
 Usage: ``python benchmarks/sglang_router_real.py --router-python PATH [--trace
 mooncake|azure] [--requests N] [--rate R] [--repeat N]``, PATH a Python with ``sglang-router``
@@ -121,17 +123,20 @@ async def _one(client: httpx.AsyncClient, start: float, item: dict, model: str) 
         "stream_options": {"include_usage": True},
     }
     first, usage = None, None
-    async with client.stream("POST", "/v1/completions", json=body) as response:
-        if response.status_code != 200:
-            return {"ok": False, "status": response.status_code}
-        async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("choices") and first is None:
-                first = time.perf_counter()
-            if chunk.get("usage"):
-                usage = chunk["usage"]
+    try:
+        async with client.stream("POST", "/v1/completions", json=body) as response:
+            if response.status_code != 200:
+                return {"ok": False, "status": response.status_code}
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if chunk.get("choices") and first is None:
+                    first = time.perf_counter()
+                if chunk.get("usage"):
+                    usage = chunk["usage"]
+    except httpx.HTTPError as exc:  # counted as not completed
+        return {"ok": False, "status": type(exc).__name__}
     return {
         "ok": usage is not None,
         "sent": sent,
@@ -187,6 +192,8 @@ def figures(results: list[dict], speedup: float, counts: list[float]) -> dict:
 def _fleet_args(args: argparse.Namespace, model: str, overlay: Path) -> list[str]:
     fleet = ["-o", str(overlay), "--served-model-name", model]
     fleet += ["--context-length", str(CONTEXT), "--worker-http", "auto"]
+    # A worker on a loaded machine may miss the default 1 s of heartbeats without being dead.
+    fleet += ["--heartbeat-timeout", "30"]
     for name, value in OPEN_LIMITS.items():
         fleet += ["--http-limit", f"{name}={value}"]
     return fleet
