@@ -28,8 +28,8 @@ worker's requests held (running + queued) over time, one panel per trace, replay
 (needs matplotlib: ``pip install 'schedkit[plot]'``).
 
 Usage: ``python benchmarks/bench_fleet.py [--requests N] [--policies a,b] [--modes
-open,closed,live] [--traces mooncake,azure] [--plot FILE]`` (``--quick``: 600 requests per
-trace, 200 live).
+open,closed,live] [--traces mooncake,azure] [--seed N] [--plot FILE]`` (``--quick``: 600
+requests per trace, 200 live).
 """
 
 from __future__ import annotations
@@ -217,6 +217,7 @@ def main() -> int:
     parser.add_argument("--mooncake-concurrency", type=number(int), default=32)
     parser.add_argument("--azure-concurrency", type=number(int), default=64)
     parser.add_argument("--live-speedup", type=number(float), default=1.0)
+    parser.add_argument("--seed", type=number(int), default=0, help="of both traces")
     parser.add_argument("--modes", default=",".join(MODES), help="of open, closed, live")
     parser.add_argument("--traces", default="mooncake,azure", help="of mooncake, azure")
     parser.add_argument("--policies", default=",".join(ORDER), help="comma-separated names")
@@ -240,8 +241,10 @@ def main() -> int:
             print(f"no plot: matplotlib is not installed ({INSTALL_HINT}), {args.plot} not written")
             args.plot = None
     with tempfile.TemporaryDirectory() as tmp:
-        mooncake = write_mooncake_shaped(Path(tmp) / "mc.jsonl", n, rate=args.mooncake_rate)
-        azure = write_azure_shaped(Path(tmp) / "az.csv", n, rate=args.azure_rate)
+        mooncake = write_mooncake_shaped(
+            Path(tmp) / "mc.jsonl", n, seed=args.seed, rate=args.mooncake_rate
+        )
+        azure = write_azure_shaped(Path(tmp) / "az.csv", n, seed=args.seed, rate=args.azure_rate)
         traces = [
             (
                 f"mooncake-shaped {args.mooncake_rate:g}/s",
@@ -253,8 +256,8 @@ def main() -> int:
         ]
         traces = [t for t in traces if t[2] in wanted]
         print(
-            f"{args.workers} workers, llama3-8b on h100; seed 0; offline: {n} requests per "
-            f"trace; live: the first {n_live}, trace and model {args.live_speedup:g}x faster, "
+            f"{args.workers} workers, llama3-8b on h100; seed {args.seed}; offline: {n} requests "
+            f"per trace; live: the first {n_live}, trace and model {args.live_speedup:g}x faster, "
             f"figures scaled back"
         )
         print()

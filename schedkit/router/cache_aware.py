@@ -12,10 +12,11 @@ policies, which differ only in where the prefix match comes from.
 
 Load is the gateway's ``worker.load()``: requests routed and not finished
 (``load="requests"``), or the tokens in flight (``"tokens"``: prefill still to compute plus
-decode context), a setting of ours. Among equally loaded workers the one sent the fewest
-requests so far wins, then the lowest rank: the gateway's ``min_by_key`` keeps the first,
-which at light load (every worker idle, all loads 0) sends every cache miss to the first
-worker (vllm-project/router made the same change for that reason).
+decode context), a setting of ours. Among equally loaded workers the first in rank order
+wins (``tie_break="first"``: the gateway's ``min_by_key`` over its worker list keeps the
+first), or the one sent the fewest requests so far, then the lowest rank
+(``"fewest_routed"``, a setting of ours, as vllm-project/router changed it: at light load
+``min_by_key`` sends each cache miss to the first idle worker).
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ import attrs
 
 from schedkit.router.base import Candidates
 
-__all__ = ["FALLBACKS", "LOADS", "CacheAwareRule"]
+__all__ = ["FALLBACKS", "LOADS", "TIE_BREAKS", "CacheAwareRule"]
 
 FALLBACKS = ("least_loaded", "least_prefill", "smallest_cache")
 LOADS = ("requests", "prefill_tokens", "tokens")
+TIE_BREAKS = ("first", "fewest_routed")
 
 
 def _in(options: tuple[str, ...]):  # an attrs validator naming the valid values
@@ -51,6 +53,7 @@ class CacheAwareRule:
     balance_rel_threshold: float = attrs.field(default=1.5, validator=attrs.validators.ge(0))
     fallback: str = attrs.field(default="least_loaded", validator=_in(FALLBACKS))
     load: str = attrs.field(default="requests", validator=_in(LOADS))
+    tie_break: str = attrs.field(default="first", validator=_in(TIE_BREAKS))
 
     def loads(self, c: Candidates) -> dict[int, int]:
         """Each live rank's load under the ``load`` setting."""
@@ -72,7 +75,11 @@ class CacheAwareRule:
         ``holder``; ``cached_pages`` (per rank) is read by the ``smallest_cache`` fallback."""
         loads = self.loads(c)
         workers = c.loads.workers
-        least = min(c.ranks, key=lambda r: (loads[r], workers[r].routed))
+        if self.tie_break == "first":
+            routed = dict.fromkeys(c.ranks, 0)
+        else:
+            routed = {r: workers[r].routed for r in c.ranks}
+        least = min(c.ranks, key=lambda r: (loads[r], routed[r]))
         high, low = max(loads.values()), loads[least]
         if high - low > self.balance_abs_threshold and high > low * self.balance_rel_threshold:
             return least, "imbalanced"
@@ -81,11 +88,9 @@ class CacheAwareRule:
         if rate > self.cache_threshold and holder in loads:
             return holder, "prefix"
         if self.fallback == "smallest_cache" and cached_pages is not None:
-            pick = min(c.ranks, key=lambda r: (cached_pages[r], loads[r], workers[r].routed))
+            pick = min(c.ranks, key=lambda r: (cached_pages[r], loads[r], routed[r]))
             return pick, "smallest_cache"
         if self.fallback == "least_prefill":
-            pick = min(
-                c.ranks, key=lambda r: (workers[r].prefill_tokens, loads[r], workers[r].routed)
-            )
+            pick = min(c.ranks, key=lambda r: (workers[r].prefill_tokens, loads[r], routed[r]))
             return pick, "least_prefill"
         return least, "least_loaded"

@@ -12,11 +12,16 @@ For every worker, with the request's prompt of ``isl`` tokens in pages of ``page
   them;
 - ``logit = overlap_score_weight * potential_prefill_blocks + potential_blocks`` (lower is
   better), divided by the largest logit; then softmax sampling at ``temperature`` over the
-  negated logits scaled by their range, or, at temperature 0, the lowest logit with ties
-  broken at random.
+  negated logits scaled by their range, or, at temperature 0, the lowest logit; workers tied
+  on it go to the smallest tree: the pages the worker holds in the KV-event index if it
+  matched part of the prompt, else 0 (Dynamo's ``OverlapScores.tree_sizes`` is filled only
+  for the workers ``find_matches`` met); the workers still tied, at random (Dynamo takes the
+  first of a ``HashMap``'s iteration, an order that is random per map).
 
-Defaults are Dynamo's: ``overlap_score_weight`` 1.0, ``router_temperature`` 0.0. Signals:
-prefill tokens, its own record of the active requests' pages, the KV-event prefix.
+Defaults are Dynamo's: ``overlap_score_weight`` 1.0, ``router_temperature`` 0.0
+(``SchedulerConfig::default``, ``lib/kv-router/src/scheduler.rs`` of ai-dynamo/dynamo).
+Signals: prefill tokens, its own record of the active requests' pages, the KV-event prefix
+and each matched worker's indexed pages.
 """
 
 from __future__ import annotations
@@ -85,7 +90,16 @@ class DynamoKvCost:
         top = max(logits.values())
         if top > 0:
             logits = {r: v / top for r, v in logits.items()}
-        return softmax_sample(logits, self.temperature, self._rng), "cost"
+        if self.temperature > 0:
+            return softmax_sample(logits, self.temperature, self._rng), "cost"
+        low = min(logits.values())
+        tied = [r for r, v in logits.items() if v == low]
+        if len(tied) > 1:
+            matched = c.matched
+            sizes = {r: c.cached_pages(r) if matched.get(r, 0) else 0 for r in tied}
+            smallest = min(sizes.values())
+            tied = [r for r in tied if sizes[r] == smallest]
+        return (tied[0] if len(tied) == 1 else self._rng.choice(tied)), "cost"
 
     def on_routed(self, c: Candidates, rank: int, rid: str) -> None:
         """The request's pages join ``rank``'s active blocks until it finishes."""

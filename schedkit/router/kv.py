@@ -13,9 +13,10 @@ prompt tokens queued for prefill (``fallback="least_prefill"``), not the fewest 
 flight (``fallback="least_loaded"``, the gateway's): requests in flight are mostly decoding,
 so balancing them evens out decode occupancy, not the prefill work a new prompt waits
 behind (on the no-sharing Azure-shaped trace the gateway's choice raised TTFT p50 above
-round robin's; see docs/router.md). Ties on the longest prefix go to the least loaded holder,
-then the lowest rank. Signals: requests in flight, prefill tokens, the KV-event prefix and the
-pending prompts.
+round robin's; see docs/router.md); and equally loaded workers go to the one sent the fewest
+requests so far (``tie_break="fewest_routed"``). Ties on the longest prefix go to the least
+loaded holder, then the lowest rank. Signals: requests in flight, prefill tokens, the KV-event
+prefix and the pending prompts.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import ClassVar
 import attrs
 
 from schedkit.router.base import Candidates, register_policy
-from schedkit.router.cache_aware import FALLBACKS, CacheAwareRule, _in
+from schedkit.router.cache_aware import FALLBACKS, TIE_BREAKS, CacheAwareRule, _in
 
 __all__ = ["KvCacheAware"]
 
@@ -37,6 +38,7 @@ class KvCacheAware(CacheAwareRule):
     the worker with the least prefill queued (``fallback="least_prefill"``)."""
 
     fallback: str = attrs.field(default="least_prefill", validator=_in(FALLBACKS))
+    tie_break: str = attrs.field(default="fewest_routed", validator=_in(TIE_BREAKS))
 
     name: ClassVar[str] = "kv"
     signals: ClassVar[tuple[str, ...]] = (

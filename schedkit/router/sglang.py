@@ -5,10 +5,11 @@ The rule is ``schedkit.router.cache_aware``; the prefix match comes from an ``Ap
 the prompts this policy sent to each worker, not from the workers' KV events: the prompt is
 inserted into the chosen worker's tree when it is routed (on every path, imbalanced included),
 and every ``eviction_interval`` seconds of the routing clock each worker's tree is cut to
-``max_tree_size`` tokens, least recently used leaves first. Defaults are the gateway's
-command-line ones: 0.3 / 64 / 1.5, eviction every 120 s, 67,108,864 per tree (the gateway
-counts characters; here tokens). Signals: requests in flight (``load="tokens"``: tokens in
-flight) and its own tree.
+``max_tree_size`` tokens, least recently used leaves first. Defaults are those of
+``sglang-router`` 0.3.2, the package index's release (``sglang_router/router_args.py``): 0.3 /
+64 / 1.5, eviction every 60 s, 67,108,864 per tree (the gateway counts characters; here
+tokens); equally loaded workers go to the first (``tie_break="first"``). Signals: requests in
+flight (``load="tokens"``: tokens in flight) and its own tree.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class SglangCacheAware(CacheAwareRule):
     uses_prefix: ClassVar[bool] = False
     uses_pending: ClassVar[bool] = False
 
-    eviction_interval: float = attrs.field(default=120.0, validator=attrs.validators.ge(0))
+    eviction_interval: float = attrs.field(default=60.0, validator=attrs.validators.ge(0))
     max_tree_size: int = attrs.field(default=67_108_864, validator=attrs.validators.ge(0))
     _tree: ApproxTree | None = attrs.field(default=None, init=False)
     _next_eviction: float | None = attrs.field(default=None, init=False)

@@ -32,6 +32,19 @@ def test_cache_aware_routes_to_the_least_loaded_when_imbalanced():
     assert policy.choose(candidates({0: 4, 1: 0}, {0: 15, 1: 10}))[1] == "prefix"
     # Equal least loads: the first in rank order, as Rust's min_by_key.
     assert policy.choose(candidates({}, {0: 20, 1: 2, 2: 2})) == (1, "imbalanced")
+    # Rank 1 was sent more requests so far than rank 2: the gateway's rule (sglang's
+    # default) still takes the first; ``fewest_routed`` (kv's default) takes rank 2.
+    loads = board({0: 20, 1: 2, 2: 2})
+    loads[1].routed, loads[2].routed = 9, 3
+    assert SglangCacheAware(balance_abs_threshold=4).tie_break == "first"
+    assert KvCacheAware(tie_break="first").choose(candidates({}, loads))[0] == 1
+    assert KvCacheAware(balance_abs_threshold=4).choose(candidates({}, loads))[0] == 2
+    # The same on the fallback below the cache threshold (balanced loads).
+    even = board({0: 2, 1: 1, 2: 1})
+    even[1].routed, even[2].routed = 9, 3
+    first = KvCacheAware(fallback="least_loaded", tie_break="first")
+    assert first.choose(candidates({}, even)) == (1, "least_loaded")
+    assert KvCacheAware(fallback="least_loaded").choose(candidates({}, even)) == (2, "least_loaded")
 
 
 def test_cache_aware_prefix_above_the_threshold_else_the_fallback():
@@ -73,7 +86,7 @@ def test_cache_aware_defaults_are_the_gateway_command_line_defaults():
             1.5,
         )
     p = SglangCacheAware()
-    assert (p.eviction_interval, p.max_tree_size) == (120.0, 67_108_864)
+    assert (p.eviction_interval, p.max_tree_size) == (60.0, 67_108_864)
 
 
 def test_sglang_inserts_what_it_routes_and_follows_it():
@@ -113,6 +126,18 @@ def test_dynamo_cost_is_overlap_weighted_prefill_blocks_plus_active_blocks():
     assert policy.choose(candidates({0: 4, 1: 0}, loads))[0] == 1
     policy.on_finished("r1")
     assert policy._active[1] == {}
+    # Equal logits: the smaller tree, as Dynamo's tie-break on OverlapScores.tree_sizes.
+    tied = board({0: 0, 1: 0, 2: 0})
+    c = candidates({0: 2, 1: 2, 2: 2}, tied, cached={0: 50, 1: 10, 2: 30})
+    assert DynamoKvCost().choose(c) == (1, "cost")
+    # A worker that matched nothing has no tree size there (0): rank 0 (2 pages matched, 8
+    # tokens queued) and rank 1 (nothing) both cost 8, and rank 1 wins despite its 100 pages.
+    queued = board(requests={0: 0, 1: 0}, tokens={0: 8, 1: 0})
+    c = candidates({0: 2, 1: 0}, queued, cached={0: 5, 1: 100})
+    assert DynamoKvCost().choose(c) == (1, "cost")
+    # Still tied after that: at random (Dynamo: the first of a HashMap's random order).
+    picks = {DynamoKvCost(seed=s).choose(candidates({}, board({0: 0, 1: 0})))[0] for s in range(20)}
+    assert picks == {0, 1}
 
 
 def test_dynamo_softmax_sampling():
