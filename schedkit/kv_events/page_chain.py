@@ -103,7 +103,7 @@ if _native is None:
 elif _native.implementation() == "sha-ni":
     chain_ids = _native.chain_ids
     chain_packed = _native.chain_packed
-    pack_u32 = _native.pack_u32
+    pack_u32 = getattr(_native, "pack_u32", None)  # None from a build older than pack_u32
     NATIVE = True
 else:
     # Without the CPU's SHA instructions the portable C compression beats hashlib's only on
@@ -122,5 +122,5 @@ else:
             return _native_ids(prior, token_ids, page_size)
         return chain_ids_py(prior, token_ids, page_size)
 
-    pack_u32 = _native.pack_u32
+    pack_u32 = getattr(_native, "pack_u32", None)  # None from a build older than pack_u32
     NATIVE = True
