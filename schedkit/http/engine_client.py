@@ -1,5 +1,5 @@
-"""The front end's side of the scheduler's ZeroMQ edge: one DEALER socket, read on the event
-loop, and admission that is fair between API keys.
+"""The front end's side of the scheduler's ZeroMQ edge: one DEALER connection
+(``scheduler_link``), read on the event loop, and admission that is fair between API keys.
 
 Requests handed to the scheduler and not yet finished ("forwarded") are bounded in number and
 prompt tokens (``Limits.max_forwarded_*``), and per key: at most ``max_forwarded_per_key``,
@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 from collections import deque
 from itertools import islice
 
 import msgspec
-import zmq
 
 from schedkit.components.io.io_struct import (
     BatchTokenIDOutput,
@@ -44,11 +44,13 @@ from schedkit.components.io.io_struct import (
 )
 from schedkit.http.config import Limits
 from schedkit.http.request_state import Overloaded, RequestState
+from schedkit.http.scheduler_link import SchedulerLink
 
 __all__ = ["EngineClient", "Overloaded", "RequestState"]
 
 # Control messages the scheduler's zmq_server takes only with its admin token.
 _ADMIN_CONTROLS = frozenset({"pause", "continue", "flush"})
+_log = logging.getLogger("schedkit.http")
 # Queued keys compared for each freed slot.
 _SCAN = 32
 
@@ -70,7 +72,6 @@ class EngineClient:
         self.forwarded = 0
         self.forwarded_tokens = 0
         self.queued = 0
-        self.last_receive = 0.0
         # What the scheduler has not admitted yet: its last report plus what was sent since.
         self.scheduler_waiting = 0
         self.scheduler_waiting_tokens = 0
@@ -86,34 +87,39 @@ class EngineClient:
         self._controls: deque[asyncio.Future] = deque()
         self._prefix = os.urandom(4).hex()
         self._counter = 0
-        self._socket: zmq.Socket | None = None
+        self._link: SchedulerLink | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._drain_scheduled = False
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Connect and start reading on the running loop."""
-        loop = self._loop = asyncio.get_running_loop()
-        socket = zmq.Context.instance().socket(zmq.DEALER)
-        socket.setsockopt(zmq.SNDHWM, 0)  # bounded by the admission limits instead
-        socket.setsockopt(zmq.RCVHWM, 0)
-        socket.setsockopt(zmq.LINGER, 0)
-        socket.connect(self.endpoint)
-        self._socket = socket
-        loop.add_reader(socket.getsockopt(zmq.FD), self._drain)
+        """Connect (raises ConnectionError or ValueError) and start reading on the running
+        loop."""
+        self._loop = asyncio.get_running_loop()
+        self._link = SchedulerLink(self.endpoint, self._dispatch_bytes, self._lost)
+        self._link.open(self._loop)
 
     def close(self) -> None:
-        """Stop reading and close the socket; waiting requests end with an error."""
-        if self._socket is None:
+        """Close the connection; waiting requests end with an error."""
+        if self._link is None:
             return
-        if self._loop is not None:
-            self._loop.remove_reader(self._socket.getsockopt(zmq.FD))
-        self._socket.close(linger=0)
-        self._socket = None
+        self._link.close()
+        self._link = None
+        self._fail_all("the server is shutting down")
+
+    def _lost(self, reason: str) -> None:
+        """The scheduler's connection ended: every request and control waiting ends."""
+        _log.error("lost the scheduler connection: %s", reason)
+        self._fail_all(f"lost the scheduler connection ({reason})")
+
+    def _fail_all(self, reason: str) -> None:
         for state in list(self.states.values()):
-            state.error = "the server is shutting down"
+            state.error = reason
             state.wake()
+        while self._controls:
+            future = self._controls.popleft()
+            if not future.done():
+                future.set_exception(ConnectionError(reason))
 
     # -- generation -------------------------------------------------------------------------
 
@@ -264,7 +270,7 @@ class EngineClient:
         """Ask the scheduler for its load while requests are queued here: its waiting queue
         empties as it admits requests, which no output reports."""
         try:
-            while self._queues and self._socket is not None:
+            while self._queues and self._link is not None:
                 await asyncio.sleep(self.limits.load_poll_seconds)
                 # The scheduler reads messages in order: the reply counts what went before.
                 sent = self._sent
@@ -324,28 +330,13 @@ class EngineClient:
     # -- the socket -------------------------------------------------------------------------
 
     def _send(self, payload: bytes) -> None:
-        socket = self._socket
-        if socket is None:
+        link = self._link
+        if link is None:
             raise ConnectionError("the scheduler connection is closed")
-        socket.send(payload, zmq.NOBLOCK)
-        # libzmq's descriptor signals by edge: a send can take an edge meant for reading.
-        if not self._drain_scheduled:
-            self._drain_scheduled = True
-            self._loop.call_soon(self._drain)
+        link.send(payload)
 
-    def _drain(self) -> None:
-        self._drain_scheduled = False
-        socket = self._socket
-        if socket is None:
-            return
-        dispatch = self._dispatch
-        while socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            try:
-                data = socket.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            dispatch(decode_server_message(data))
-        self.last_receive = self._loop.time()
+    def _dispatch_bytes(self, data: bytes) -> None:
+        self._dispatch(decode_server_message(data))
 
     def _dispatch(self, msg: msgspec.Struct) -> None:
         if isinstance(msg, BatchTokenIDOutput):
