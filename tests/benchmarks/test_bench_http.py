@@ -39,3 +39,15 @@ def test_tiny_run_prints_both_edges_side_by_side():
             rf"^  {q} latency \(ms\): HTTP {MMM}, ZMQ {MMM}, added by HTTP -?{MMM}$", out, re.M
         ), out
     assert re.search(rf"^  HTTP / ZMQ server CPU per request at equal rate: {MMM}$", out, re.M)
+    for kind in ("short", "stream"):
+        for edge in ("http", "zmq"):
+            assert re.search(rf"^\| {kind} \| {edge}( \| {MMM}){{4}} \|$", out, re.M), out
+    for kind, unit in (("short", "requests/s"), ("stream", "tokens/s")):
+        assert re.search(
+            rf"^target >= [\d,]+ HTTP {kind} {unit}: wall clock {MMM}, per core {MMM}, a core "
+            rf"per process {MMM}; wall clock met in \d of 2 rounds, per core met in \d of 2 "
+            "rounds$",
+            out,
+            re.M,
+        ), out
+    assert re.search(r"^machine load average \(1 / 5 / 15 min\): [\d. /]+ at the start", out, re.M)
