@@ -22,6 +22,7 @@ from schedkit.components.io.io_struct import SamplingParamsInput
 from schedkit.http.config import HttpConfig
 from schedkit.http.engine_client import EngineClient, Overloaded, RequestState
 from schedkit.http.protocol import ApiError
+from schedkit.http.responses import chunk_writer
 from schedkit.http.tokenizer import ByteTokenizer, HfTokenizer
 
 __all__ = ["Call", "EventStream", "Generator", "SendWatch", "read_json"]
@@ -243,9 +244,13 @@ class EventStream:
                 }
             )
             self.sending_since = 0.0
+            write = chunk_writer(send)
             async for chunk in self.events:
                 self.sending_since = clock()
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if write is not None:
+                    await write(chunk)
+                else:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 self.sending_since = 0.0
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:

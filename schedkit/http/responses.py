@@ -9,7 +9,7 @@ import msgspec
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 
-__all__ = ["JsonResponse", "json_response", "write_whole"]
+__all__ = ["JsonResponse", "chunk_writer", "json_response", "write_whole"]
 
 _encode = msgspec.json.Encoder().encode
 _CONTENT_TYPE = (b"content-type", b"application/json")
@@ -77,3 +77,27 @@ def write_whole(send: Send, status: int, header_lines: bytes, body: bytes) -> bo
         cycle.transport.close()
     cycle.on_response()
     return True
+
+
+def chunk_writer(send: Send):
+    """For a response streamed in chunks under uvicorn's httptools protocol, started through
+    ``send``: a coroutine function writing one body chunk in the chunked encoding straight to
+    the transport (waiting while the transport's buffer is full, as uvicorn's send does); None
+    under any other server, whose ``send`` then takes each chunk."""
+    cycle = getattr(send, "__self__", None)
+    if (
+        type(cycle) is not RequestResponseCycle
+        or not cycle.response_started
+        or cycle.response_complete
+        or not cycle.chunked_encoding
+    ):
+        return None
+    flow, transport = cycle.flow, cycle.transport
+
+    async def write(chunk: bytes) -> None:
+        if flow.write_paused and not cycle.disconnected:
+            await flow.drain()
+        if not cycle.disconnected and chunk:
+            transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+
+    return write
