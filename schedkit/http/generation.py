@@ -139,11 +139,14 @@ class Generator:
     def submit(
         self, key: str, ids: list[int], params: SamplingParamsInput, rid: str | None = None
     ) -> RequestState:
-        """Hand a request to the engine client; its refusals become ApiErrors."""
+        """Hand a request to the engine client; its refusals (and a closed scheduler
+        connection: 503) become ApiErrors."""
         try:
             return self.engine.submit(key, ids, params, rid)
         except Overloaded as exc:
             raise ApiError(exc.status, str(exc)) from None
+        except ConnectionError as exc:
+            raise ApiError(503, str(exc)) from None
         except ValueError as exc:
             raise ApiError(400, str(exc), "rid") from None
 

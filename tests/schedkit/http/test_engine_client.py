@@ -253,3 +253,23 @@ def test_an_unqueued_abort_never_reaches_the_scheduler(scheduler):
             client.close()
 
     asyncio.run(run())
+
+
+def test_a_lost_scheduler_ends_every_waiting_request_and_control(scheduler):
+    async def run() -> None:
+        client = EngineClient(scheduler.endpoint, Limits())
+        client.start()
+        try:
+            state = client.submit("a", [1], PARAMS, "r1")
+            await scheduler.read(1)
+            control = asyncio.ensure_future(client.control("get_loads", timeout=10))
+            await scheduler.until(lambda: scheduler.loads_asked)
+            scheduler.socket.close()
+            await asyncio.wait_for(state.wait_done(), 10)
+            assert state.error.startswith("lost the scheduler connection"), state.error
+            with pytest.raises(ConnectionError, match="lost the scheduler connection"):
+                await control
+        finally:
+            client.close()
+
+    asyncio.run(run())

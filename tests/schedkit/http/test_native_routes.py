@@ -133,3 +133,28 @@ def test_unknown_route_and_method(http):
     assert missing.status_code == 404
     assert "no such route" in missing.json()["error"]["message"]
     assert http.get("/v1/completions").status_code == 405
+
+
+def test_pipelined_requests_and_connection_close_on_one_raw_connection(http_server):
+    """Whole responses written in one piece keep the connection's bookkeeping: pipelined
+    requests are answered in order, and ``connection: close`` is honoured."""
+    _, url = http_server
+    host, port = url.removeprefix("http://").split(":")
+    body = json.dumps({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 3}}).encode()
+    head = f"POST /generate HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\n"
+    keep, close = (head + "\r\n").encode() + body, (head + "connection: close\r\n\r\n").encode()
+    with socket.create_connection((host, int(port)), timeout=30) as raw:
+        raw.sendall(keep + keep + close + body)
+        data = b""
+        while chunk := raw.recv(65536):  # until the server closes
+            data += chunk
+    responses = []
+    while data:
+        head_end = data.index(b"\r\n\r\n") + 4
+        headers = data[:head_end].lower()
+        length = int(headers.split(b"content-length: ")[1].split(b"\r\n")[0])
+        responses.append((headers, json.loads(data[head_end : head_end + length])))
+        data = data[head_end + length :]
+    assert [h.split(b"\r\n")[0] for h, _ in responses] == [b"http/1.1 200 ok"] * 3
+    assert [len(r["output_ids"]) for _, r in responses] == [3, 3, 3]
+    assert [b"connection: close" in h for h, _ in responses] == [False, False, True]
