@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import msgspec
 from starlette.types import Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
+
+try:
+    from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
+except ImportError:  # a uvicorn without its httptools protocol: always the ASGI sends
+    STATUS_LINE, RequestResponseCycle = {}, None
 
 __all__ = ["JsonResponse", "chunk_writer", "json_response", "write_whole"]
 
@@ -57,25 +61,32 @@ def write_whole(send: Send, status: int, header_lines: bytes, body: bytes) -> bo
     uvicorn's httptools protocol, keeping its bookkeeping as its own two sends would; False
     (nothing written) under any other server or once the response started."""
     cycle = getattr(send, "__self__", None)
-    if (
-        type(cycle) is not RequestResponseCycle
-        or cycle.response_started
-        or cycle.default_headers
-        or cycle.flow.write_paused
-        or cycle.scope["method"] == "HEAD"
-    ):
+    if type(cycle) is not RequestResponseCycle:
         return False
-    if cycle.disconnected:
+    try:  # the cycle's private state, all read before any is changed
+        if (
+            cycle.response_started
+            or cycle.default_headers
+            or cycle.flow.write_paused
+            or cycle.scope["method"] == "HEAD"
+        ):
+            return False
+        disconnected, keep_alive, transport = cycle.disconnected, cycle.keep_alive, cycle.transport
+        message_event, on_response = cycle.message_event, cycle.on_response
+        status_line = STATUS_LINE[status]
+    except (AttributeError, KeyError):  # a uvicorn that keeps it otherwise: the ASGI sends
+        return False
+    if disconnected:
         return True  # as uvicorn's send: nothing to write to
     cycle.response_started = True
     cycle.waiting_for_100_continue = False
-    close = b"" if cycle.keep_alive else b"connection: close\r\n"
-    cycle.transport.write(b"".join((STATUS_LINE[status], header_lines, close, b"\r\n", body)))
+    close = b"" if keep_alive else b"connection: close\r\n"
+    transport.write(b"".join((status_line, header_lines, close, b"\r\n", body)))
     cycle.response_complete = True
-    cycle.message_event.set()
-    if not cycle.keep_alive:
-        cycle.transport.close()
-    cycle.on_response()
+    message_event.set()
+    if not keep_alive:
+        transport.close()
+    on_response()
     return True
 
 
@@ -85,14 +96,14 @@ def chunk_writer(send: Send):
     the transport (waiting while the transport's buffer is full, as uvicorn's send does); None
     under any other server, whose ``send`` then takes each chunk."""
     cycle = getattr(send, "__self__", None)
-    if (
-        type(cycle) is not RequestResponseCycle
-        or not cycle.response_started
-        or cycle.response_complete
-        or not cycle.chunked_encoding
-    ):
+    if type(cycle) is not RequestResponseCycle:
         return None
-    flow, transport = cycle.flow, cycle.transport
+    try:
+        if not cycle.response_started or cycle.response_complete or not cycle.chunked_encoding:
+            return None
+        flow, transport = cycle.flow, cycle.transport
+    except AttributeError:  # a uvicorn that keeps its state otherwise: ``send`` takes chunks
+        return None
 
     async def write(chunk: bytes) -> None:
         if flow.write_paused and not cycle.disconnected:
