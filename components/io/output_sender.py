@@ -150,6 +150,23 @@ class OutputTally:
             done.update(msg.finished_rids)
             self.finished += len(msg.finished_rids)
 
+    @property
+    def takes_decode_runs(self) -> bool:
+        """Whether ``send_decode_run`` counts runs of messages (nothing is encoded)."""
+        return not self.encode
+
+    def send_decode_run(self, rids: list[str], steps: int) -> None:
+        """Count ``steps`` messages each carrying one new token of each request of ``rids``,
+        none finished: what as many ``send`` calls count (without ``encode`` only)."""
+        if self.closed:
+            raise RuntimeError("send on a closed OutputTally")
+        if self.encode:
+            raise RuntimeError("send_decode_run counts runs only without encode")
+        self.messages += steps
+        self.output_tokens += len(rids) * steps
+        if not self._done.isdisjoint(rids):
+            self.double_finishes += [rid for rid in rids if rid in self._done] * steps
+
     def close(self) -> None:
         """Refuse further sends; the counts stay readable."""
         self.closed = True

@@ -113,6 +113,29 @@ class OutputStreamer:
         if finished:  # the scheduler drops them from the batch: keep the columns without them
             self._steady.keep_without(columns, finished, self.force_stream_interval)
 
+    def decode_run_steps(self, reqs: list[Req], limit: int) -> int:
+        """How many of the next ``limit`` decode steps of ``reqs`` (the batch of the previous
+        decode step, kept, none finished) ``stream_decode_run`` may stream at once: those
+        before a request is due (none streaming), or all when each request streams every
+        token and the sender counts runs of messages (``send_decode_run``); else 0."""
+        if not self.is_generation or type(self).stream_output is not OutputStreamer.stream_output:
+            return 0
+        columns = self._steady.kept(reqs)
+        if columns is None:
+            return 0
+        if columns.kind == NOT_STREAMING:
+            return columns.quiet_steps(limit)
+        return limit if getattr(self.sender, "takes_decode_runs", False) is True else 0
+
+    def stream_decode_run(self, reqs: list[Req], steps: int) -> None:
+        """``stream_decode_step(reqs, [])`` for ``steps`` decode steps (at most
+        ``decode_run_steps``) in which each request got one token a step."""
+        columns = self._steady.kept(reqs)
+        columns.step += steps
+        if columns.kind != NOT_STREAMING:
+            columns.sent = list(map(len, columns.outputs))  # the columns write the offsets
+            self.sender.send_decode_run(columns.rids, steps)
+
     def _stream_output_generation(
         self, reqs: list[Req], skip_req: Req | None, is_idle_batch: bool
     ) -> None:

@@ -97,6 +97,14 @@ class SteadyColumns:
             offsets = map(max, map(_SEND_OFFSET, members), sent)
             any(map(setattr, members, repeat("send_token_offset"), offsets))  # returns None
 
+    def quiet_steps(self, limit: int) -> int:
+        """How many of the next ``limit`` steps find no request due (none streaming; every
+        step streams when each request streams every token)."""
+        due = self._due
+        if self.kind != NOT_STREAMING or not due:
+            return limit
+        return min(limit, min(due) - self.step)
+
     def without(self, gone: list[Req], force_interval: int) -> SteadyColumns:
         """These columns less the requests ``gone`` (finished at this step): the batch the
         scheduler runs next. Filtered in C, no request looked at but those gone (whose
@@ -169,6 +177,11 @@ class SteadyStream:
         if kind is not None:
             self._columns = SteadyColumns(reqs, kind, force_interval)
         return self._columns
+
+    def kept(self, reqs: list[Req]) -> SteadyColumns | None:
+        """The columns kept for ``reqs`` (the batch of the previous decode step), or None."""
+        columns = self._columns
+        return columns if columns is not None and reqs == columns.members else None
 
     def keep_without(self, columns: SteadyColumns, gone: list[Req], force_interval: int) -> None:
         """Keep ``columns`` less the requests ``gone`` (finished at this step)."""

@@ -127,6 +127,19 @@ class MetricsReporter:
         """Count one decode step (mod 2**30)."""
         self.forward_ct_decode = (self.forward_ct_decode + 1) % FORWARD_CT_MOD
 
+    def decode_steps_to_report(self) -> int:
+        """Decode steps until the one whose ``report_decode_stats`` reports (that one
+        included): a run of decode steps counted by ``advance_decode_run`` ends there."""
+        ct, interval = self.forward_ct_decode, self.decode_log_interval
+        return min(interval - ct % interval, FORWARD_CT_MOD - ct)
+
+    def advance_decode_run(self, steps: int, tokens: int) -> None:
+        """``steps`` decode steps that generated ``tokens`` tokens in all, none of them
+        reporting but perhaps the last (see ``decode_steps_to_report``): what as many
+        ``increment_generated_tokens`` and ``advance_forward_ct_decode`` calls do."""
+        self.num_generated_tokens += tokens
+        self.forward_ct_decode = (self.forward_ct_decode + steps) % FORWARD_CT_MOD
+
     def report_prefill_stats(self, batch: ScheduleBatch) -> None:
         """Input throughput and cache hit rate of a prefill batch; then flush KV events."""
         now = self.now()

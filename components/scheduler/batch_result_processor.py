@@ -17,7 +17,7 @@ import attrs
 
 from schedkit.components.scheduler.decode_tokens import DecodeTokens
 from schedkit.core.component import component
-from schedkit.core.protocols import KVAllocator, OutputStreamer, PrefixCache
+from schedkit.core.protocols import DecodeStepCounter, KVAllocator, OutputStreamer, PrefixCache
 from schedkit.core.schedule_batch import (
     FinishAbort,
     ForwardMode,
@@ -145,6 +145,37 @@ class BatchResultProcessor:
         else:
             self.output_streamer.stream_output(reqs, False)
         self.advance_forward_ct_decode()
+        self.report_decode_stats(batch)
+
+    def decode_run_steps(self, reqs: list[Req], limit: int, clock: float) -> int:
+        """How many of the next ``limit`` decode steps of ``reqs`` (the batch of the last
+        decode step, unchanged) ``process_decode_run`` may apply at once: steps that give no
+        request its last token by length (the caller stops before a step giving one the EOS
+        token) and that the streamer can stream together; 0 when there is no clock or the
+        streamer does not take decode steps. ``clock``: the model runner's time, which
+        ``now`` must give (the step times logged are the runner's)."""
+        if self.now is None or self._stream_decode_step is None or self.now() != clock:
+            return 0
+        limit = min(limit, self._decode_tokens.quiet_steps(reqs))
+        return self.output_streamer.decode_run_steps(reqs, limit) if limit > 0 else 0
+
+    def process_decode_run(
+        self,
+        batch: ScheduleBatch,
+        tokens: list[list[int]],
+        times: list[float],
+        counter: DecodeStepCounter,
+    ) -> None:
+        """``len(times)`` decode steps of ``batch`` (at most ``decode_run_steps``) at once:
+        each request's ``tokens`` (one per step, none ``eos_token_id``) appended, each step's
+        end time logged, the steps streamed and counted by ``counter`` (the metrics reporter,
+        the last step ending with ``report_decode_stats`` as every step does), with the
+        results of as many ``process_batch_result_decode`` calls."""
+        steps = len(times)
+        reqs = batch.reqs
+        self._decode_tokens.advance_run(tokens, times)
+        self.output_streamer.stream_decode_run(reqs, steps)
+        counter.advance_decode_run(steps, len(reqs) * steps)
         self.report_decode_stats(batch)
 
     def _process_decode_with_missing(

@@ -74,6 +74,15 @@ class NewTokenRatio:
         """One decode step went well: reserve a little less."""
         self.value = max(self.value - self._step, self.minimum)
 
+    def decay_run(self, steps: int) -> None:
+        """``steps`` decode steps went well: ``decay`` as many times."""
+        value, step, minimum = self.value, self._step, self.minimum
+        for _ in range(steps):
+            if value == minimum and step >= 0:
+                break  # it stays there
+            value = max(value - step, minimum)
+        self.value = value
+
     def reset(self) -> None:
         """Back to the initial ratio."""
         self.value = self.init

@@ -55,35 +55,91 @@ class DecodePages:
         taken, if the pool cannot supply the new pages even after evicting from the cache."""
         if reqs != self._members:
             self._regroup(reqs)
-        step, page_size = self.step, self.page_size
+        step = self.step
         due = self._due.pop(step, None)
-        if due:
-            members = self._member_set
-            needing = [
-                req
-                for req in due
-                if req.kv_run is self
-                and req in members
-                and not (len(req._kv_indices) + step - req.kv_run_step) % page_size
-            ]
-            if len(needing) > 1:
-                if self._position is None:
-                    self._position = dict(zip(reqs, range(len(reqs)), strict=True))
-                needing.sort(key=self._position.__getitem__)
-            kv = self.kv
-            if needing and not kv.ensure_free(len(needing) * page_size):
-                self._due[step] = due
-                return False
-            if needing:
-                pages = kv.allocator.alloc(len(needing) * page_size)[::page_size]
-                later = self._due.setdefault(step + page_size, [])
-                for req, slot in zip(needing, pages, strict=True):
-                    self.complete(req)
-                    req._kv_indices.append(slot)
-                    req.kv_run_step = step + 1
-                    later.append(req)
+        if due and self._allocate(due, reqs) is None:
+            self._due[step] = due
+            return False
         self.step = step + 1
         return True
+
+    def steps_in_pool(self, reqs: list[Req], limit: int) -> int:
+        """How many of the next ``limit`` decode steps of ``reqs`` (the batch of the last
+        step) find the pages they need free without evicting from the cache (0 if ``reqs``
+        is another batch): the steps ``take_run`` may take."""
+        if reqs != self._members:
+            return 0
+        step, page_size, end = self.step, self.page_size, self.step + limit
+        counts = {}  # step -> requests that need a new page at that step
+        for at, filed in self._due.items():
+            if at < end:
+                needing = len(self._needing(filed, at))
+                if needing:
+                    counts[at] = needing
+        free = self.kv.allocator.available_size()
+        while counts:
+            at = min(counts)
+            if at >= end:
+                break
+            needing = counts.pop(at)
+            free -= needing * page_size
+            if free < 0:
+                return at - step
+            counts[at + page_size] = counts.get(at + page_size, 0) + needing
+        return limit
+
+    def take_run(self, reqs: list[Req], steps: int) -> list[tuple[int, int]]:
+        """``steps`` decode steps of ``reqs`` (at most ``steps_in_pool``), as as many
+        ``take`` calls: the steps (counted from 0) that took new pages and the slots each
+        took."""
+        start, due, allocate = self.step, self._due, self._allocate
+        taken = []
+        for at in range(start, start + steps):
+            filed = due.pop(at, None)
+            if filed:
+                self.step = at
+                slots = allocate(filed, reqs)
+                if slots is None:
+                    raise RuntimeError("take_run past steps_in_pool: the pool ran short")
+                if slots:
+                    taken.append((at - start, slots))
+        self.step = start + steps
+        return taken
+
+    def _needing(self, filed: list[Req], step: int) -> list[Req]:
+        """The requests of ``filed`` whose last page is full before ``step``."""
+        members, page_size = self._member_set, self.page_size
+        return [
+            req
+            for req in filed
+            if req.kv_run is self
+            and req in members
+            and not (len(req._kv_indices) + step - req.kv_run_step) % page_size
+        ]
+
+    def _allocate(self, filed: list[Req], reqs: list[Req]) -> int | None:
+        """A new page for each request of ``filed`` (filed for this step) that needs one,
+        in batch order: the slots taken, or None (nothing taken) if the pool cannot supply
+        them even after evicting from the cache."""
+        step, page_size = self.step, self.page_size
+        needing = self._needing(filed, step)
+        if not needing:
+            return 0
+        if len(needing) > 1:
+            if self._position is None:
+                self._position = dict(zip(reqs, range(len(reqs)), strict=True))
+            needing.sort(key=self._position.__getitem__)
+        kv, slots = self.kv, len(needing) * page_size
+        if not kv.ensure_free(slots):
+            return None
+        pages = kv.allocator.alloc(slots)[::page_size]
+        later = self._due.setdefault(step + page_size, [])
+        for req, slot in zip(needing, pages, strict=True):
+            self.complete(req)
+            req._kv_indices.append(slot)
+            req.kv_run_step = step + 1
+            later.append(req)
+        return slots
 
     def complete(self, req: Req) -> None:
         """Append the slots ``req`` took since its list was last written (all in its last

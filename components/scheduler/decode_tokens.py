@@ -96,6 +96,28 @@ class DecodeTokens:
             maybe = sorted(set(maybe), key=self._position.__getitem__)
         return maybe
 
+    def quiet_steps(self, reqs: list[Req]) -> int:
+        """How many decode steps of ``reqs`` from now on cannot finish a request by its
+        length (0 unless ``reqs`` is the batch of the last step, none of whose requests has
+        stop tokens or had finished): the steps ``advance_run`` may take."""
+        if self._stoppers or reqs != self._members or not self.none_finished_before:
+            return 0
+        due = self._due
+        if not due:
+            return TIME_LOG_STEPS
+        return min(min(due) - self.step, TIME_LOG_STEPS)
+
+    def advance_run(self, tokens: list[list[int]], times: list[float]) -> None:
+        """``len(times)`` decode steps of the batch of the last step (at most
+        ``quiet_steps``, none giving a request ``eos``): each request's tokens (in batch order)
+        appended, each step's end time logged, as as many ``advance`` calls would."""
+        any(map(list.extend, self._outputs, tokens))  # list.extend returns None: runs through
+        log = self._times
+        if len(log) + len(times) > TIME_LOG_STEPS:
+            self._cut_log()
+        log += times
+        self.step += len(times)
+
     def complete(self, req: Req) -> None:
         """Write the token times and inter-token latencies of the steps ``req`` took part in
         since they were last written."""

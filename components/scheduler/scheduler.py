@@ -45,6 +45,7 @@ from schedkit.components.scheduler.waiting_queue import WaitingQueue
 from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.core.protocols import (
     BatchResultProcessor,
+    DecodeStepCounter,
     KVAllocator,
     ModelRunner,
     PrefixCache,
@@ -132,6 +133,10 @@ class Scheduler:
     # Set when admission failed for lack of KV room; cleared when a request leaves or arrives.
     _prefill_blocked: bool = attrs.field(init=False, default=False)
     _client_share: ClientShare | None = attrs.field(init=False, default=None, repr=False)
+    # The model runner's and batch result processor's decode-run methods, when both have them.
+    _forward_decode_run: Callable[..., tuple[list[float], list[list[int]]]] | None = attrs.field(
+        init=False, default=None, repr=False
+    )
 
     @classmethod
     def check_arguments(cls, args: Any) -> None:
@@ -165,6 +170,9 @@ class Scheduler:
             self._client_share = ClientShare(
                 client_of=self.client_of, share_tokens=self.client_share_tokens
             )
+        processor = self.batch_result_processor
+        if hasattr(processor, "decode_run_steps") and hasattr(processor, "process_decode_run"):
+            self._forward_decode_run = getattr(self.model_runner, "forward_decode_run", None)
 
     @property
     def new_token_ratio(self) -> float:
@@ -175,11 +183,7 @@ class Scheduler:
 
     def step(self) -> bool:
         """One loop iteration; True if a batch ran."""
-        for item in self.request_receiver.recv_requests():
-            if isinstance(item, Req):
-                self._submit_guarded(item)
-            else:
-                self._handle_control(item)
+        self._take_received(self.request_receiver.recv_requests())
         if self.paused:
             return False
         batch = self.get_next_batch_to_run()
@@ -190,6 +194,64 @@ class Scheduler:
         self.batch_result_processor.process_batch_result(batch, result)
         self._after_batch(batch)
         return True
+
+    def _take_received(self, items: list) -> None:
+        for item in items:
+            if isinstance(item, Req):
+                self._submit_guarded(item)
+            else:
+                self._handle_control(item)
+
+    def run_decode_steps(
+        self, max_steps: int, until: float, origin: float, counter: DecodeStepCounter
+    ) -> tuple[list[float], list[tuple[int, int]]] | None:
+        """Up to ``max_steps`` loop iterations at once, when each would only run the
+        unchanging decode batch: nothing arrives, no prefill can be formed, no request
+        finishes, the pages they need are free without evicting, each step starts before
+        ``until`` seconds after ``origin`` on the model runner's clock and none is a step
+        ``counter`` (the metrics reporter) reports at but the last. Every figure is what as
+        many ``step`` calls give: tokens, token times, KV slots, the new-token ratio, streamed
+        messages, counters. Returns each step's end time on the runner's clock and the steps
+        (counted from 0) that took new KV pages with the slots each took; None, with nothing
+        run, when the next iteration is not such a step (``step`` runs it). Needs a model
+        runner with ``forward_decode_run``, a batch result processor with
+        ``process_decode_run`` and pages of more than one slot."""
+        forward_run, pages = self._forward_decode_run, self._kv.decode_pages
+        if forward_run is None or pages is None:
+            return None
+        received = self.request_receiver.recv_requests()
+        if received:
+            self._take_received(received)  # what step() does first; it runs the rest
+            return None
+        reqs = self.running_batch.reqs
+        if (
+            self.paused
+            or not reqs
+            or self.chunked_req is not None
+            or (
+                self.waiting_queue
+                and not self._prefill_blocked
+                # a client share may retract running requests for a waiting one
+                and (len(reqs) < self.max_running_requests or self._client_share is not None)
+            )
+        ):
+            return None
+        processor = self.batch_result_processor
+        limit = min(max_steps, counter.decode_steps_to_report())
+        limit = processor.decode_run_steps(reqs, limit, self.model_runner.now())
+        if limit > 0:
+            limit = pages.steps_in_pool(reqs, limit)
+        if limit <= 0:
+            return None
+        eos = getattr(processor, "eos_token_id", None)
+        times, tokens = forward_run(reqs, limit, until, origin, eos)
+        if not times:
+            return None
+        steps = len(times)
+        taken = pages.take_run(reqs, steps)
+        self._ratio.decay_run(steps)
+        processor.process_decode_run(self.running_batch, tokens, times, counter)
+        return times, taken
 
     def run_until_idle(self, max_steps: int | None = None) -> int:
         """Step until a step runs nothing (idle, or paused) or ``max_steps`` batches ran;

@@ -79,6 +79,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="all workers in this process on one virtual timeline (deterministic, fast)",
     )
     p.add_argument(
+        "--step-by-step",
+        action="store_true",
+        help="offline: run every scheduler step on its own instead of advancing unchanging "
+        "decode batches several steps at once (the same results, slower)",
+    )
+    p.add_argument(
         "--launcher",
         choices=sorted(LAUNCHERS),
         default="process",
@@ -326,6 +332,7 @@ def _offline(args: argparse.Namespace, workload: Workload, total: int) -> FleetS
             replay=args.replay,
             record=args.record,
             cap_workers=not args.no_worker_cap,
+            decode_runs=not args.step_by_step,
         )
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "COMPONENT_PROTOCOLS",
     "BatchResultProcessor",
     "Clock",
+    "DecodeStepCounter",
     "KVAllocator",
     "KVEventsPublisherComponent",
     "LoadInquirer",
@@ -230,6 +231,15 @@ class MetricsReporterComponent(Protocol):
     def maybe_log_idle_metrics(self) -> None: ...
     def on_pause(self) -> None: ...
     def observe_finished_request(self, req: Req) -> None: ...
+
+
+class DecodeStepCounter(Protocol):
+    """Counts a run of decode steps at once (the shipped metrics reporter does): a scheduler
+    advancing an unchanging decode batch several steps in one call ends the run at the step
+    that reports and counts the steps and their tokens in one call."""
+
+    def decode_steps_to_report(self) -> int: ...
+    def advance_decode_run(self, steps: int, tokens: int) -> None: ...
 
 
 class LoadInquirerComponent(LoadInquirer, Protocol):

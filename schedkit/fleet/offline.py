@@ -117,13 +117,18 @@ def run_offline(
     replay: str = "open loop",
     record: RecordRequest | None = None,
     cap_workers: bool = True,
+    decode_runs: bool = True,
 ) -> FleetSummary:
     """Route ``workload`` over ``num_workers`` schedulers built from ``file`` (+ overlays)
     with the routing ``policy`` (and its ``settings``, see ``make_policy``) under
     ``admission`` and summarise the run (see the module docstring). ``replay`` names how the
     workload is replayed (for the summary); ``record(req, worker, outcome, start)`` sees every
     request that ends. With ``cap_workers``, ``FleetCapacityError`` when the assemblies would
-    not fit in the available memory (measured on the first two built)."""
+    not fit in the available memory (measured on the first two built). With
+    ``decode_runs`` a worker advances an unchanging decode batch several steps at once
+    (``Stepper.run_decode``; the same results as step by step), and an ``output_tally``
+    sender that was not told otherwise counts outputs without encoding them (a replay reports
+    no encoded bytes)."""
     if num_workers < 1:
         raise ValueError(f"a fleet needs at least one worker, got {num_workers}")
     settings = dict(settings or {})
@@ -131,6 +136,10 @@ def run_offline(
     uses_prefix = make_policy(policy, **settings).uses_prefix
     endpoint = f"inproc://schedkit-fleet-{os.getpid()}-{next(_runs)}"
     first = worker_wiring(file, overlays, 0, num_workers, _queue_events(endpoint))
+    counting = _count_outputs(first) if decode_runs else None
+    if counting is not None:
+        overlays = [*overlays, counting]
+        first = worker_wiring(file, overlays, 0, num_workers, _queue_events(endpoint))
     found = kv_events_config(first)
     if found is None and uses_prefix:
         raise WiringError(
@@ -163,11 +172,25 @@ def run_offline(
             admission=admission,
             replay=replay,
             record=record,
+            decode_runs=decode_runs,
         )
         setup = time.perf_counter() - started
         summary = fleet.run()
         summary.setup_seconds = setup
         return summary
+
+
+def _count_outputs(wiring: Wiring) -> dict | None:
+    """An overlay that has each ``output_tally`` sender that sets no ``encode`` count
+    without encoding (it can then count runs of decode steps at once), or None."""
+    names = [
+        name
+        for name, spec in wiring.components.items()
+        if spec.type == "output_tally" and "encode" not in spec.args
+    ]
+    if not names:
+        return None
+    return {"components": {name: {"args": {"encode": False}} for name in names}}
 
 
 def _queue_events(endpoint: str) -> dict:
@@ -191,8 +214,10 @@ class OfflineFleet:
         admission: AdmissionLimits | None = None,
         replay: str = "open loop",
         record: RecordRequest | None = None,
+        decode_runs: bool = True,
     ) -> None:
         self.assemblies = assemblies
+        self.decode_runs = decode_runs
         self.workload = workload
         self.policy = policy
         self.progress = progress
@@ -334,15 +359,23 @@ class OfflineFleet:
         while busy and busy[0][0] < horizon:
             behind.append(heapq.heappop(busy)[1])
         ended = []
+        after_run, runs = self.news.after_run, self.decode_runs
         for rank in behind:
             self._queued[rank] = False
             stepper = steppers[rank]
-            elapsed, step = stepper.elapsed, stepper.step
+            elapsed, step, run_decode = stepper.elapsed, stepper.step, stepper.run_decode
             step_wall = 0.0
             clock = elapsed()
             while clock < horizon:
                 start = clock
                 started = time.perf_counter()
+                run = run_decode(horizon) if runs else None
+                if run is not None:
+                    step_wall += time.perf_counter() - started
+                    ends, taken = run
+                    clock = ends[-1]
+                    after_run(rank, start, ends, taken)
+                    continue
                 _, finished = step()
                 step_wall += time.perf_counter() - started
                 clock = elapsed()
@@ -366,6 +399,7 @@ class OfflineFleet:
         what follows may move ``due``. True if requests ended."""
         stepper, busy = self.steppers[rank], self._busy
         elapsed, step, after_step = stepper.elapsed, stepper.step, self.news.after_step
+        run_decode = stepper.run_decode if self.decode_runs else None
         step_wall = 0.0
         ended = False
         self._queued[rank] = False
@@ -375,6 +409,17 @@ class OfflineFleet:
                 self.news.catch_up(clock)
             start = clock
             started = time.perf_counter()
+            # Steps run together stop where this loop would: at ``due`` or at the clock of
+            # the next busy worker (a tie there is left to the check below).
+            run = run_decode(min(due, busy[0][0]) if busy else due) if run_decode else None
+            if run is not None:
+                step_wall += time.perf_counter() - started
+                ends, taken = run
+                clock = ends[-1]
+                self.news.after_run(rank, start, ends, taken)
+                if clock >= due or (busy and busy[0] < (clock, rank)):
+                    break
+                continue
             _, finished = step()
             step_wall += time.perf_counter() - started
             clock = elapsed()

@@ -40,7 +40,8 @@ class RouterNews:
         self.decode = decode
         self.backlog = 0  # steps whose news the router has not been given yet
         self._schedulers = [a["scheduler"] for a in assemblies]
-        self._usage = [_kv_usage(a) for a in assemblies]
+        self._used = [_kv_used(a) for a in assemblies]
+        self._usage = [_kv_usage(used, size) for used, size in self._used]
         self._awaiting: list[set[str]] = [set() for _ in assemblies]  # no first token seen yet
         self._dated: list = []  # (end, start, rank, order, batches, prefilled, ended)
         self._order = itertools.count()
@@ -80,6 +81,41 @@ class RouterNews:
         self._reports[rank].append((self._usage[rank](), len(scheduler.waiting_queue)))
         self.backlog += 1
 
+    def after_run(
+        self, rank: int, start: float, ends: list[float], taken: list[tuple[int, int]]
+    ) -> None:
+        """Note what a run of decode steps of worker ``rank`` told the router
+        (``Stepper.run_decode``: from ``start``, steps ending at ``ends``, ``taken`` the
+        steps that took new KV slots and how many), as ``after_step`` for each step would:
+        no request got its first token or ended, KV events come only from the last step, and
+        the KV usage changes only at the steps in ``taken``. Of a run of reports with the same
+        figures only the first is kept: the router takes the last one due, whose figures it
+        has."""
+        scheduler = self._schedulers[rank]
+        batches = []
+        if self.channels:
+            channel = self.channels[rank]
+            if channel.queue_depth:
+                decode = self.decode
+                batches = [decode(payload) for _, payload in channel.take()]
+        if batches:
+            last_start = ends[-2] if len(ends) > 1 else start
+            heapq.heappush(
+                self._dated, (ends[-1], last_start, rank, next(self._order), batches, [], [])
+            )
+        used, size = self._used[rank]
+        waiting = len(scheduler.waiting_queue)
+        held = used() - sum(slots for _, slots in taken)  # before the run
+        report_ends, reports = self._report_ends[rank], self._reports[rank]
+        if not taken or taken[0][0]:
+            report_ends.append(ends[0])
+            reports.append((held / size, waiting))
+        for step, slots in taken:
+            held += slots
+            report_ends.append(ends[step])
+            reports.append((held / size, waiting))
+        self.backlog += len(ends)
+
     def take_events(self, rank: int) -> None:
         """Apply the KV events worker ``rank`` published and nobody took yet, now."""
         apply, decode = self.router.index.apply, self.decode
@@ -112,11 +148,16 @@ class RouterNews:
         self.backlog = backlog
 
 
-def _kv_usage(assembly: Assembly) -> Callable[[], float]:
-    """The worker's KV-pool usage as its load reports give it (``LoadInquirer``'s
-    ``token_usage``: slots held by requests or locked in the cache), 0 without an inquirer."""
+def _kv_used(assembly: Assembly) -> tuple[Callable[[], int], int]:
+    """The worker's KV slots in use as its load reports count them (``LoadInquirer``'s
+    ``num_used_tokens``: held by requests or locked in the cache) and the pool size it
+    divides them by (its ``token_usage``); always 0 without an inquirer."""
     if "load_inquirer" not in assembly:
-        return lambda: 0.0
+        return (lambda: 0), 1
     inquirer = assembly["load_inquirer"]
-    size = inquirer.allocator.size or 1
-    return lambda: inquirer.num_used_tokens() / size
+    return inquirer.num_used_tokens, inquirer.allocator.size or 1
+
+
+def _kv_usage(used: Callable[[], int], size: int) -> Callable[[], float]:
+    """The worker's KV-pool usage (``_kv_used`` over its pool size)."""
+    return lambda: used() / size

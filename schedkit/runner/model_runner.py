@@ -213,6 +213,66 @@ class SimulatedModelRunner:
             time.sleep(cost)
         return GenerationBatchResult(next_token_ids=tokens, elapsed=time.monotonic() - start)
 
+    def forward_decode_run(
+        self,
+        reqs: list[Req],
+        max_steps: int,
+        until: float,
+        origin: float = 0.0,
+        stop_before: int | None = None,
+    ) -> tuple[list[float], list[list[int]]]:
+        """Up to ``max_steps`` decode steps of the unchanging batch ``reqs`` on the virtual
+        clock, each taken while the clock is still before ``until`` seconds after ``origin``
+        and none giving a request the token ``stop_before``: each step's end time (the clock
+        is left at the last) and each request's tokens, exactly what as many ``forward``
+        calls give. Nothing runs (empty lists) on the wall clock."""
+        if self.clock != "virtual" or not reqs or max_steps < 1:
+            return [], []
+        max_steps = min(max_steps, TOKEN_TABLE_SIZE)
+        outputs = list(map(_OUTPUT_IDS, reqs))
+        lengths = list(map(len, outputs))
+        n = len(reqs)
+        if self.zero_cost:
+            base, per_kv = 0.0, 0.0
+        else:
+            base = (
+                self.decode_fixed
+                + self.step_overhead
+                + (self.decode_per_seq + self.request_overhead) * n
+            )
+            per_kv = self.decode_per_kv_token
+        context = sum(map(len, map(_PROMPT, reqs))) + sum(lengths)
+        clock = self._time
+        times: list[float] = []
+        append = times.append
+        for _ in range(max_steps):  # the same additions, in order, as a forward per step
+            if clock - origin >= until:
+                break
+            clock += base + per_kv * context if per_kv else base
+            append(clock)
+            context += n
+        steps = len(times)
+        if not steps:
+            return [], []
+        table, tokens = self._table, []
+        for start in map(add, self._starts(reqs, outputs), lengths):
+            start &= _TABLE_MASK
+            run = table[start : start + steps]
+            if len(run) < steps:
+                run += table[: steps - len(run)]
+            tokens.append(run)
+        if stop_before is not None:
+            cut = min(
+                (run.index(stop_before) for run in tokens if stop_before in run), default=steps
+            )
+            if cut < steps:
+                steps = cut
+                del times[steps:]
+                tokens = [run[:steps] for run in tokens]
+        if steps:
+            self._time = times[-1]
+        return times, tokens
+
     def prefill_cost(self, batch: ScheduleBatch) -> float:
         """Modelled time of an extend batch."""
         new_tokens = sum(batch.extend_lens)

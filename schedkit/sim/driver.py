@@ -30,6 +30,8 @@ __all__ = [
 
 # Steps in a row that run nothing while requests are in flight.
 _MAX_IDLE_STEPS = 1000
+# The most decode steps ``Stepper.run_decode`` runs at once.
+DECODE_RUN_STEPS = 1024
 
 
 class StuckError(RuntimeError):
@@ -65,6 +67,17 @@ class Stepper:
         self._finished: list[Req] = []
         self._scheduler_on_finish = self.scheduler.on_finish
         self.scheduler.on_finish = self._collect
+        # What counts a run of decode steps at once (see ``run_decode``), if anything does.
+        reporter = None
+        if "metrics_reporter" in assembly:
+            reporter = assembly["metrics_reporter"]
+        self._counter = (
+            reporter
+            if hasattr(reporter, "advance_decode_run")
+            and hasattr(reporter, "decode_steps_to_report")
+            and hasattr(self.scheduler, "run_decode_steps")
+            else None
+        )
 
     def _collect(self, req: Req) -> None:
         self._scheduler_on_finish(req)
@@ -126,6 +139,30 @@ class Stepper:
                     f"for {_MAX_IDLE_STEPS} steps (paused: {scheduler.paused})"
                 )
         return ran, finished
+
+    def run_decode(
+        self, until: float, max_steps: int = DECODE_RUN_STEPS
+    ) -> tuple[list[float], list[tuple[int, int]]] | None:
+        """Up to ``max_steps`` steps at once while the scheduler would only run its
+        unchanging decode batch, each starting before ``until`` seconds from the start
+        (``Scheduler.run_decode_steps``), sampled into ``tally.timeline`` as ``step`` does:
+        each step's end (seconds from the start) and the steps that took new KV pages with
+        the slots each took. None, with nothing run, when the scheduler, its model runner or
+        its metrics reporter cannot (``step`` runs the next step)."""
+        if self._counter is None:
+            return None
+        scheduler = self.scheduler
+        run = scheduler.run_decode_steps(max_steps, until, self.start, self._counter)
+        if run is None:
+            return None
+        times, taken = run
+        start = self.start
+        ends = [t - start for t in times]  # elapsed(): the same subtraction
+        self.tally.timeline.add_run(
+            ends, len(scheduler.running_batch.reqs), len(scheduler.waiting_queue)
+        )
+        self.idle_steps = 0
+        return ends, taken
 
     def summary(self, wall: float, interrupted: bool = False) -> RunSummary:
         """The run's figures so far (``wall``: the wall seconds it took)."""

@@ -83,6 +83,29 @@ class Timeline:
             self.queued = self.queued[::2]
             self.stride *= 2
 
+    def add_run(self, seconds: Sequence[float], running: int, queued: int) -> None:
+        """Record steps ending at ``seconds`` with the same running and queued requests, as
+        as many ``add`` calls would."""
+        steps, total = self._steps, len(seconds)
+        end = steps + total
+        first = -steps % self.stride  # the index of the first step on the stride
+        while first < total:
+            room = self.capacity - len(self.seconds)  # samples until the next halving
+            stride = self.stride
+            last = min(total, first + room * stride)
+            kept = seconds[first:last:stride]
+            self.seconds.extend(kept)
+            self.running.extend([running] * len(kept))
+            self.queued.extend([queued] * len(kept))
+            if len(self.seconds) >= self.capacity:
+                self.seconds = self.seconds[::2]
+                self.running = self.running[::2]
+                self.queued = self.queued[::2]
+                self.stride *= 2
+            first = first + len(kept) * stride
+            first += -(steps + first) % self.stride
+        self._steps = end
+
 
 @attrs.define
 class Tally:
