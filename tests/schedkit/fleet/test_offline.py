@@ -16,7 +16,10 @@ import pytest
 import schedkit
 from schedkit.assembly.wiring import WiringError
 from schedkit.fleet import run_offline
+from schedkit.fleet.admission import AdmissionLimits, QueueLimits
 from schedkit.fleet.offline import OfflineFleet, kv_events_config, worker_wiring
+from schedkit.fleet.records import request_record
+from schedkit.sim.driver import DECODE_RUN_STEPS, Stepper
 from schedkit.testing import cache_page_hashes
 from schedkit.workloads.workload import shared_prefix_workload
 
@@ -163,3 +166,54 @@ def test_one_worker_holding_thousands_of_long_prompts_stays_small_and_counts_ref
     assert fleet["ttft_p99_s"] < 11  # refusals and timeouts are not latencies
     print(f"one worker holding 2,500 waiting prompts: peak RSS {fleet['peak_rss_mib']:.0f} MiB")
     assert fleet["peak_rss_mib"] < 500, fleet["peak_rss_mib"]
+
+
+EOS = {"components": {"model_runner": {"args": {"eos_token_id": 7, "eos_probability": 0.02}}}}
+
+
+@pytest.mark.parametrize(
+    ("make_workload", "overlays", "admission"),
+    [
+        # each request streams every token; no follow-ups: workers run ahead between arrivals
+        (lambda: workload(seed=5, num_requests=60), (), None),
+        # none streams, EOS ends some early, a router queue: the worker furthest behind steps
+        (
+            lambda: shared_prefix_workload(50, groups=7, rate=30.0, seed=2, stream=False),
+            (EOS,),
+            AdmissionLimits(worker=QueueLimits(max_requests=2), router=QueueLimits(), timeout=5),
+        ),
+    ],
+    ids=["streaming", "eos-queued"],
+)
+def test_decode_runs_give_the_numbers_of_step_by_step(
+    make_workload, overlays, admission, monkeypatch
+):
+    results, runs = {}, []
+    run_decode = Stepper.run_decode
+
+    def counted(self, until, max_steps=DECODE_RUN_STEPS):
+        run = run_decode(self, until, max_steps)
+        runs.append(run is not None and len(run[0]))
+        return run
+
+    monkeypatch.setattr(Stepper, "run_decode", counted)
+    for decode_runs in (True, False):
+        records: list[dict] = []
+        summary = run_offline(
+            WIRING,
+            make_workload(),
+            3,
+            "kv",
+            overlays=overlays,
+            admission=admission,
+            decode_runs=decode_runs,
+            record=lambda req, worker, outcome, start, records=records: records.append(
+                request_record(req, worker, outcome, start)
+            ),
+        )
+        results[decode_runs] = (figures(summary), records)
+        if decode_runs:
+            tried = len(runs)
+            assert sum(runs) > runs.count(False)  # more steps ran in runs than alone
+    assert len(runs) == tried  # step by step tries none
+    assert results[True] == results[False]

@@ -85,3 +85,18 @@ def test_percentiles_match_sorting_each_time():
     values = [rng.random() for _ in range(1001)]
     ordered = sorted(values)
     assert percentiles(values, (0, 50, 100)) == [ordered[0], ordered[500], ordered[1000]]
+
+
+@pytest.mark.parametrize("capacity", [2, 8, 4096])
+def test_timeline_runs_keep_what_steps_one_by_one_keep(capacity):
+    rng = random.Random(capacity)
+    one_by_one, in_runs = Timeline(capacity=capacity), Timeline(capacity=capacity)
+    step = 0
+    for _ in range(300):
+        seconds = [(step + i) * 0.25 for i in range(rng.choice([1, 2, 3, 7, 40, 129]))]
+        running, queued = rng.randrange(5), rng.randrange(5)
+        for t in seconds:
+            one_by_one.add(t, running, queued)
+        in_runs.add_run(seconds, running, queued)
+        step += len(seconds)
+    assert in_runs == one_by_one
