@@ -135,11 +135,9 @@ def run_offline(
     # A bad name or setting fails before anything is built.
     uses_prefix = make_policy(policy, **settings).uses_prefix
     endpoint = f"inproc://schedkit-fleet-{os.getpid()}-{next(_runs)}"
-    first = worker_wiring(file, overlays, 0, num_workers, _queue_events(endpoint))
-    counting = _count_outputs(first) if decode_runs else None
-    if counting is not None:
-        overlays = [*overlays, counting]
-        first = worker_wiring(file, overlays, 0, num_workers, _queue_events(endpoint))
+    overlays, first = _first_wiring(
+        file, overlays, num_workers, _queue_events(endpoint), count_outputs=decode_runs
+    )
     found = kv_events_config(first)
     if found is None and uses_prefix:
         raise WiringError(
@@ -178,6 +176,30 @@ def run_offline(
         summary = fleet.run()
         summary.setup_seconds = setup
         return summary
+
+
+def _first_wiring(
+    file: str | os.PathLike,
+    overlays: Sequence[str | os.PathLike | dict],
+    num_workers: int,
+    kv_events: dict,
+    count_outputs: bool,
+) -> tuple[list[str | os.PathLike | dict], Wiring]:
+    """Rank 0's wiring as ``worker_wiring`` gives it, and the overlays every rank takes: the
+    given ones, plus ``_count_outputs``'s when ``count_outputs`` (read in the same two
+    readings of the files)."""
+    wiring = load_wiring(file, *overlays, _rank_overlay(0, num_workers))
+    counting = _count_outputs(wiring) if count_outputs else None
+    overlays = [*overlays] if counting is None else [*overlays, counting]
+    found = kv_events_config(wiring)
+    if found is None:
+        if counting is not None:
+            wiring = load_wiring(file, *overlays, _rank_overlay(0, num_workers))
+        return overlays, wiring
+    name, config = found
+    merged = {**msgspec.structs.asdict(config), **kv_events}
+    events_overlay = {"components": {name: {"args": {"kv_events_config": merged}}}}
+    return overlays, load_wiring(file, *overlays, _rank_overlay(0, num_workers), events_overlay)
 
 
 def _count_outputs(wiring: Wiring) -> dict | None:

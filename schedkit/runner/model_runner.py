@@ -50,6 +50,7 @@ layer shape, which the vocabulary does not affect); ``--model`` presets set the 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 import time
@@ -93,6 +94,21 @@ def _offset(seed: int, rid: str) -> int:
     """Where request ``rid`` starts reading the token table."""
     digest = hashlib.blake2b(f"{seed}:{rid}".encode(), digest_size=4).digest()
     return int.from_bytes(digest, "little")
+
+
+@functools.lru_cache(maxsize=16)
+def _token_table(
+    seed: int, vocab_size: int, eos_token_id: int | None, eos_probability: float
+) -> list[int]:
+    """The token table of runners built with these arguments (shared: nothing writes it)."""
+    rng = random.Random(seed)
+    table = rng.choices(range(vocab_size), k=TOKEN_TABLE_SIZE)
+    if eos_token_id is not None:
+        table = [(t + 1) % vocab_size if t == eos_token_id else t for t in table]
+        num_eos = round(eos_probability * TOKEN_TABLE_SIZE)
+        for i in rng.sample(range(TOKEN_TABLE_SIZE), num_eos):
+            table[i] = eos_token_id
+    return table
 
 
 @component("simulated_model_runner")
@@ -152,19 +168,10 @@ class SimulatedModelRunner:
 
     def __attrs_post_init__(self) -> None:
         self.check_arguments(self)
-        self._table = self._build_table()
+        self._table = _token_table(
+            self.seed, self.vocab_size, self.eos_token_id, self.eos_probability
+        )
         self._start = time.monotonic()
-
-    def _build_table(self) -> list[int]:
-        rng = random.Random(self.seed)
-        eos = self.eos_token_id
-        table = rng.choices(range(self.vocab_size), k=TOKEN_TABLE_SIZE)
-        if eos is not None:
-            table = [(t + 1) % self.vocab_size if t == eos else t for t in table]
-            num_eos = round(self.eos_probability * TOKEN_TABLE_SIZE)
-            for i in rng.sample(range(TOKEN_TABLE_SIZE), num_eos):
-                table[i] = eos
-        return table
 
     def now(self) -> float:
         """Seconds since start: virtual (sum of modelled step times) or wall-clock."""
