@@ -13,12 +13,15 @@ WIRING = str(Path(__file__).resolve().parents[3] / "wiring.yaml")
 SMALL = ["--synthetic", "shared-prefix", "--num-requests", "40", "--rate", "40"]
 
 
-def test_offline_json_summary(capsys):
-    code = main(
-        ["fleet", WIRING, "--offline", "--workers", "3", "--router", "kv", "--json", *SMALL]
-    )
-    assert code == 0
+def test_offline_json_summary(capsys, monkeypatch):
+    args = ["fleet", WIRING, "--offline", "--workers", "3", "--router", "kv", "--json", *SMALL]
+    assert main(args) == 0
     data = json.loads(capsys.readouterr().out)
+    taken = []
+    monkeypatch.setattr("schedkit.sim.driver.Stepper.run_decode", lambda *a: taken.append(a))
+    assert main([*args, "--num-requests", "6", "--step-by-step"]) == 0
+    assert json.loads(capsys.readouterr().out)["fleet"]["requests_done"] == 6
+    assert not taken  # every step ran on its own (the figures' equality: test_offline.py)
     assert (data["policy"], data["mode"]) == ("kv", "offline")
     assert [w["name"] for w in data["workers"]] == ["0", "1", "2"]
     assert data["fleet"]["requests_done"] == 40

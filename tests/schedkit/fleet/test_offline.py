@@ -175,10 +175,10 @@ EOS = {"components": {"model_runner": {"args": {"eos_token_id": 7, "eos_probabil
     ("make_workload", "overlays", "admission"),
     [
         # each request streams every token; no follow-ups: workers run ahead between arrivals
-        (lambda: workload(seed=5, num_requests=60), (), None),
+        (lambda: workload(seed=5, num_requests=30), (), None),
         # none streams, EOS ends some early, a router queue: the worker furthest behind steps
         (
-            lambda: shared_prefix_workload(50, groups=7, rate=30.0, seed=2, stream=False),
+            lambda: shared_prefix_workload(30, groups=7, rate=30.0, seed=2, stream=False),
             (EOS,),
             AdmissionLimits(worker=QueueLimits(max_requests=2), router=QueueLimits(), timeout=5),
         ),
