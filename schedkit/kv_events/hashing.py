@@ -30,7 +30,7 @@ import sys
 from array import array
 from collections.abc import Sequence
 
-from schedkit.kv_events.page_chain import MAX_HASHABLE_TOKEN_ID, chain_ids
+from schedkit.kv_events.page_chain import MAX_HASHABLE_TOKEN_ID, chain_ids, chain_packed
 
 __all__ = [
     "HASH_FORMATS",
@@ -155,7 +155,16 @@ def _chain_hashes(
     prior = parent_digest
     if prior is None:
         prior = salt_seed(cache_salt) or b""
-    words = array("q", chain_ids(prior, token_ids, page_size))
+    if isinstance(token_ids, array) and token_ids.typecode == "I":
+        # A packed prompt (4 bytes a token, each below 2**32: the narrow encoding) is
+        # already the chain's page bytes on a little-endian machine: no int per token.
+        raw = token_ids
+        if sys.byteorder != "little":
+            raw = array("I", token_ids)
+            raw.byteswap()
+        words = array("q", chain_packed(prior, raw.tobytes(), 4 * page_size))
+    else:
+        words = array("q", chain_ids(prior, token_ids, page_size))
     if sys.byteorder == "little":
         words.byteswap()
     return words[::4].tolist()

@@ -5,9 +5,11 @@ from __future__ import annotations
 import hashlib
 import pickle
 import struct
+from array import array
 
 import pytest
 
+from schedkit.kv_events import hashing
 from schedkit.kv_events.hashing import (
     namespace_seed,
     page_digests,
@@ -15,6 +17,7 @@ from schedkit.kv_events.hashing import (
     published_page_hashes,
     salt_seed,
 )
+from schedkit.kv_events.page_chain import chain_ids_py, chain_packed_py
 
 
 def signed64(digest: bytes) -> int:
@@ -26,6 +29,20 @@ def test_plain_chain_per_spec():
     second = hashlib.sha256(first + struct.pack("<2I", 3, 4)).digest()
     assert page_digests([1, 2, 3, 4, 5], 2) == [first, second]
     assert page_hashes([1, 2, 3, 4, 5], 2) == [signed64(first), signed64(second)]
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_packed_prompt_hashes_as_its_list(native, monkeypatch):
+    if not native:  # the pure-Python chain the package falls back to
+        monkeypatch.setattr(hashing, "chain_packed", chain_packed_py)
+        monkeypatch.setattr(hashing, "chain_ids", chain_ids_py)
+    ids = [0, 1, 2**31, 2**32 - 1, 7, 9, 11]
+    first = hashlib.sha256(struct.pack("<2I", *ids[:2])).digest()
+    assert page_hashes(array("I", ids), 2)[0] == signed64(first)
+    for salt, extra in [(None, None), ("s", None), ("s", "e")]:
+        assert page_hashes(array("I", ids), 2, cache_salt=salt, extra_key=extra) == (
+            page_hashes(ids, 2, cache_salt=salt, extra_key=extra)
+        )
 
 
 def test_large_token_ids_and_signed_range():
