@@ -14,6 +14,8 @@ and counted as timed out.
 
 Refusals and timeouts are outcomes of their own, counted where they happened and never
 sampled as latency. Waiting prompts are held packed, 4 bytes a token (``pack_prompt``).
+The caps are declared in ``admission_limits``; how held requests end or are taken back, in
+``admission_ends``.
 """
 
 from __future__ import annotations
@@ -23,14 +25,15 @@ import math
 from array import array
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Literal
-
-import attrs
 
 from schedkit.core.schedule_batch import FinishAbort, Req
+from schedkit.fleet.admission_ends import MAX_REQUEUES, TIMED_OUT, Outcome, RequestEnds
+from schedkit.fleet.admission_limits import AdmissionLimits, QueueLimits, describe_admission
 from schedkit.router import Router
 
 __all__ = [
+    "MAX_REQUEUES",
+    "TIMED_OUT",
     "AdmissionLimits",
     "Dispatcher",
     "Outcome",
@@ -39,11 +42,7 @@ __all__ = [
     "pack_prompt",
 ]
 
-Outcome = Literal["done", "refused", "timed_out", "failed"]
-
-TIMED_OUT = "timed out: no first token within the admission timeout"
 NO_WORKER = "no live worker to route to"
-MAX_REQUEUES = 8  # times one request may go back to the router queue after a refusal
 
 
 def route_by(router: Callable[[], Router]) -> Callable[[Req, Sequence[int]], int]:
@@ -76,69 +75,7 @@ def pack_prompt(req: Req) -> Req:
     return req
 
 
-def _positive(_: object, attribute: attrs.Attribute, value: float | None) -> None:
-    if value is not None and not value > 0:
-        raise ValueError(f"{attribute.name} must be > 0 (or None: no limit), got {value!r}")
-
-
-@attrs.frozen(kw_only=True)
-class QueueLimits:
-    """A cap on what one place holds: ``max_requests`` requests and ``max_tokens`` prompt
-    tokens (None: no cap)."""
-
-    max_requests: int | None = attrs.field(default=None, validator=_positive)
-    max_tokens: int | None = attrs.field(default=None, validator=_positive)
-
-    def admits(self, requests: int, tokens: int, prompt_tokens: int) -> bool:
-        """Whether one more request of ``prompt_tokens`` fits beside ``requests`` held
-        requests of ``tokens`` prompt tokens."""
-        if self.max_requests is not None and requests >= self.max_requests:
-            return False
-        return self.max_tokens is None or tokens + prompt_tokens <= self.max_tokens
-
-    def never_admits(self, prompt_tokens: int) -> bool:
-        """True when a request of ``prompt_tokens`` exceeds the token cap on its own."""
-        return self.max_tokens is not None and prompt_tokens > self.max_tokens
-
-
-@attrs.frozen(kw_only=True)
-class AdmissionLimits:
-    """The fleet's admission control (see the module docstring)."""
-
-    worker: QueueLimits = QueueLimits()
-    router: QueueLimits | None = None
-    timeout: float | None = attrs.field(default=None, validator=_positive)
-
-    @property
-    def configured(self) -> bool:
-        """True when any limit was asked for (refusals are then an expected outcome)."""
-        return self != AdmissionLimits()
-
-
-def _caps(limits: QueueLimits) -> str:
-    caps = []
-    if limits.max_requests is not None:
-        caps.append(f"{limits.max_requests} requests")
-    if limits.max_tokens is not None:
-        caps.append(f"{limits.max_tokens} prompt tokens")
-    return " and ".join(caps) or "no cap"
-
-
-def describe_admission(limits: AdmissionLimits) -> str:
-    """One line for the summary: each worker's cap, the router queue's, the timeout."""
-    if not limits.configured:
-        return "none"
-    parts = [f"each worker holds at most {_caps(limits.worker)}"]
-    if limits.router is None:
-        parts.append("no router queue")
-    else:
-        parts.append(f"router queue of at most {_caps(limits.router)}")
-    if limits.timeout is not None:
-        parts.append(f"timeout {limits.timeout:g} s to first token")
-    return "; ".join(parts)
-
-
-class Dispatcher:
+class Dispatcher(RequestEnds):
     """Applies ``AdmissionLimits`` to a fleet's requests on the run's clock (seconds from the
     start).
 
@@ -299,88 +236,6 @@ class Dispatcher:
         if rank is None and outcome == "failed":
             self.router_failed += 1
         self.closed(req, rank, outcome)
-
-    def ended(self, req: Req) -> Outcome:
-        """A worker ended ``req`` (finished, failed, or aborted after its timeout): its room
-        is free again. Returns the outcome, counting a timeout against its worker."""
-        rank = self._release(req)
-        self._requeues.pop(req.rid, None)
-        if req.rid in self._aborted:
-            self._aborted.discard(req.rid)
-            if rank is not None:
-                self.timed_out[rank] += 1
-            req.finished_reason = FinishAbort(message=TIMED_OUT)
-            return "timed_out"
-        return "failed" if isinstance(req.finished_reason, FinishAbort) else "done"
-
-    def worker_refused(self, rank: int, req: Req, why: str) -> None:
-        """Worker ``rank`` refused ``req`` (``why``): back to the head of the router queue
-        (the worker takes nothing more until one of its requests ends), or refused by that
-        worker."""
-        self._release(req)
-        tries = self._requeues[req.rid] = self._requeues.get(req.rid, 0) + 1
-        # Requeued only while the worker holds others (room comes back when one ends), and
-        # only so often: a request a worker refuses for another reason must not circle.
-        if self.has_router_queue and self.held_requests[rank] > 0 and tries <= MAX_REQUEUES:
-            self._full.add(rank)
-            self.requeued[rank] += 1
-            self._enqueue(req, len(req.origin_input_ids), front=True)
-        else:
-            self._requeues.pop(req.rid, None)
-            self.refused[rank] += 1
-            self._close(req, rank, "refused", why)
-
-    def worker_lost(self, rank: int, reqs: Sequence[Req]) -> list[Req]:
-        """Worker ``rank`` is gone with ``reqs`` on it: with a router queue, those that had
-        no first token go back to the queue's head; returns the rest (the fleet fails
-        them)."""
-        lost = []
-        for req in reversed(reqs):
-            self._release(req)
-            if self.has_router_queue and req.first_token_time is None:
-                self._enqueue(req, len(req.origin_input_ids), front=True)
-            else:
-                lost.append(req)
-        self._full.discard(rank)
-        return lost[::-1]
-
-    def expire(self, now: float) -> None:
-        """End every request whose timeout passed by ``now`` with no first token: at the
-        router it is closed at once, on a worker it is aborted there (``abort``)."""
-        deadlines = self._deadlines
-        expired: set[str] = set()
-        while deadlines and deadlines[0][0] <= now:
-            expired.add(heapq.heappop(deadlines)[1])
-        if not expired:
-            return
-        if self.queue:
-            kept: deque[Req] = deque()
-            for req in self.queue:
-                if req.rid in expired:
-                    self.queued_tokens -= len(req.origin_input_ids)
-                    self.router_timed_out += 1
-                    self._close(req, None, "timed_out", TIMED_OUT)
-                else:
-                    kept.append(req)
-            self.queue = kept
-        for rid in expired:
-            entry = self._where.get(rid)
-            if entry is None or entry[1].first_token_time is not None or rid in self._aborted:
-                continue
-            rank, req = entry
-            self._aborted.add(rid)
-            self.abort(rank, req)
-
-    def withdraw(self, rid: str) -> Req | None:
-        """Take request ``rid`` out of the router queue (its client gave up); the request, or
-        None when it is not queued here."""
-        for req in self.queue:
-            if req.rid == rid:
-                self.queue.remove(req)
-                self.queued_tokens -= len(req.origin_input_ids)
-                self._requeues.pop(rid, None)
-                return req
-        return None
 
     def pump(self) -> None:
         """Send waiting requests from the router queue, in order, while a worker has room."""
