@@ -2,8 +2,9 @@
 
 Inbound (client -> scheduler, on the request socket): ``GenerateReqInput`` and ``ControlReq``.
 Outbound (scheduler -> detokenizer, on the output socket): ``BatchTokenIDOutput`` and
-``BatchEmbeddingOutput``; a control request is answered with a ``ControlReply``. Every message is
-a msgspec Struct tagged under ``kind``, so one decoder tells the message types of a socket apart.
+``BatchEmbeddingOutput`` (declared in ``output_messages``, importable from here); a control
+request is answered with a ``ControlReply``. Every message is a msgspec Struct tagged under
+``kind``, so one decoder tells the message types of a socket apart.
 The encoder and decoders are bound once at import. Nothing here decodes without a schema: a
 message that fails to decode gives up its rid through ``rid_of``, a struct of the rid alone.
 
@@ -23,19 +24,24 @@ from typing import Annotated, Any, Literal
 import attrs
 import msgspec
 
-from schedkit.core.schedule_batch import (
-    FinishAbort,
-    FinishLength,
-    FinishMatchedToken,
-    Req,
-    SamplingParams,
+from schedkit.components.io.output_messages import (
+    AnyFinishReason,
+    BatchEmbeddingOutput,
+    BatchTokenIDOutput,
+    CachedTokensDetails,
+    RequestTimes,
 )
+from schedkit.core.schedule_batch import FinishAbort as FinishAbort
+from schedkit.core.schedule_batch import FinishLength as FinishLength
+from schedkit.core.schedule_batch import FinishMatchedToken as FinishMatchedToken
+from schedkit.core.schedule_batch import Req, SamplingParams
 from schedkit.endpoints import check_endpoint
 
 __all__ = [
     "AnyFinishReason",
     "BatchEmbeddingOutput",
     "BatchTokenIDOutput",
+    "CachedTokensDetails",
     "ControlReply",
     "ControlReq",
     "ControlRequest",
@@ -52,8 +58,6 @@ __all__ = [
     "rid_of",
 ]
 
-# The concrete finish reasons: decoding needs the union, not the base class.
-AnyFinishReason = FinishLength | FinishMatchedToken | FinishAbort
 # Token ids are hashed as 4-byte unsigned integers (KV-event page hashes).
 TokenId = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 # Bounds on what one request may carry: larger inputs are refused at decoding, field named.
@@ -61,7 +65,6 @@ MAX_STOP_TOKEN_IDS = 256
 MAX_INPUT_IDS = 1 << 20
 MAX_ID_LENGTH = 256
 ShortStr = Annotated[str, msgspec.Meta(max_length=MAX_ID_LENGTH)]
-CachedTokensDetails = dict[str, int | str]
 
 
 class SamplingParamsInput(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -153,50 +156,6 @@ class ErrorReply(msgspec.Struct, tag="error", tag_field="kind"):
 
     message: str
     rid: str | None = None
-
-
-class RequestTimes(msgspec.Struct):
-    """When a request entered the scheduler (``arrival_time``) and was first admitted into a
-    prefill batch (``scheduled_time``, None if never), in seconds on the scheduler's clock:
-    the counterpart of SGLang's per-request ``time_stats`` column, from which a client
-    takes the request's queue time on that scheduler."""
-
-    arrival_time: float
-    scheduled_time: float | None = None
-
-
-class BatchTokenIDOutput(msgspec.Struct, tag="token_ids", tag_field="kind"):
-    """New output tokens of a batch of generation requests, one column entry per request.
-
-    ``output_ids[i]`` holds only the tokens produced since the previous send for ``rids[i]``;
-    ``finished_reasons[i]`` is set on the request's last send. ``load`` is the scheduler's
-    load, and ``time_stats`` each finished request's ``RequestTimes`` (None for the others),
-    both attached when some request in the message finished (None otherwise).
-    """
-
-    rids: list[str]
-    finished_reasons: list[AnyFinishReason | None]
-    output_ids: list[list[int]]
-    prompt_tokens: list[int]
-    completion_tokens: list[int]
-    cached_tokens: list[int]
-    cached_tokens_details: list[CachedTokensDetails | None]
-    dp_rank: int | None = None
-    load: dict[str, Any] | None = None
-    time_stats: list[RequestTimes | None] | None = None
-
-
-class BatchEmbeddingOutput(msgspec.Struct, tag="embedding", tag_field="kind"):
-    """Finished embedding (or reward) requests. ``embeddings`` is None when the model runner
-    produced no vectors (the simulated runner produces none)."""
-
-    rids: list[str]
-    finished_reasons: list[AnyFinishReason]
-    prompt_tokens: list[int]
-    cached_tokens: list[int]
-    cached_tokens_details: list[CachedTokensDetails | None] = []
-    embeddings: list[list[float]] | None = None
-    dp_rank: int | None = None
 
 
 class _RidOnly(msgspec.Struct):
