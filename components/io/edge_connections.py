@@ -14,6 +14,8 @@ Bounds, each closing a connection that exceeds it:
 - a connection's unsent messages at most ``max_queued_messages`` and ``max_queued_bytes``; all
   unsent bytes together at most ``max_queued_total_bytes`` (the largest queue is closed);
 - a connection that has not finished its handshake in ``handshake_timeout`` seconds.
+
+``Connection`` is declared in ``edge_connection``, sending in ``edge_sending``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from collections.abc import Callable, Iterator
 import attrs
 import structlog
 
-from schedkit.components.io.zmtp import GREETING, READY, ZmtpMessage, ZmtpReader, encode_message
+from schedkit.components.io.edge_connection import Connection
+from schedkit.components.io.edge_sending import OutboundQueues
+from schedkit.components.io.zmtp import GREETING, READY, ZmtpMessage, ZmtpReader
 
 __all__ = ["Connection", "ConnectionTable"]
 
@@ -40,24 +44,7 @@ _ACCEPT_PAUSE = 0.1  # seconds without accepting after the process ran out of de
 
 
 @attrs.define(slots=True, eq=False)
-class Connection:
-    """One client connection: its socket, what it sent and has not completed, what it is to be
-    sent, and the server's bookkeeping of its requests."""
-
-    sock: socket.socket
-    peer: str
-    reader: ZmtpReader
-    accepted_at: float
-    envelope: tuple[bytes, ...] = ()
-    out: deque[memoryview] = attrs.Factory(deque)
-    out_bytes: int = 0
-    closed: bool = False
-    rids: set[str] = attrs.Factory(set)
-    tokens: int = 0
-
-
-@attrs.define(slots=True, eq=False)
-class ConnectionTable:
+class ConnectionTable(OutboundQueues):
     """The open connections of one listening socket; see the module docstring. ``on_close``
     is told of every connection that closes (by the peer or by a bound) and why."""
 
@@ -176,59 +163,6 @@ class ConnectionTable:
                 f"partial frames of all connections over max_partial_bytes "
                 f"({self.max_partial_bytes}); this one held {largest.reader.held} bytes",
             )
-
-    # -- sending ----------------------------------------------------------------------------
-
-    def send(self, conn: Connection, frames: tuple[bytes, ...]) -> str | None:
-        """Queue a message for ``conn`` (behind its envelope) and send what the socket takes;
-        the reason, if the connection was closed for being too slow."""
-        if conn.closed:
-            return "gone"
-        if len(conn.out) >= self.max_queued_messages:
-            return self._too_slow(conn, f"{len(conn.out)} messages unread (max_queued_messages)")
-        data = encode_message((*conn.envelope, *frames))
-        if conn.out_bytes + len(data) > self.max_queued_bytes:
-            return self._too_slow(conn, f"{conn.out_bytes} bytes unread (max_queued_bytes)")
-        self._queue(conn, data)
-        if self.queued_bytes > self.max_queued_total_bytes:
-            largest = max(self.connections, key=lambda c: c.out_bytes)
-            self._too_slow(largest, "the largest unread queue over max_queued_total_bytes")
-        return "too slow" if conn.closed else None
-
-    def _too_slow(self, conn: Connection, why: str) -> str:
-        self.closed_for_bounds += 1
-        self.close(conn, f"too slow: {why}")
-        return "too slow"
-
-    def _queue(self, conn: Connection, data: bytes) -> None:
-        was_empty = not conn.out
-        conn.out.append(memoryview(data))
-        conn.out_bytes += len(data)
-        self.queued_bytes += len(data)
-        if was_empty:
-            self._flush(conn)
-
-    def _flush(self, conn: Connection) -> None:
-        if conn.closed:  # e.g. evicted earlier in the same poll
-            return
-        out = conn.out
-        while out:
-            try:
-                sent = conn.sock.send(out[0])
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError as exc:
-                self.close(conn, f"gone ({exc.strerror})")
-                return
-            conn.out_bytes -= sent
-            self.queued_bytes -= sent
-            if sent == len(out[0]):
-                out.popleft()
-            else:
-                out[0] = out[0][sent:]
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if out else 0)
-        if self._selector.get_key(conn.sock).events != events:
-            self._selector.modify(conn.sock, events, conn)
 
     # -- accepting and closing ---------------------------------------------------------------
 
