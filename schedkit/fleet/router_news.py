@@ -67,12 +67,7 @@ class RouterNews:
         if finished:
             ended = [req.rid for req in finished]
             awaiting.difference_update(ended)
-        batches = []
-        if self.channels:
-            channel = self.channels[rank]
-            if channel.queue_depth:
-                decode = self.decode
-                batches = [decode(payload) for _, payload in channel.take()]
+        batches = self._published(rank)
         if batches or prefilled or ended:
             heapq.heappush(
                 self._dated, (end, start, rank, next(self._order), batches, prefilled, ended)
@@ -92,12 +87,7 @@ class RouterNews:
         figures only the first is kept: the router takes the last one due, whose figures it
         has."""
         scheduler = self._schedulers[rank]
-        batches = []
-        if self.channels:
-            channel = self.channels[rank]
-            if channel.queue_depth:
-                decode = self.decode
-                batches = [decode(payload) for _, payload in channel.take()]
+        batches = self._published(rank)
         if batches:
             last_start = ends[-2] if len(ends) > 1 else start
             heapq.heappush(
@@ -115,6 +105,16 @@ class RouterNews:
             report_ends.append(ends[step])
             reports.append((held / size, waiting))
         self.backlog += len(ends)
+
+    def _published(self, rank: int) -> list:
+        """The KV-event batches worker ``rank`` published since they were last taken."""
+        if not self.channels:
+            return []
+        channel = self.channels[rank]
+        if not channel.queue_depth:
+            return []
+        decode = self.decode
+        return [decode(payload) for _, payload in channel.take()]
 
     def take_events(self, rank: int) -> None:
         """Apply the KV events worker ``rank`` published and nobody took yet, now."""
