@@ -137,8 +137,9 @@ def assert_all_done(env, reqs, aborted=()):
     assert s.peak_running_requests <= s.max_running_requests
 
 
-def test_registered_name():
+def test_registered_name_and_slotted_across_its_mixins():
     assert component_name(Scheduler) == "scheduler"
+    assert not hasattr(build().s, "__dict__")
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "lpm"])
