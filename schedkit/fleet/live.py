@@ -24,35 +24,22 @@ to its last token's time minus its first's, as in a single-scheduler run (one sa
 token after the first, ``schedkit.workloads.samples.Tally``), and its TPOT is their mean.
 (``bench_serving`` leaves the first chunk's extra tokens out of its ITL samples.)
 
-(Longer than 300 lines: sending, receiving, timeouts and deaths share the bookkeeping of
-requests in flight.)
+Sending is in ``live_sending``, receiving in ``live_receiving``, watching the workers and
+taking one out in ``live_health`` (each mixed into ``LiveFleet``); they share the bookkeeping
+of requests in flight kept here.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
-import msgspec
-import structlog
 import zmq
 
-from schedkit.components.io.io_struct import (
-    BatchTokenIDOutput,
-    ControlReply,
-    ControlReq,
-    ErrorReply,
-    GenerateReqInput,
-    RequestTimes,
-    SamplingParamsInput,
-    decode_server_message,
-    encode,
-)
-from schedkit.core.schedule_batch import FinishAbort, Req
+from schedkit.core.schedule_batch import Req
 from schedkit.fleet.admission import (
     AdmissionLimits,
     Dispatcher,
@@ -61,6 +48,9 @@ from schedkit.fleet.admission import (
     route_by,
 )
 from schedkit.fleet.launch import LAUNCHERS, WorkerStartError
+from schedkit.fleet.live_health import LiveHealth
+from schedkit.fleet.live_receiving import LiveReceiving
+from schedkit.fleet.live_sending import LiveSending
 from schedkit.fleet.records import RecordRequest
 from schedkit.fleet.summary import FleetSummary, WorkerTotals, fleet_summary, router_figures
 from schedkit.fleet.workers import LiveWorkers
@@ -71,10 +61,8 @@ from schedkit.workloads.workload import Workload
 
 __all__ = ["LAUNCHERS", "LiveFleet", "WorkerStartError"]
 
-log = structlog.get_logger(__name__)
 
-
-class LiveFleet(LiveWorkers):
+class LiveFleet(LiveSending, LiveReceiving, LiveHealth, LiveWorkers):
     """Start with ``start()`` (or ``with``), drive a workload with ``run()``, ``close()``."""
 
     def __init__(
@@ -255,57 +243,6 @@ class LiveFleet(LiveWorkers):
     def _elapsed(self) -> float:
         return time.monotonic() - self._start_time
 
-    def _deliver(self, rank: int, req: Req) -> bool:
-        """Send ``req`` to worker ``rank``. When its socket's queue is full (the worker reads
-        more slowly than requests come), the request waits in that worker's outbox here and
-        goes out as the socket takes it; it is in flight on that worker from now on."""
-        self._inflight[req.rid] = (rank, req)
-        self._load[rank] += 1
-        self.routed[rank] += 1
-        outbox = self._outboxes[rank]
-        outbox.append(req)
-        if len(outbox) == 1:
-            self._flush(rank)
-        if self._on_route is not None:
-            self._on_route(self, sum(self.routed))
-        return True
-
-    def _flush(self, rank: int) -> None:
-        """Send what waits in worker ``rank``'s outbox while its socket takes it; a socket
-        error other than a full queue takes the worker out."""
-        outbox, dealer = self._outboxes[rank], self._dealers[rank]
-        while outbox:
-            req = outbox[0]
-            if self._inflight.get(req.rid, (None,))[0] != rank:  # it ended meanwhile
-                outbox.popleft()
-                continue
-            try:
-                dealer.send(self._request_message(req), zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            except zmq.ZMQError as exc:
-                self._doomed.setdefault(rank, f"request socket error: {exc.strerror}")
-                break
-            outbox.popleft()
-            self._sent_at[req.rid] = self._elapsed()
-        events = zmq.POLLIN | (zmq.POLLOUT if outbox else 0)
-        if self.alive[rank]:
-            self._poller.modify(dealer, events)
-
-    def _request_message(self, req: Req) -> bytes:
-        """The message that sends ``req`` to a worker."""
-        return encode(_generate_message(req))
-
-    def _abort(self, rank: int, req: Req) -> None:
-        """``req`` timed out on worker ``rank`` before its first token: abort it there and
-        end it here."""
-        with contextlib.suppress(zmq.ZMQError):
-            self._dealers[rank].send(encode(ControlReq(type="abort", rid=req.rid)), zmq.NOBLOCK)
-        self._aborting.add(req.rid)
-        self._inflight.pop(req.rid)
-        self._load[rank] -= 1
-        self._end(req, rank, self.dispatcher.ended(req))
-
     def _dispatcher_closed(self, req: Req, rank: int | None, outcome: Outcome) -> None:
         """A request the dispatcher ended: refused or timed out at the router, refused by a
         worker, or failed for want of a worker."""
@@ -329,154 +266,6 @@ class LiveFleet(LiveWorkers):
         self._ended += 1
         if self._progress is not None:
             self._progress(self._ended, self._elapsed())
-
-    def _receive(self, rank: int, payload: bytes, now: float) -> None:
-        """Take in one message from worker ``rank``, ``now`` seconds from the start. Outputs
-        for a request routed to another worker are logged and ignored."""
-        try:
-            msg = decode_server_message(payload)
-            if isinstance(msg, BatchTokenIDOutput):
-                _check_columns(msg)
-        except (msgspec.DecodeError, RecursionError, ValueError) as exc:
-            self._bad_message(rank, exc)
-            return
-        self._last_seen[rank] = time.monotonic()
-        self._bad_in_a_row[rank] = 0
-        if isinstance(msg, BatchTokenIDOutput):
-            self._outputs(rank, msg, now)
-        elif isinstance(msg, ControlReply):
-            if msg.type == "get_loads" and msg.loads:
-                if self.router is not None:
-                    self.router.report(
-                        rank,
-                        kv_usage=msg.loads.get("token_usage"),
-                        waiting=msg.loads.get("num_waiting_reqs"),
-                    )
-                self._tallies[rank].timeline.add(
-                    now,
-                    int(msg.loads.get("num_running_reqs", 0)),
-                    int(msg.loads.get("num_waiting_reqs", 0)),
-                )
-            else:
-                self._control_reply(rank, msg)
-        elif isinstance(msg, ErrorReply):
-            if msg.rid in self._aborting:  # its abort came too late: it had ended there
-                self._aborting.discard(msg.rid)
-            elif msg.rid not in self._inflight:  # e.g. a heartbeat it refused
-                log.warning("fleet.worker_refused", worker=rank, rid=msg.rid, error=msg.message)
-            elif (req := self._routed_to(rank, msg.rid)) is not None:
-                del self._inflight[msg.rid]
-                self._load[rank] -= 1
-                self.dispatcher.worker_refused(rank, req, f"worker {rank}: {msg.message}")
-
-    def _control_reply(self, rank: int, msg: ControlReply) -> None:
-        """A worker's reply to a control message other than a load query (its answers to the
-        router's aborts need nothing)."""
-
-    def _outputs(self, rank: int, msg: BatchTokenIDOutput, now: float) -> None:
-        cached = msg.cached_tokens if len(msg.cached_tokens) == len(msg.rids) else None
-        times = msg.time_stats
-        for i, (rid, tokens, reason) in enumerate(
-            zip(msg.rids, msg.output_ids, msg.finished_reasons, strict=True)
-        ):
-            if rid in self._aborting:
-                if reason is not None:
-                    self._aborting.discard(rid)
-                continue
-            req = self._routed_to(rank, rid)
-            if req is None:
-                continue
-            if tokens:
-                last = req.last_token_time
-                if last is None:
-                    req.first_token_time = now
-                    if self.router is not None:
-                        self.router.prefilled(rid)
-                    req.itl.extend([0.0] * (len(tokens) - 1))
-                else:
-                    req.itl.extend([(now - last) / len(tokens)] * len(tokens))
-                req.last_token_time = now
-                req.output_ids.extend(tokens)
-            if reason is not None:
-                req.finished_reason, req.finish_time = reason, now
-                if cached is not None:
-                    req.cached_tokens = cached[i]
-                if times is not None:
-                    self._scheduled(req, times[i])
-                del self._inflight[rid]
-                self._load[rank] -= 1
-                self._end(req, rank, self.dispatcher.ended(req))
-
-    def _scheduled(self, req: Req, times: RequestTimes | None) -> None:
-        """Set ``req.scheduled_time`` on this clock: when it left for its worker plus the
-        time it waited in that worker's scheduler (the worker's own clock, a difference)."""
-        sent = self._sent_at.get(req.rid)
-        if sent is None or times is None or times.scheduled_time is None:
-            return
-        waited = times.scheduled_time - times.arrival_time
-        if 0 <= waited < math.inf:
-            req.scheduled_time = sent + waited
-
-    def _routed_to(self, rank: int, rid: str) -> Req | None:
-        """The request ``rid`` in flight on worker ``rank``; None (logged when it is in
-        flight on another worker) otherwise."""
-        entry = self._inflight.get(rid)
-        if entry is None:
-            return None
-        owner, req = entry
-        if owner != rank:
-            log.warning("fleet.output_from_wrong_worker", rid=rid, worker=rank, routed_to=owner)
-            return None
-        return req
-
-    def _bad_message(self, rank: int, exc: Exception) -> None:
-        """Count and log a message from worker ``rank`` that does not decode; take the
-        worker out when ``max_bad_messages`` came in a row."""
-        self.bad_messages[rank] += 1
-        self._bad_in_a_row[rank] += 1
-        in_a_row = self._bad_in_a_row[rank]
-        log.warning(
-            "fleet.bad_worker_message", worker=rank, error=str(exc)[:500], in_a_row=in_a_row
-        )
-        if in_a_row >= self.max_bad_messages:
-            self._mark_dead(
-                rank, f"sent {in_a_row} messages in a row that do not decode (last: {exc})"
-            )
-
-    def _check_workers(self, now: float, sample_loads: bool) -> None:
-        """A worker that exited or sent no beat for ``heartbeat_timeout`` seconds is taken
-        out; the others are asked for their loads when ``sample_loads``."""
-        self._take_reports()  # beats that waited while this process was busy count
-        for rank, handle in enumerate(self.handles):
-            if not self.alive[rank]:
-                continue
-            if not handle.is_alive():
-                self._mark_dead(rank, "its process exited")
-            elif now - self._last_seen[rank] > self.heartbeat_timeout:
-                self._mark_dead(rank, f"no heartbeat for {self.heartbeat_timeout:g} s")
-            elif sample_loads:
-                with contextlib.suppress(zmq.Again):
-                    self._dealers[rank].send(encode(ControlReq(type="get_loads")), zmq.NOBLOCK)
-
-    def _take_out_doomed(self) -> None:
-        doomed, self._doomed = self._doomed, {}
-        for rank, why in doomed.items():
-            if self.alive[rank]:
-                self._mark_dead(rank, why)
-
-    def _mark_dead(self, rank: int, why: str) -> None:
-        """Take worker ``rank`` out: nothing more is routed there; its requests in flight go
-        back to the router queue (those with no first token, when there is one) or fail."""
-        super()._mark_dead(rank, why)
-        self.router.remove(rank)
-        self._outboxes[rank].clear()
-        held = [req for owner, req in self._inflight.values() if owner == rank]
-        for req in held:
-            del self._inflight[req.rid]
-            self._load[rank] -= 1
-        for req in self.dispatcher.worker_lost(rank, held):
-            req.finished_reason = FinishAbort(message=f"worker {rank} died: {why}")
-            self._end(req, rank, "failed")
 
     # ---- stopping and summarising ---------------------------------------------------------
 
@@ -521,39 +310,3 @@ class LiveFleet(LiveWorkers):
             setup_seconds=self.startup_seconds,
             interrupted=interrupted,
         )
-
-
-def _generate_message(req: Req) -> GenerateReqInput:
-    """The ``GenerateReqInput`` a worker gets for ``req``: its packed prompt as a list, every
-    field the worker's scheduler reads (its cache namespace too, or the worker's KV events
-    would not hash as the router does), streamed so that the router sees the first token."""
-    params = req.sampling_params
-    return GenerateReqInput(
-        rid=req.rid,
-        input_ids=req.origin_input_ids.tolist(),
-        sampling_params=SamplingParamsInput(
-            max_new_tokens=params.max_new_tokens,
-            stop_token_ids=list(params.stop_token_ids),
-            ignore_eos=params.ignore_eos,
-            stream=True,
-            stream_interval=params.stream_interval,
-            min_new_tokens=params.min_new_tokens,
-        ),
-        priority=req.priority,
-        extra_key=req.extra_key,
-        cache_salt=req.cache_salt,
-    )
-
-
-def _check_columns(msg: BatchTokenIDOutput) -> None:
-    """ValueError unless the per-request columns the router reads have one entry per rid."""
-    lengths = {
-        "rids": len(msg.rids),
-        "output_ids": len(msg.output_ids),
-        "finished_reasons": len(msg.finished_reasons),
-    }
-    if msg.time_stats is not None:
-        lengths["time_stats"] = len(msg.time_stats)
-    if len(set(lengths.values())) > 1:
-        found = ", ".join(f"{name} {n}" for name, n in lengths.items())
-        raise ValueError(f"BatchTokenIDOutput columns differ in length ({found}); one per rid")

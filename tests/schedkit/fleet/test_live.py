@@ -562,7 +562,7 @@ def test_a_worker_gets_every_field_its_scheduler_reads():
 
     from schedkit.components.io.io_struct import decode_request
     from schedkit.core.schedule_batch import SamplingParams
-    from schedkit.fleet.live import _generate_message
+    from schedkit.fleet.live_sending import _generate_message
 
     params = SamplingParams(
         max_new_tokens=7,
