@@ -8,8 +8,9 @@ tokens, ~37% of block references repeated) at ``--mooncake-rate`` requests per s
 Azure-shaped conversation traffic (prompts mean ~1.2k tokens, nothing shared) at
 ``--azure-rate``. Replays:
 
-- ``open``: offline, each request at its time in the trace (``schedkit.fleet.OfflineFleet``,
-  one virtual timeline: the same trace, wiring and seed give the same figures);
+- ``open``: offline, each request at its time in the trace
+  (``schedkit.fleet.offline.OfflineFleet``, one virtual timeline: the same trace, wiring and
+  seed give the same figures);
 - ``closed``: offline, ``--mooncake-concurrency`` / ``--azure-concurrency`` clients each
   sending the trace's next request when its previous one ended (``ClosedLoop``);
 - ``live``: the first ``--live-requests`` of the trace through ``schedkit.fleet.LiveFleet``
