@@ -76,30 +76,39 @@ def model_directory(directory: Path) -> Path:
     return model
 
 
-async def _one(client: httpx.AsyncClient, start: float, item: dict, model: str) -> dict:
+async def stream_completion(
+    client: httpx.AsyncClient, start: float, item: dict, model: str, max_tokens: int
+) -> dict:
+    """Send ``item``'s text at ``start + item["arrival"]`` as a streamed completion of
+    ``max_tokens`` tokens: ``ok`` (usage received), ``sent`` / ``first`` (first token) /
+    ``end`` (perf_counter times) and ``usage``; an HTTP error or status counts as not ok."""
     await asyncio.sleep(max(0.0, start + item["arrival"] - time.perf_counter()))
     sent = time.perf_counter()
     body = {
         "model": model,
         "prompt": item["text"],
-        "max_tokens": NEW_TOKENS,
+        "max_tokens": max_tokens,
         "stream": True,
         "ignore_eos": True,
         "stream_options": {"include_usage": True},
     }
     first, usage = None, None
-    async with client.stream("POST", "/v1/completions", json=body) as response:
-        if response.status_code != 200:
-            return {"ok": False, "status": response.status_code}
-        async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("choices") and first is None:
-                first = time.perf_counter() - sent
-            if chunk.get("usage"):
-                usage = chunk["usage"]
-    return {"ok": usage is not None, "ttft": first, "usage": usage}
+    try:
+        async with client.stream("POST", "/v1/completions", json=body) as response:
+            if response.status_code != 200:
+                return {"ok": False, "status": response.status_code}
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if chunk.get("choices") and first is None:
+                    first = time.perf_counter()
+                if chunk.get("usage"):
+                    usage = chunk["usage"]
+    except httpx.HTTPError as exc:  # counted as not completed
+        return {"ok": False, "status": type(exc).__name__}
+    end = time.perf_counter()
+    return {"ok": usage is not None, "sent": sent, "first": first, "end": end, "usage": usage}
 
 
 async def drive(url: str, trace: list[dict], model: str) -> list[dict]:
@@ -107,10 +116,13 @@ async def drive(url: str, trace: list[dict], model: str) -> list[dict]:
     limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
     async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
         start = time.perf_counter()
-        return await asyncio.gather(*(_one(client, start, item, model) for item in trace))
+        return await asyncio.gather(
+            *(stream_completion(client, start, item, model, NEW_TOKENS) for item in trace)
+        )
 
 
-def _pct(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (nearest rank)."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
@@ -120,12 +132,12 @@ def summary(results: list[dict]) -> dict:
     done = [r for r in results if r["ok"]]
     prompt = sum(r["usage"]["prompt_tokens"] for r in done)
     cached = sum(r["usage"]["prompt_tokens_details"]["cached_tokens"] for r in done)
-    ttfts = [r["ttft"] * 1e3 for r in done if r["ttft"] is not None]
+    ttfts = [(r["first"] - r["sent"]) * 1e3 for r in done if r["first"] is not None]
     return {
         "completed": len(done),
         "hit": 100 * cached / max(prompt, 1),
-        "p50": _pct(ttfts, 0.5),
-        "p99": _pct(ttfts, 0.99),
+        "p50": percentile(ttfts, 0.5),
+        "p99": percentile(ttfts, 0.99),
     }
 
 

@@ -55,7 +55,13 @@ from schedkit.testing.serving import free_endpoint, stop_serve
 from schedkit.workloads.shaped import write_azure_shaped, write_mooncake_shaped
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_http_router import model_directory, start_fleet, wait_healthy
+from bench_http_router import (
+    model_directory,
+    percentile,
+    start_fleet,
+    stream_completion,
+    wait_healthy,
+)
 
 LETTERS = string.ascii_lowercase + " "
 OPEN_LIMITS = {
@@ -111,53 +117,15 @@ def azure_texts(requests: int, rate: float, seed: int, tmp: Path) -> list[dict]:
     ]
 
 
-async def _one(client: httpx.AsyncClient, start: float, item: dict, model: str) -> dict:
-    await asyncio.sleep(max(0.0, start + item["arrival"] - time.perf_counter()))
-    sent = time.perf_counter()
-    body = {
-        "model": model,
-        "prompt": item["text"],
-        "max_tokens": item["out"],
-        "stream": True,
-        "ignore_eos": True,
-        "stream_options": {"include_usage": True},
-    }
-    first, usage = None, None
-    try:
-        async with client.stream("POST", "/v1/completions", json=body) as response:
-            if response.status_code != 200:
-                return {"ok": False, "status": response.status_code}
-            async for line in response.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[6:])
-                if chunk.get("choices") and first is None:
-                    first = time.perf_counter()
-                if chunk.get("usage"):
-                    usage = chunk["usage"]
-    except httpx.HTTPError as exc:  # counted as not completed
-        return {"ok": False, "status": type(exc).__name__}
-    return {
-        "ok": usage is not None,
-        "sent": sent,
-        "first": first,
-        "end": time.perf_counter(),
-        "usage": usage,
-    }
-
-
 async def drive(url: str, trace: list[dict], model: str, speedup: float) -> list[dict]:
     """Send the trace to ``url`` at its arrival times (divided by ``speedup``)."""
     limits = httpx.Limits(max_connections=2000, max_keepalive_connections=500)
     items = [{**item, "arrival": item["arrival"] / speedup} for item in trace]
     async with httpx.AsyncClient(base_url=url, timeout=1800, limits=limits) as client:
         start = time.perf_counter()
-        return await asyncio.gather(*(_one(client, start, item, model) for item in items))
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+        return await asyncio.gather(
+            *(stream_completion(client, start, item, model, item["out"]) for item in items)
+        )
 
 
 def requests_per_worker(urls: list[str]) -> list[float]:
@@ -182,8 +150,8 @@ def figures(results: list[dict], speedup: float, counts: list[float]) -> dict:
     return {
         "completed": len(done),
         "hit": 100 * cached / max(prompt, 1),
-        "p50": _pct(ttfts, 0.5),
-        "p99": _pct(ttfts, 0.99),
+        "p50": percentile(ttfts, 0.5),
+        "p99": percentile(ttfts, 0.99),
         "tok_s": out / span,
         "imbalance": max(counts) / (sum(counts) / len(counts)) if sum(counts) else float("nan"),
     }
