@@ -251,6 +251,16 @@ class PrefillAdder:
         self._add(req, pre, ext, pre)
         return True
 
+    def add_in_order(self, waiting: list[Req]) -> int:
+        """Admit ``waiting`` in its order until the first that does not fit or the pass is
+        full (SGLang's rule); how many were admitted, from the front."""
+        admitted = 0
+        while admitted < len(waiting) and self.budget_left():
+            if not self.add_one_req(waiting[admitted]):
+                break
+            admitted += 1
+        return admitted
+
     def _add(self, req: Req, pre: int, ext: int, hit: int) -> None:
         req.is_chunked = pre + ext < req.seqlen
         if req.is_chunked:

@@ -109,12 +109,7 @@ class ClientShare:
         share, held, client_of = self._share, self._held, self.client_of
         if not share:
             calc_priority(waiting)
-            admitted = 0
-            while admitted < len(waiting) and adder.budget_left():
-                if not adder.add_one_req(waiting[admitted]):
-                    break
-                admitted += 1
-            return admitted
+            return adder.add_in_order(waiting)
         candidates: list[Req] = []
         skipped: list[Req] = []
         for req in waiting:

@@ -63,11 +63,7 @@ class SchedulerBatches:
                 admitted = share.admit(adder, waiting, self.policy.calc_priority, defer_chunk)
             else:
                 self.policy.calc_priority(waiting)
-                admitted = 0
-                while admitted < len(waiting) and adder.budget_left():
-                    if not adder.add_one_req(waiting[admitted]):
-                        break
-                    admitted += 1
+                admitted = adder.add_in_order(waiting)
             if admitted:
                 now = self.now()
                 for req in waiting[:admitted]:

@@ -40,6 +40,16 @@ def test_admits_within_the_kv_room_and_reserves_for_admitted_outputs():
     assert [r.rid for r in a.batch.reqs] == ["a"] and a.batch.extend_lens == [20]
 
 
+def test_admission_in_order_stops_at_the_first_that_does_not_fit():
+    kv = kv_slots(64)
+    a = adder(kv)
+    waiting = [req("a", 20, max_new_tokens=20), req("b", 20, max_new_tokens=10), req("c", 2, 2)]
+    assert a.add_in_order(waiting) == 1  # "c" would fit, but SGLang stops at "b"
+    assert [r.rid for r in a.batch.reqs] == ["a"]
+    full = adder(kv_slots(64), max_running=2)
+    assert full.add_in_order([req(f"r{i}", 4, 4) for i in range(4)]) == 2  # the seats left
+
+
 def test_the_chunk_budget_cuts_a_request_into_a_chunked_one():
     kv = kv_slots(64, page_size=4)
     a = adder(kv, chunk=10)
