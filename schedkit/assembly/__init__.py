@@ -1,4 +1,6 @@
-"""From a wiring file to a running assembly: the wiring's data types (``wiring``), the YAML
-reader (``yaml_reader``), validation before anything is built (``validate``), loading with
-overlays (``loading``), late binding (``late_binding``) and the dependency-injector container
-(``container``). Imports run one way: wiring <- yaml_reader, validate <- loading <- container."""
+"""From a wiring file to a running assembly: the wiring's data types (``wiring``), YAML read
+into values with their lines (``yaml_values``), the wiring reader that merges overlays
+(``yaml_reader``), validation before anything is built (``validate``), loading with overlays
+(``loading``), late binding (``late_binding``) and the dependency-injector container
+(``container``). Imports run one way: wiring <- yaml_values <- yaml_reader, validate <-
+loading <- container."""

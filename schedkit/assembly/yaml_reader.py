@@ -1,245 +1,48 @@
-"""Reading wiring YAML (files or mappings) into a ``Wiring``: values and ``Ref``s with the
-file and line of every component, type and argument, overlays merged in order.
+"""Reading wiring YAML (files or mappings) into a ``Wiring``: the wiring document's keys
+(``plugins``, ``components``, each entry's ``type`` and ``args``) with the file and line of
+every component, type and argument, overlays merged in order.
 
-(Longer than 300 lines: one reader walks a document with its bounds, keys and lines; the
-merge rules need the same reader.)
-
-Reading is bounded and strict: a file that is not a regular file (a device such as /dev/zero,
-a pipe) or is larger than ``MAX_FILE_BYTES`` is refused before it is read; a document that
-expands past ``MAX_VALUES`` values or nests deeper than ``MAX_DEPTH`` is refused, and so are
-non-UTF-8 bytes, duplicate keys, keys that are not plain names and tags other than ``!ref``,
-``!late``, ``!call`` and ``!replace``; every problem is kept as
-``FILE:LINE: path: problem`` for ``load_wiring`` to report together.
+Each source is read into values by ``yaml_values`` (bounded and strict, see there); every
+problem is kept as ``FILE:LINE: path: problem`` for ``load_wiring`` to report together.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-import re
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from schedkit.assembly.wiring import (
-    _NAME,
-    INVALID,
-    ComponentSpec,
-    EnvStr,
-    Ref,
-    Wiring,
-    _Invalid,
-    _make_ref,
+from schedkit.assembly.wiring import _NAME, ComponentSpec, Wiring
+from schedkit.assembly.yaml_values import (
+    MAX_DEPTH,
+    DocumentReader,
+    Problems,
+    Replace,
+    TooLarge,
+    compose_file,
+    compose_mapping,
 )
 
-__all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_VALUES", "Replace", "WiringDumper", "read_wiring"]
+__all__ = ["Replace", "read_wiring"]
 
-_ENV = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _TOP_KEYS = ("plugins", "components")
 _ENTRY_KEYS = ("type", "args")
-# Bounds on what reading one wiring may cost: a file of a few hundred bytes whose aliases
-# expand to billions of values, or nesting that exhausts the stack, is refused.
-MAX_VALUES = 100_000
-MAX_DEPTH = 50
-MAX_FILE_BYTES = 1 << 20  # the shipped wiring is ~10 KB
-_PLAIN_TAGS = frozenset(
-    f"tag:yaml.org,2002:{t}"
-    for t in ("str", "int", "float", "bool", "null", "seq", "map", "timestamp")
-)
 
 
-class _TooLarge(Exception):
-    """Reading stopped: the document expands past ``MAX_VALUES`` values or ``MAX_DEPTH``."""
-
-    def __init__(self, line: int, problem: str) -> None:
-        self.line = line
-        self.problem = problem
-
-
-class _Errors(list):
-    def add(self, file: str, line: int | None, path: str, message: str) -> None:
-        where = file if line is None or file == "<mapping>" else f"{file}:{line}"
-        self.append(f"{where}: {path}: {message}" if path else f"{where}: {message}")
-
-
-class _FileReader:
-    """Turns one YAML document into plain values and ``Ref``s, remembering lines."""
-
-    def __init__(self, file: str, errors: _Errors, overlay: bool = False) -> None:
-        self.file = file
-        self.errors = errors
-        self.overlay = overlay  # merged over earlier sources: a null argument removes the key
-        self.constructor = yaml.constructor.SafeConstructor()
-        self.values_read = 0
-
-    def count(self, node: yaml.Node, depth: int) -> None:
-        """Count one value read; stop reading a document that is too large or too deep."""
-        self.values_read += 1
-        if self.values_read > MAX_VALUES:
-            raise _TooLarge(
-                node.start_mark.line + 1,
-                f"the document expands to more than {MAX_VALUES} values (aliases?); "
-                "write it out plainly",
-            )
-        if depth > MAX_DEPTH:
-            raise _TooLarge(
-                node.start_mark.line + 1, f"values nest more than {MAX_DEPTH} levels deep"
-            )
-
-    def key(self, node: yaml.Node, path: str) -> str | None:
-        """A mapping key: a plain scalar, as text; None (reported) for anything else."""
-        if isinstance(node, yaml.ScalarNode) and node.tag in _PLAIN_TAGS:
-            return str(node.value)
-        if isinstance(node, yaml.MappingNode | yaml.SequenceNode):
-            got = "a mapping" if isinstance(node, yaml.MappingNode) else "a list"
-        else:
-            got = f"a value tagged {node.tag}"
-        self.errors.add(
-            self.file, node.start_mark.line + 1, path, f"a key must be a plain name, got {got}"
-        )
-        return None
-
-    def items(self, node: yaml.MappingNode, path: str) -> list[tuple[str, int, yaml.Node]]:
-        """The ``(key, line, value node)`` entries of a mapping; bad or repeated keys are
-        reported and left out."""
-        seen: dict[str, int] = {}
-        entries = []
-        for key_node, value_node in node.value:
-            key = self.key(key_node, path)
-            if key is None:
-                continue
-            line = key_node.start_mark.line + 1
-            if key in seen:
-                where = f"{path}.{key}" if path else key
-                self.errors.add(
-                    self.file, line, where, f"duplicate key (first given at line {seen[key]})"
-                )
-                continue
-            seen[key] = line
-            entries.append((key, line, value_node))
-        return entries
-
-    def value(self, node: yaml.Node, path: str, depth: int = 0) -> Any:
-        self.count(node, depth)
-        line = node.start_mark.line + 1
-        if node.tag in ("!ref", "!late", "!call"):
-            if not isinstance(node, yaml.ScalarNode):
-                self.errors.add(self.file, line, path, f"{node.tag} takes a component name")
-                return INVALID
-            try:
-                return _make_ref(node.tag[1:], node.value.strip(), self.file, line)
-            except ValueError as exc:
-                self.errors.add(self.file, line, path, str(exc))
-                return INVALID
-        if node.tag == "!replace":
-            if not isinstance(node, yaml.MappingNode):
-                self.errors.add(self.file, line, path, "!replace takes a mapping")
-                return INVALID
-            node = yaml.MappingNode("tag:yaml.org,2002:map", node.value, node.start_mark)
-            return Replace(self.value(node, path, depth))
-        if node.tag not in _PLAIN_TAGS:
-            self.errors.add(
-                self.file,
-                line,
-                path,
-                f"unknown tag {node.tag}; valid tags: !ref, !late, !call, !replace",
-            )
-            return INVALID
-        if isinstance(node, yaml.SequenceNode):
-            return [
-                self.value(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(node.value)
-            ]
-        if isinstance(node, yaml.MappingNode):
-            return {
-                key: self.value(v, f"{path}.{key}", depth + 1)
-                for key, _, v in self.items(node, path)
-            }
-        try:
-            value = self.constructor.construct_object(node)
-        except yaml.YAMLError as exc:
-            self.errors.add(self.file, line, path, f"bad value: {exc}")
-            return INVALID
-        if isinstance(value, str) and "$" in value:
-            return self.interpolate(value, line, path)
-        return value
-
-    def interpolate(self, text: str, line: int, path: str) -> str | _Invalid:
-        unset = []
-
-        def replace(match: re.Match) -> str:
-            if match.group(0) == "$$":
-                return "$"
-            name, default = match.group(1), match.group(2)
-            if name in os.environ:
-                return os.environ[name]
-            if default is not None:
-                return default
-            unset.append(name)
-            self.errors.add(
-                self.file,
-                line,
-                path,
-                f"environment variable {name} is not set and has no default; set it or "
-                f"write ${{{name}:-default}}",
-            )
-            return ""
-
-        result = _ENV.sub(replace, text)
-        return INVALID if unset else EnvStr(result)
-
-
-def _read_file(path: Path, errors: _Errors, overlay: bool) -> tuple[yaml.Node | None, _FileReader]:
-    file = str(path)
-    reader = _FileReader(file, errors, overlay)
-    try:
-        kind = os.stat(path)
-        if not stat.S_ISREG(kind.st_mode):
-            errors.add(file, None, "", "not a regular file (a device, a pipe or a directory)")
-            return None, reader
-        with open(path, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        errors.add(file, None, "", f"cannot read wiring file: {exc.strerror}")
-        return None, reader
-    if len(raw) > MAX_FILE_BYTES:
-        errors.add(
-            file, None, "", f"{kind.st_size} bytes, larger than a wiring may be ({MAX_FILE_BYTES})"
-        )
-        return None, reader
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        errors.add(
-            file, line, "", f"not UTF-8 text (byte {raw[exc.start]:#04x}); save the file as UTF-8"
-        )
-        return None, reader
-    try:
-        return yaml.compose(text, Loader=yaml.SafeLoader), reader
-    except RecursionError:
-        errors.add(file, None, "", f"values nest more than {MAX_DEPTH} levels deep")
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        problem = " ".join(p for p in (exc.context, exc.problem) if p)
-        errors.add(file, mark.line + 1 if mark else None, "", f"YAML syntax error: {problem}")
-    except yaml.YAMLError as exc:
-        errors.add(file, None, "", f"YAML error: {exc}")
-    return None, reader
-
-
-def _merge_file(wiring: Wiring, root: yaml.Node | None, reader: _FileReader) -> None:
+def _merge_file(wiring: Wiring, root: yaml.Node | None, reader: DocumentReader) -> None:
     try:
         _merge_document(wiring, root, reader)
-    except _TooLarge as exc:
+    except TooLarge as exc:
         reader.errors.add(reader.file, exc.line, "", exc.problem)
     except RecursionError:
         reader.errors.add(reader.file, None, "", f"values nest more than {MAX_DEPTH} levels deep")
 
 
-def _merge_document(wiring: Wiring, root: yaml.Node | None, reader: _FileReader) -> None:
+def _merge_document(wiring: Wiring, root: yaml.Node | None, reader: DocumentReader) -> None:
     file, errors = reader.file, reader.errors
     if root is None:
         return
@@ -272,7 +75,7 @@ def _merge_document(wiring: Wiring, root: yaml.Node | None, reader: _FileReader)
 
 
 def _merge_entry(
-    wiring: Wiring, name: str, line: int, entry_node: yaml.Node, reader: _FileReader
+    wiring: Wiring, name: str, line: int, entry_node: yaml.Node, reader: DocumentReader
 ) -> None:
     file, errors = reader.file, reader.errors
     path = f"components.{name}"
@@ -344,11 +147,6 @@ def _merge_entry(
             )
 
 
-class Replace(dict):
-    """A mapping tagged ``!replace`` in an overlay: it replaces what earlier files gave instead
-    of merging into it."""
-
-
 def _plain_mappings(value: Any) -> Any:
     """``value`` with every ``Replace`` marker turned into a plain dict."""
     if isinstance(value, dict):
@@ -403,44 +201,24 @@ def _forget_locations(locs: dict[str, tuple[str, int | None]], path: str) -> Non
         del locs[key]
 
 
-class WiringDumper(yaml.SafeDumper):
-    """A YAML dumper that writes ``Ref``s back as ``!ref``/``!late``/``!call`` tags."""
-
-
-WiringDumper.add_representer(
-    Ref, lambda d, r: d.represent_scalar(f"!{r.kind}", ".".join((r.target, *r.attrs)))
-)
-WiringDumper.add_representer(EnvStr, lambda d, text: d.represent_str(str(text)))
-WiringDumper.add_representer(Replace, lambda d, m: d.represent_mapping("!replace", dict(m)))
-
-
-def _compose_mapping(mapping: Mapping, errors: _Errors) -> yaml.Node | None:
-    try:
-        text = yaml.dump(dict(mapping), Dumper=WiringDumper, sort_keys=False)
-    except yaml.representer.RepresenterError as exc:
-        errors.add("<mapping>", None, "", f"the mapping holds a value a wiring cannot: {exc}")
-        return None
-    return yaml.compose(text, Loader=yaml.SafeLoader)
-
-
 def read_wiring(
     source: str | os.PathLike | Mapping,
     *overlays: str | os.PathLike | Mapping,
     errors: list[str] | None = None,
 ) -> Wiring:
     """Read and merge ``source`` and ``overlays`` without validating; problems go to ``errors``."""
-    found = _Errors()
+    found = Problems()
     wiring = Wiring({}, [], [])
     for position, item in enumerate((source, *overlays)):
         overlay = position > 0
         if isinstance(item, Mapping):
             wiring.sources.append("<mapping>")
-            reader = _FileReader("<mapping>", found, overlay)
-            _merge_file(wiring, _compose_mapping(item, found), reader)
+            reader = DocumentReader("<mapping>", found, overlay)
+            _merge_file(wiring, compose_mapping(item, found), reader)
         else:
             path = Path(item)
             wiring.sources.append(str(path))
-            root, reader = _read_file(path, found, overlay)
+            root, reader = compose_file(path, found, overlay)
             _merge_file(wiring, root, reader)
     for spec in wiring.components.values():
         if spec.type is None:

@@ -20,7 +20,7 @@ import yaml
 
 from schedkit.assembly.validate import iter_refs
 from schedkit.assembly.wiring import Ref, Wiring, WiringError
-from schedkit.assembly.yaml_reader import WiringDumper
+from schedkit.assembly.yaml_values import WiringDumper
 from schedkit.cli.args import add_wiring_args, print_problems, wiring_from_args
 
 __all__ = ["main"]

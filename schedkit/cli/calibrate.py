@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from schedkit.assembly.yaml_reader import WiringDumper
+from schedkit.assembly.yaml_values import WiringDumper
 from schedkit.cli.args import number, print_problems
 from schedkit.cli.files import output_problem
 from schedkit.runner.calibrate import TERMS, CalibrationError, fit
