@@ -27,7 +27,7 @@ _LAZY = {
     "KvMetrics": "schedkit.kv_events.structs",
     "namespace_seed": "schedkit.kv_events.hashing",
     "Notice": "schedkit.kv_events.notices",
-    "NullEventPublisher": "schedkit.kv_events.zmq_publisher",
+    "NullEventPublisher": "schedkit.kv_events.null_publisher",
     "offset_endpoint": "schedkit.kv_events.config",
     "page_digests": "schedkit.kv_events.hashing",
     "page_hashes": "schedkit.kv_events.hashing",

@@ -8,7 +8,8 @@ from typing import Any
 
 from schedkit.core.component import ArgumentError
 from schedkit.kv_events.config import EventPublisher, KvEventsConfig, parse_kv_events_config
-from schedkit.kv_events.zmq_publisher import NullEventPublisher, ZmqEventPublisher
+from schedkit.kv_events.null_publisher import NullEventPublisher
+from schedkit.kv_events.zmq_publisher import ZmqEventPublisher
 
 __all__ = ["check_publisher_config", "create_publisher", "register_publisher"]
 

@@ -1,14 +1,15 @@
-"""KV-event publishers: a ZeroMQ PUB publisher (with an optional replay socket) and a null
-publisher, registered as ``zmq`` and ``null``.
-
-(Longer than 300 lines: the caller's side and the sender thread share one queue and its
-wake-up protocol, which read best together.)
+"""The ZeroMQ KV-event publisher, registered as ``zmq``: a bounded queue filled by the caller
+and the sender thread that empties it.
 
 ``ZmqEventPublisher.publish`` only appends to a bounded queue. A sender thread encodes each
 batch under the configured profile, hands the payload to the replay buffer and sends it as
 ``[topic, seq, payload]``. The sender polls the queue every ``POLL_INTERVAL`` seconds instead of
 being woken by each ``publish``, so the common call (once per scheduler step) costs a deque
-append and no system call; see ``ZmqEventPublisher`` for the latency this buys.
+append and no system call; see ``ZmqEventPublisher`` for the latency this buys. Its sockets
+are opened by ``publisher_sockets``; the ``null`` publisher is ``null_publisher``'s.
+
+(Longer than 300 lines: the caller's side and the sender thread share one queue and its
+wake-up protocol, which read best together.)
 """
 
 from __future__ import annotations
@@ -22,58 +23,18 @@ from collections import deque
 import structlog
 import zmq
 
-from schedkit.core.component import ArgumentError
-from schedkit.endpoints import check_endpoint, unpredictable_routing_ids
-from schedkit.kv_events.config import (
-    KvEventsConfig,
-    bind_or_connect,
-    offset_endpoint,
-)
-from schedkit.kv_events.replay import END_SEQ, ReplayServer, replay_send_hwm
+from schedkit.kv_events.config import KvEventsConfig
+from schedkit.kv_events.publisher_sockets import check_publisher_endpoints, open_publisher_sockets
+from schedkit.kv_events.replay import END_SEQ
 from schedkit.kv_events.structs import EventBatch, KVEventBatch, get_profile
 
-__all__ = ["END_SEQ", "IDLE_AFTER", "POLL_INTERVAL", "NullEventPublisher", "ZmqEventPublisher"]
+__all__ = ["END_SEQ", "IDLE_AFTER", "POLL_INTERVAL", "ZmqEventPublisher"]
 
 log = structlog.get_logger(__name__)
 
 POLL_INTERVAL = 0.001  # seconds between the sender's looks at the queue while batches come
 IDLE_AFTER = 0.1  # seconds without a batch after which the sender sleeps until woken
 _WAKE_FRACTION = 4  # publish() wakes the sender when the queue reaches 1/4 of its bound
-
-
-class NullEventPublisher:
-    """A publisher that sends nothing; it only counts the batches it is given."""
-
-    def __init__(self, config: KvEventsConfig | None = None, dp_rank: int = 0) -> None:
-        self.config = config
-        self.dp_rank = dp_rank
-        self.accepted = 0
-        self.published = 0
-        self.dropped = 0
-        self.encode_errors = 0
-        self._closed = False
-
-    @property
-    def queue_depth(self) -> int:
-        """Always 0: nothing is queued."""
-        return 0
-
-    def publish(self, batch: EventBatch) -> bool:
-        """Count the batch; False (and a drop) after shutdown."""
-        if self._closed:
-            self.dropped += 1
-            return False
-        self.accepted += 1
-        self.published += 1
-        return True
-
-    def flush(self, timeout: float = 5.0) -> bool:
-        """Nothing to wait for."""
-        return True
-
-    def shutdown(self, timeout: float = 5.0) -> None:
-        """Refuse further batches."""
-        self._closed = True
 
 
 class ZmqEventPublisher:
@@ -91,10 +52,7 @@ class ZmqEventPublisher:
     that a subscriber that missed the last batches notices the gap while nothing happens;
     every engine's consumer decodes an empty batch as a no-op. ``epoch`` (8 random bytes)
     names this publisher's lifetime; the replay socket tells it to subscribers that ask.
-    tcp endpoints are bound on loopback only, unless ``allow_remote``. libc's ``rand()`` is
-    seeded before the replay ROUTER is created (``unpredictable_routing_ids``), so that no
-    client can take the routing id libzmq gives the next anonymous client, which would abort
-    the process.
+    tcp endpoints are bound on loopback only, unless ``allow_remote`` (``publisher_sockets``).
 
     Latency: while batches keep coming the sender looks at the queue every ``POLL_INTERVAL``
     (1 ms), so a batch is on the socket within about 1 ms of ``publish``, plus however long
@@ -178,46 +136,22 @@ class ZmqEventPublisher:
         self._shutdown_lock = threading.Lock()
         self._own_context = context is None
         self._context = zmq.Context() if context is None else context
-        self._pub = router = self._replay = None
-        try:
-            self._pub = self._context.socket(zmq.PUB)
-            self._pub.setsockopt(zmq.SNDHWM, config.hwm)
-            self.endpoint = self._open(self._pub, config.endpoint, config.mode)
-            if config.replay_endpoint is not None:
-                unpredictable_routing_ids()  # before the ROUTER draws its first peer id
-                # The replay ROUTER closes with linger 0 and may hold a whole replay queued
-                # for clients that left; it lives in the process-wide context, which is never
-                # terminated, because libzmq's zmq_ctx_term can hang on such a socket even
-                # after it closed (seen once in several runs of the test suite).
-                own = self._own_context
-                router = (zmq.Context.instance() if own else self._context).socket(zmq.ROUTER)
-                router.setsockopt(zmq.SNDHWM, replay_send_hwm(config.buffer_steps))
-                replay_endpoint = self._open(router, config.replay_endpoint, "bind")
-                self._replay = ReplayServer(
-                    router,
-                    replay_endpoint,
-                    self._topic,
-                    config.buffer_steps,
-                    epoch=self.epoch,
-                    max_requests=config.max_replay_requests,
-                )
-            log.info(
-                "kv_events.publisher_ready",
-                endpoint=self.endpoint,
-                replay_endpoint=self.replay_endpoint,
-                mode=config.mode,
-                profile=config.profile,
-                dp_rank=dp_rank,
-            )
-        except BaseException:
-            for sock in (self._pub, router):
-                if sock is not None:
-                    sock.close(linger=0)
-            if self._replay is not None:
-                self._replay.stop(timeout=0)
-            if self._own_context:
-                self._context.term()
-            raise
+        self._pub, self.endpoint, self._replay = open_publisher_sockets(
+            config,
+            dp_rank,
+            self._context,
+            own_context=self._own_context,
+            topic=self._topic,
+            epoch=self.epoch,
+        )
+        log.info(
+            "kv_events.publisher_ready",
+            endpoint=self.endpoint,
+            replay_endpoint=self.replay_endpoint,
+            mode=config.mode,
+            profile=config.profile,
+            dp_rank=dp_rank,
+        )
         if start:
             self.start()
 
@@ -225,28 +159,7 @@ class ZmqEventPublisher:
     def check_config(cls, config: KvEventsConfig, dp_rank: int = 0) -> None:
         """Refuse endpoints this publisher could not open, opening nothing (``schedkit
         validate`` runs it too): ``ArgumentError`` names the config key."""
-        for key, endpoint, mode in (
-            ("endpoint", config.endpoint, config.mode),
-            ("replay_endpoint", config.replay_endpoint, "bind"),
-        ):
-            if endpoint is None:
-                continue
-            try:
-                check_endpoint(
-                    offset_endpoint(endpoint, dp_rank),
-                    bind=mode == "bind",
-                    allow_remote=config.allow_remote,
-                )
-            except ValueError as exc:
-                raise ArgumentError(key, str(exc)) from None
-
-    def _open(self, sock: zmq.Socket, endpoint: str, mode: str) -> str:
-        return bind_or_connect(
-            sock,
-            offset_endpoint(endpoint, self.dp_rank),
-            mode,
-            allow_remote=self.config.allow_remote,
-        )
+        check_publisher_endpoints(config, dp_rank)
 
     @property
     def replay_endpoint(self) -> str | None:

@@ -300,18 +300,6 @@ def test_vllm_profile_end_to_end(closing):
     assert raw[1][0]["type"] == "BlockStored" and raw[2] == 1
 
 
-def test_dp_rank_offsets_the_endpoints(tmp_path, closing):
-    base = f"ipc://{tmp_path}/kv"
-    pub = closing(
-        ZmqEventPublisher(KvEventsConfig(endpoint=base, replay_endpoint=f"{base}-replay"), 2)
-    )
-    assert pub.endpoint == f"{base}_dp2"
-    assert pub.replay_endpoint == f"{base}-replay_dp2"
-    sub = closing(subscriber_for(pub))
-    got = wait_live(pub, sub)
-    assert got[-1][1].attn_dp_rank == 2
-
-
 def test_offset_endpoint():
     assert offset_endpoint("tcp://127.0.0.1:5557", 0) == "tcp://127.0.0.1:5557"
     assert offset_endpoint("tcp://127.0.0.1:5557", 3) == "tcp://127.0.0.1:5560"
@@ -323,42 +311,6 @@ def test_offset_endpoint():
         offset_endpoint("tcp://127.0.0.1", 1)
     with pytest.raises(ValueError, match="unsupported"):
         offset_endpoint("udp://127.0.0.1:1", 1)
-
-
-def test_bind_failure_names_the_endpoint(closing):
-    pub = closing(ZmqEventPublisher(config()))
-    with pytest.raises(OSError, match=f"cannot bind to {pub.endpoint}"):
-        ZmqEventPublisher(KvEventsConfig(endpoint=pub.endpoint))
-
-
-def test_connect_mode_publishes_to_a_binding_subscriber(closing):
-    ctx = zmq.Context.instance()
-    sub = ctx.socket(zmq.SUB)
-    sub.setsockopt(zmq.LINGER, 0)
-    sub.setsockopt(zmq.SUBSCRIBE, b"")
-    port = sub.bind_to_random_port("tcp://127.0.0.1")
-    try:
-        pub = closing(
-            ZmqEventPublisher(KvEventsConfig(endpoint=f"tcp://127.0.0.1:{port}", mode="connect"))
-        )
-        deadline = time.monotonic() + 5
-        while not sub.poll(20):
-            assert time.monotonic() < deadline
-            pub.publish(batch(7))
-        topic, seq, payload = sub.recv_multipart()
-    finally:
-        sub.close()
-    assert topic == b"" and len(seq) == 8 and decode_batch(payload).ts == 7.0
-
-
-def test_null_publisher_counts_and_sends_nothing():
-    pub = create_publisher({"publisher": "null"})
-    assert isinstance(pub, NullEventPublisher)
-    assert pub.publish(batch(0)) and pub.published == 1
-    assert pub.flush() and pub.queue_depth == 0
-    pub.shutdown()
-    pub.shutdown()
-    assert pub.publish(batch(1)) is False and pub.dropped == 1
 
 
 def test_create_publisher_by_name(closing):
