@@ -1,4 +1,4 @@
-"""ZmqEventPublisher over real loopback ZeroMQ, its config, registry and null publisher."""
+"""ZmqEventPublisher over real loopback ZeroMQ, its config and registry."""
 
 from __future__ import annotations
 
