@@ -2,7 +2,7 @@
 frame raises before it can be judged (the publisher's epoch, the batches it shows missing),
 and what each answer, or its absence, does to the frame and the sequencing state.
 
-``ReplayExchange`` sits between ``StreamSequencing`` (the state) and ``KvEventSubscriber``
+``ReplayExchange`` sits between ``StreamSequencing`` (the state) and ``SubscriberSockets``
 (the sockets); the requests themselves go through ``ReplayClient``.
 """
 

@@ -1,12 +1,11 @@
 """A KV-event subscriber: decodes one publisher's stream in seq order, recovers gaps through
 the publisher's replay socket, and reports what it could not recover as typed notices.
 
-Three layers, one per concern: ``KvEventSubscriber`` here owns the sockets, the live reading
-and the subscriber's lifetime; ``ReplayExchange`` (``replay_exchange``) the questions a live
+Four layers, one per concern: ``KvEventSubscriber`` here keeps the subscriber's contract,
+``poll`` and its lifetime; ``SubscriberSockets`` (``subscriber_sockets``) the sockets, the
+live reading and reconnects; ``ReplayExchange`` (``replay_exchange``) the questions a live
 frame raises on the replay socket and what the answers do; ``StreamSequencing``
 (``sequencing``) the state they move (last seq, live seq, epoch) and the notices.
-
-(Longer than 300 lines: a fifth of it is the class docstring, the subscriber's contract.)
 """
 
 from __future__ import annotations
@@ -14,8 +13,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-import warnings
-import weakref
 from collections.abc import Callable, Iterator
 
 import structlog
@@ -29,10 +26,10 @@ from schedkit.kv_events.notices import (
     Notice,
     PublisherRestarted,
 )
-from schedkit.kv_events.replay_client import LEARN, RECONNECT, ReplayBounds, ReplayClient
-from schedkit.kv_events.replay_exchange import ReplayExchange
+from schedkit.kv_events.replay_client import ReplayBounds
 from schedkit.kv_events.sequencing import LiveFrame, payload_decoder
 from schedkit.kv_events.structs import MAX_BATCH_BYTES, KVEventBatch, get_profile
+from schedkit.kv_events.subscriber_sockets import SubscriberSockets
 
 __all__ = [
     "GapDetected",
@@ -46,7 +43,6 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-_MAX_READ = 4096  # live messages handled per poll() call
 # The work one poll() call does before it returns, past its timeout: reading a flood of live
 # frames or replies stops here and goes on in the next call.
 _WORK_SECONDS = 0.005
@@ -55,7 +51,7 @@ _WORK_SECONDS = 0.005
 QUEUE_BYTES = 32 << 20
 
 
-class KvEventSubscriber(ReplayExchange):
+class KvEventSubscriber(SubscriberSockets):
     """Subscribes to one publisher (one DP rank) and yields ``(seq, KVEventBatch)`` in seq
     order without duplicates.
 
@@ -150,43 +146,13 @@ class KvEventSubscriber(ReplayExchange):
         self._context = zmq.Context.instance() if context is None else context
         if hwm is None:
             hwm = max(1, queue_bytes // max_message_bytes)
-        self._sub = self._context.socket(zmq.SUB)
-        self._replay: ReplayClient | None = None
-        self._monitor = None  # tells when the live socket (re)connects
-        self._connections = 0
-        # Whatever is open when the subscriber is collected unclosed; see _close_abandoned.
-        self._sockets: list[zmq.Socket] = [self._sub]
-        self._finalizer = weakref.finalize(self, _close_abandoned, self._sockets, endpoint)
-        try:
-            self._sub.setsockopt(zmq.LINGER, 0)
-            self._sub.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
-            self._sub.setsockopt(zmq.RCVHWM, hwm)
-            self._sub.setsockopt(zmq.SUBSCRIBE, topic.encode())
-            if replay_endpoint is not None:
-                self._monitor = self._sub.get_monitor_socket(zmq.EVENT_CONNECTED)
-                self._monitor.setsockopt(zmq.LINGER, 0)
-                self._sockets.append(self._monitor)
-            self._sub.connect(endpoint)
-            if replay_endpoint is not None:
-                self._replay = ReplayClient(
-                    self._context,
-                    replay_endpoint,
-                    self._sockets,
-                    self.bad_input,
-                    timeout=replay_timeout,
-                    bounds=replay_bounds or ReplayBounds(),
-                    max_message_bytes=max_message_bytes,
-                    hwm=hwm,
-                    decode=self._decode_payload,
-                    keep_payloads=self._keeps_payloads,
-                )
-                self._ask(LEARN)
-        except zmq.ZMQError as exc:
-            self._close_sockets()
-            raise ValueError(
-                f"KV-event subscriber cannot connect to {endpoint!r} / {replay_endpoint!r}: "
-                f"{exc.strerror}"
-            ) from exc
+        self._open_sockets(
+            topic,
+            hwm=hwm,
+            max_message_bytes=max_message_bytes,
+            replay_timeout=replay_timeout,
+            replay_bounds=replay_bounds,
+        )
 
     @property
     def decode_errors(self) -> int:
@@ -281,84 +247,3 @@ class KvEventSubscriber(ReplayExchange):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    def _close_sockets(self) -> None:
-        with self._lock:
-            sockets = list(self._sockets)
-            self._sockets.clear()
-        self._finalizer.detach()
-        _close_all(sockets)
-
-    # -- sequencing -----------------------------------------------------------------------
-    # A live frame is read only while no answer is awaited. What its handling needs from the
-    # replay socket (the publisher's epoch, missed batches) is asked first, one question at
-    # a time, without blocking; _on_live then handles it at once with the answers in hand.
-
-    def _read_live(self, out: list) -> None:
-        replay = self._replay
-        if self._monitor is not None and self._reconnected():
-            # The frames queued from here on may come from a new publisher. An epoch check
-            # in flight may have gone to the old one and never be answered; answers are
-            # matched to requests by their order, so the new publisher's would be taken for
-            # its. It is given up, under a new identity that no late answer reaches.
-            if replay.requests:  # epoch checks only: nothing holds live frames here
-                replay.give_up()
-            self._ask(RECONNECT)
-            return
-        sub = self._sub
-        for _ in range(_MAX_READ):
-            if replay is not None and replay.holding:
-                return
-            try:
-                frames = sub.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            if len(frames) != 3 or len(frames[1]) != 8:
-                self.bad_input("live_frames", frames=[len(f) for f in frames[:8]])
-            else:
-                self._frame = LiveFrame(int.from_bytes(frames[1], "big"), frames[2])
-                self._prepare(out)
-            if time.monotonic() >= self._work_until:
-                return
-
-    def _drain_live(self) -> None:
-        """Drop the live frames queued (at most what this poll call may read)."""
-        for _ in range(_MAX_READ):
-            try:
-                self._sub.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            if time.monotonic() >= self._work_until:
-                return
-
-    def _reconnected(self) -> bool:
-        """Whether the live socket connected again since the last call (not the first time)."""
-        again = False
-        while True:
-            try:
-                self._monitor.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return again
-            self._connections += 1
-            again = again or self._connections > 1
-
-
-def _close_abandoned(sockets: list[zmq.Socket], endpoint: str) -> None:
-    """Close the sockets of a subscriber collected without ``close()``: no linger, no join,
-    no context termination, so that it never blocks whatever thread the collector runs on."""
-    if not sockets:
-        return
-    warnings.warn(
-        f"KvEventSubscriber for {endpoint} was collected without close(); close() it or use "
-        "it as a context manager",
-        ResourceWarning,
-        stacklevel=2,
-    )
-    _close_all(sockets)
-    sockets.clear()
-
-
-def _close_all(sockets: list[zmq.Socket]) -> None:
-    """Close without lingering; the monitor's reader before the socket it watches."""
-    for sock in reversed(sockets):
-        sock.close(linger=0)
