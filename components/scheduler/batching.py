@@ -196,6 +196,21 @@ class PrefillAdder:
         self.free_seats = max_running_requests - len(running)
         self.batch = ScheduleBatch(reqs=[], forward_mode=ForwardMode.EXTEND)
         self.new_chunked_req: Req | None = None
+        # Set (``prefill_step_bound``): the fresh tokens a step may take after a prefix.
+        self.tokens_at: Callable[[int], int] | None = None
+        self._deepest = 0
+
+    def fits_whole(self, req: Req) -> bool:
+        """Whether ``req``'s whole prompt fits what is left of this step, whatever of it is
+        cached (so admitting it starts no chunked request)."""
+        return req.seqlen <= self._step_room(req.seqlen)
+
+    def _step_room(self, pre: int) -> int:
+        """Fresh tokens the step's time bound leaves for a request after ``pre`` tokens."""
+        if self.tokens_at is None:
+            return self.rem_chunk
+        deepest = max(self._deepest, pre)
+        return min(self.rem_chunk, self.tokens_at(deepest) - sum(self.batch.extend_lens))
 
     def budget_left(self) -> bool:
         """Whether another request could still be admitted in this pass."""
@@ -210,7 +225,7 @@ class PrefillAdder:
         """Prefill the next chunk of ``req``; False if no room for any of it."""
         pre = len(req.kv_indices)
         room = self.kv.room() - self.reserved
-        ext = min(req.seqlen - pre, self.rem_chunk, int(room))
+        ext = min(req.seqlen - pre, self._step_room(pre), int(room))
         if ext <= 0 or not self.kv.extend(req, ext):
             return False
         self._add(req, pre, ext, 0)  # its prefix is its own earlier chunks: no cache hit
@@ -234,8 +249,9 @@ class PrefillAdder:
             return False
         lock = tree_cache.inc_lock_ref(last_node)
         room = kv.room() - self.reserved
-        if ext > self.rem_chunk:
-            ext = self.rem_chunk - self.rem_chunk % kv.page_size
+        chunk = self._step_room(pre)
+        if ext > chunk:
+            ext = chunk - chunk % kv.page_size
         req.kv_indices = device
         if seqlen - pre + remaining_new_tokens(req) > room or ext <= 0 or not kv.extend(req, ext):
             req.kv_indices = []
@@ -272,6 +288,7 @@ class PrefillAdder:
         batch.prefix_lens.append(pre)
         batch.extend_lens.append(ext)
         batch.cache_hit_lens.append(hit)
+        self._deepest = max(self._deepest, pre)
         self.rem_input -= ext
         self.rem_chunk -= ext
 

@@ -124,7 +124,7 @@ class ClientShare:
             context = held.get(client, 0)
             if context and context + context_tokens(req) > share:  # one request at least
                 continue
-            if whole_only and req.seqlen > adder.rem_chunk:
+            if whole_only and not adder.fits_whole(req):
                 continue
             if self.defers(req):
                 continue

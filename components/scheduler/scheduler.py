@@ -36,6 +36,7 @@ from schedkit.components.scheduler.batching import (
     NewTokenRatio,
 )
 from schedkit.components.scheduler.client_share import ClientShare
+from schedkit.components.scheduler.prefill_step_bound import PrefillStepBound
 from schedkit.components.scheduler.scheduler_batches import SchedulerBatches
 from schedkit.components.scheduler.scheduler_requests import SchedulerRequests
 from schedkit.components.scheduler.waiting_queue import WaitingQueue
@@ -108,6 +109,11 @@ class Scheduler(SchedulerRequests, SchedulerBatches):
     # (``client_share``); None keeps SGLang's behaviour.
     client_of: Callable[[Req], Hashable] | None = None
     client_share_tokens: int = attrs.field(default=65536, validator=at_least(1))
+    # A prefill step's modelled time: both set, a prefill batch takes at most the fresh
+    # tokens whose ``prefill_seconds(tokens, prefix)`` at its deepest prefix is within
+    # ``max_prefill_step_seconds`` (``prefill_step_bound``); None keeps SGLang's token bounds.
+    max_prefill_step_seconds: float | None = None
+    prefill_seconds: Callable[[int, int], float] | None = None
 
     waiting_queue: WaitingQueue = attrs.field(init=False, factory=WaitingQueue)
     running_batch: ScheduleBatch = attrs.field(
@@ -130,6 +136,7 @@ class Scheduler(SchedulerRequests, SchedulerBatches):
     # Set when admission failed for lack of KV room; cleared when a request leaves or arrives.
     _prefill_blocked: bool = attrs.field(init=False, default=False)
     _client_share: ClientShare | None = attrs.field(init=False, default=None, repr=False)
+    _step_bound: PrefillStepBound | None = attrs.field(init=False, default=None, repr=False)
     # The model runner's and batch result processor's decode-run methods, when both have them.
     _forward_decode_run: Callable[..., tuple[list[float], list[list[int]]]] | None = attrs.field(
         init=False, default=None, repr=False
@@ -152,6 +159,18 @@ class Scheduler(SchedulerRequests, SchedulerBatches):
                 "chunked_prefill_size must be None (no chunking) or an integer >= page_size "
                 f"({page_size}), got {size!r}",
             )
+        step = args.max_prefill_step_seconds
+        if step is not None and not (isinstance(step, int | float) and 0 < step < float("inf")):
+            raise ArgumentError(
+                "max_prefill_step_seconds",
+                f"max_prefill_step_seconds must be None or seconds > 0, got {step!r}",
+            )
+        if (step is None) != (args.prefill_seconds is None):
+            raise ArgumentError(
+                "max_prefill_step_seconds",
+                "max_prefill_step_seconds and prefill_seconds go together (the bound and the "
+                "model runner's prefill_seconds to apply it by); set both or neither",
+            )
 
     def __attrs_post_init__(self) -> None:
         self.check_arguments(self)
@@ -163,6 +182,13 @@ class Scheduler(SchedulerRequests, SchedulerBatches):
             self.schedule_conservativeness,
         )
         self._kv = KVSlots(self.allocator, self.tree_cache, self._page_size)
+        if self.max_prefill_step_seconds is not None and self.prefill_seconds is not None:
+            self._step_bound = PrefillStepBound(
+                max_seconds=self.max_prefill_step_seconds,
+                prefill_seconds=self.prefill_seconds,
+                page_size=self._page_size,
+                max_tokens=min(self.chunked_prefill_size or self.max_prefill_tokens, 1 << 20),
+            )
         if self.client_of is not None:
             self._client_share = ClientShare(
                 client_of=self.client_of, share_tokens=self.client_share_tokens

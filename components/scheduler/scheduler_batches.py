@@ -55,6 +55,8 @@ class SchedulerBatches:
             self.chunked_prefill_size,
             self.max_running_requests,
         )
+        if self._step_bound is not None:
+            adder.tokens_at = self._step_bound.tokens_at
         if chunked is not None and not defer_chunk and not adder.add_chunked_req(chunked):
             adder.new_chunked_req = chunked  # its next chunk waits for room
         if adder.new_chunked_req is None:

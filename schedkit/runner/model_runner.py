@@ -295,6 +295,19 @@ class SimulatedModelRunner:
             + self.request_overhead * len(batch.reqs)
         )
 
+    def prefill_seconds(self, tokens: int, prefix: int) -> float:
+        """Modelled time of a prefill step of one request's ``tokens`` fresh tokens after
+        ``prefix`` tokens with KV (0 with ``zero_cost``)."""
+        if self.zero_cost:
+            return 0.0
+        return (
+            self.prefill_fixed
+            + self.prefill_per_token * tokens
+            + self.attention_coeff * (tokens * prefix + tokens * (tokens + 1) // 2)
+            + self.step_overhead
+            + self.request_overhead
+        )
+
     def decode_cost(self, reqs: list[Req], output_tokens: int | None = None) -> float:
         """Modelled time of a decode step over ``reqs`` (``output_tokens``: their output
         lengths' sum, when the caller has it)."""
