@@ -128,7 +128,12 @@ def _handler(
 
 def build_app(config: HttpConfig) -> tuple[ASGIApp, EngineClient]:
     """The application for ``config`` and its engine client (started with the app)."""
-    engine = EngineClient(config.scheduler_endpoint, config.limits, config.scheduler_admin_token)
+    engine = EngineClient(
+        config.scheduler_endpoint,
+        config.limits,
+        config.scheduler_admin_token,
+        scheduler_shares_keys=config.scheduler_shares_keys,
+    )
     model = config.model
     tokenizer = load_tokenizer(model.tokenizer_path, model.vocab_size, model.eos_token_id)
     generator = Generator(config, engine, tokenizer)

@@ -75,6 +75,9 @@ class HttpConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     model: ModelInfo = ModelInfo()
     limits: Limits = Limits()
     allow_remote: bool = False
+    # The scheduler shares its batch between keys, lightest first (``client_of``): a key's
+    # request with nothing in flight may then skip the scheduler's waiting budgets.
+    scheduler_shares_keys: bool = False
 
 
 def parse_address(text: str) -> tuple[str, int]:

@@ -11,10 +11,13 @@ the scheduler has not admitted into a batch yet are bounded in number and prompt
 scheduler attaches to outputs and from ``get_loads`` polled every ``load_poll_seconds`` while
 requests are queued here, plus what was forwarded since): the scheduler's own queue stays
 short, so its policy cannot put a small request behind a flood, and the prefill step a small
-request joins holds few of the flood's prompt tokens. The rest wait here in one queue per
-key, and a freed slot goes to the queued key with the fewest requests in flight, so that a
-key sending a flood cannot hold back a key sending one small request: that request takes the
-next freed slot. Queues are bounded per key and in total.
+request joins holds few of the flood's prompt tokens. When the scheduler shares its batch
+between keys (``scheduler_shares_keys``, as ``schedkit serve --http`` wires it), a request of a
+key with none in flight goes past those two budgets at once (one per key; the forwarded bounds
+still hold): the scheduler admits the lightest key first, so another key's waiting flood cannot
+hold that request back, and held here until the step in progress reports, it would miss the
+next step too. The rest wait here in one queue per key, and a freed slot goes to the queued
+key with the fewest requests in flight. Queues are bounded per key and in total.
 
 Control messages (pause, continue, flush, loads, abort) are answered by the scheduler in the
 order they were sent, each with one ``ControlReply`` or an ``ErrorReply`` without rid; replies
@@ -64,8 +67,16 @@ def _client_name(key: str) -> str:
 class EngineClient:
     """Requests out and outputs in on one DEALER connected to the scheduler's ``zmq_server``."""
 
-    def __init__(self, endpoint: str, limits: Limits, admin_token: str | None = None) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        limits: Limits,
+        admin_token: str | None = None,
+        *,
+        scheduler_shares_keys: bool = False,
+    ) -> None:
         self.endpoint = endpoint
+        self.scheduler_shares_keys = scheduler_shares_keys
         self.admin_token = admin_token
         self.limits = limits
         self.states: dict[str, RequestState] = {}
@@ -147,7 +158,12 @@ class EngineClient:
             )
         )
         state = RequestState(rid, key, message, len(input_ids), params.stream)
-        if not self._queues and self._fits(state):
+        # With the scheduler sharing between keys, a key with nothing here or there does not
+        # wait behind others' queues.
+        newcomer = (
+            self.scheduler_shares_keys and key not in self._in_flight and key not in self._queues
+        )
+        if (newcomer or not self._queues) and self._fits(state):
             self.states[rid] = state
             self._forward(state)
             return state
@@ -196,6 +212,16 @@ class EngineClient:
         if self.forwarded == 0:
             return True  # one request always fits (the prompt limit bounds its tokens)
         limits = self.limits
+        if (
+            self.forwarded >= limits.max_forwarded_requests
+            or self.forwarded_tokens + state.prompt_tokens > limits.max_forwarded_tokens
+        ):
+            return False
+        if self.scheduler_shares_keys and state.key not in self._in_flight:
+            # A key with nothing in the scheduler goes past its waiting budgets: the scheduler
+            # admits the lightest key first, so other keys' waiting requests do not hold it
+            # back, and held here it would miss the step after the one in progress too.
+            return True
         waiting_tokens = self.scheduler_waiting_tokens
         return (
             self.scheduler_waiting < limits.max_scheduler_waiting
@@ -204,8 +230,6 @@ class EngineClient:
                 waiting_tokens == 0
                 or waiting_tokens + state.prompt_tokens <= limits.max_scheduler_waiting_tokens
             )
-            and self.forwarded < limits.max_forwarded_requests
-            and self.forwarded_tokens + state.prompt_tokens <= limits.max_forwarded_tokens
             and self._within_lead(state.key)
         )
 

@@ -78,6 +78,8 @@ class HttpServer:
     context_length: int = attrs.field(default=32768, validator=at_least(2))
     tokenizer_path: str | None = None
     limits: dict[str, int | float] = attrs.Factory(dict)
+    # Whether the scheduler shares its batch between keys (``client_of``; docs/http.md).
+    scheduler_shares_keys: bool = False
     startup_timeout: float = 30.0
     url: str = attrs.field(init=False, default="")
     _process: subprocess.Popen | None = attrs.field(init=False, default=None, repr=False)
@@ -124,6 +126,7 @@ class HttpServer:
             ),
             limits=limits,
             allow_remote=self.allow_remote,
+            scheduler_shares_keys=self.scheduler_shares_keys,
         )
         self._process = process = subprocess.Popen(
             [sys.executable, "-m", "schedkit.http"],

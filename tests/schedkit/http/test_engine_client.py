@@ -192,6 +192,35 @@ def test_the_scheduler_queue_is_bounded_in_prompt_tokens_and_polled_while_full(s
     asyncio.run(run())
 
 
+@pytest.mark.parametrize("shares", [False, True])
+def test_a_key_with_none_in_flight_skips_the_waiting_budgets_when_the_scheduler_shares(
+    scheduler, shares
+):
+    async def run() -> None:
+        limits = Limits(max_scheduler_waiting_tokens=10, max_forwarded_requests=4)
+        client = EngineClient(scheduler.endpoint, limits, scheduler_shares_keys=shares)
+        client.start()
+        try:
+            a = [client.submit("a", [1, 2, 3, 4], PARAMS, f"a{i}") for i in range(3)]
+            assert [s.forwarded for s in a] == [True, True, False]  # 8 tokens; 12 > 10
+            b0 = client.submit("b", [1] * 6, PARAMS, "b0")
+            assert b0.forwarded is shares  # past the budget only to a scheduler that shares
+            b1 = client.submit("b", [1], PARAMS, "b1")
+            assert not b1.forwarded  # b now has one in flight (or queued): it waits
+            c0 = client.submit("c", [1], PARAMS, "c0")
+            d0 = client.submit("d", [1], PARAMS, "d0")
+            # The forwarded bounds still hold: a0, a1, b0, c0 fill max_forwarded_requests.
+            assert (c0.forwarded, d0.forwarded) == (shares, False)
+            await scheduler.read(4 if shares else 2)
+            assert [m.rid for m in scheduler.received] == (
+                ["a0", "a1", "b0", "c0"] if shares else ["a0", "a1"]
+            )
+        finally:
+            client.close()
+
+    asyncio.run(run())
+
+
 def test_queues_are_bounded_per_key_and_in_total(scheduler):
     async def run() -> None:
         limits = Limits(max_forwarded_requests=1, max_queued_per_key=2, max_queued=3)
