@@ -6,13 +6,25 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from schedkit.cli.args import number
-from schedkit.http.config import Limits, parse_address
-from schedkit.http.launcher import front_end_overlay
+import attrs
 
-__all__ = ["add_http_args", "http_limits", "http_overlays", "http_server_args"]
+from schedkit.assembly.wiring import Wiring
+from schedkit.cli.args import number
+from schedkit.cli.http_step_bound import parse_prefill_step, prefill_step_overlay
+from schedkit.http.config import Limits, parse_address
+from schedkit.http.launcher import HttpServer, front_end_overlay
+
+__all__ = [
+    "add_http_args",
+    "add_serve_http_args",
+    "http_limits",
+    "http_overlays",
+    "http_server_args",
+]
 
 _RECEIVER_OVERLAY = """\
 components:
@@ -85,6 +97,20 @@ def add_http_args(
     return g
 
 
+def add_serve_http_args(p: argparse.ArgumentParser) -> None:
+    """``schedkit serve``'s front-end options: ``add_http_args`` and the prefill step bound."""
+    g = add_http_args(p)
+    g.add_argument(
+        "--http-prefill-step",
+        type=parse_prefill_step,
+        default="auto",
+        metavar="auto|off|MS",
+        help="bound a prefill step's modelled time, so that a step in progress holds another "
+        "key's request up little: auto (default) two decode steps at idle by the model "
+        "runner's cost model, or MS milliseconds; off: the wiring's token bounds only",
+    )
+
+
 def http_limits(args: argparse.Namespace, command: str) -> dict[str, int | float]:
     """The ``--http-limit NAME=VALUE`` options as a dict; SystemExit naming a bad one."""
     limits: dict[str, int | float] = {}
@@ -118,8 +144,11 @@ def http_server_args(args: argparse.Namespace, command: str) -> dict:
     return http_args
 
 
-def http_overlays(args: argparse.Namespace, private_dir: Path) -> list[str | Path | dict]:
-    """The overlays that add the front end (empty without ``--http``)."""
+def http_overlays(
+    args: argparse.Namespace, private_dir: Path, base: Callable[[], Wiring]
+) -> list[str | Path | dict]:
+    """The overlays that add the front end to the wiring ``base`` loads (empty without
+    ``--http``): the internal edge, the front end, and the prefill step bound."""
     if args.http is None:
         return []
     overlay = private_dir / "http.yaml"
@@ -127,5 +156,18 @@ def http_overlays(args: argparse.Namespace, private_dir: Path) -> list[str | Pat
     # The front end pauses, continues and flushes through the scheduler's ZeroMQ edge, which
     # takes those only with its admin token: --admin-token's, or one made for this run.
     token = args.admin_token or secrets.token_urlsafe(24)
-    http_args = {"address": args.http, **http_server_args(args, "serve")}
-    return [overlay, front_end_overlay(http_args, token, args.served_model_name)]
+    http_args = {
+        "address": args.http,
+        **http_server_args(args, "serve"),
+        "scheduler_shares_keys": True,  # client_of above
+    }
+    overlays: list[str | Path | dict] = [
+        overlay,
+        front_end_overlay(http_args, token, args.served_model_name),
+    ]
+    context = http_args.get("context_length", attrs.fields(HttpServer).context_length.default)
+    step, line = prefill_step_overlay(args.http_prefill_step, base(), context)
+    print(f"schedkit serve: {line}", file=sys.stderr)
+    if step is not None:
+        overlays.append(step)
+    return overlays

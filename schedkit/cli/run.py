@@ -31,7 +31,7 @@ from schedkit.cli.args import (
     wiring_sources,
 )
 from schedkit.cli.files import output_problem
-from schedkit.cli.http_args import add_http_args, http_overlays
+from schedkit.cli.http_args import add_serve_http_args, http_overlays
 from schedkit.cli.workload_args import (
     add_summary_args,
     add_workload_args,
@@ -93,7 +93,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "$SCHEDKIT_ADMIN_TOKEN, which stays out of the process list); without one they are "
         "refused",
     )
-    add_http_args(p)
+    add_serve_http_args(p)
     p.set_defaults(run=cmd_serve)
 
 
@@ -244,7 +244,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace, private_dir: Path) -> int:
     file, overlays = wiring_sources(args)
-    front_end = http_overlays(args, private_dir)
+    front_end = http_overlays(args, private_dir, lambda: load_wiring(file, *overlays))
     wiring = load_wiring(file, *overlays, *front_end)
     extra = []
     if args.admin_token:
