@@ -7,13 +7,20 @@ the step in progress when it arrives, and the step time is the gap between its c
 Printed, min / median / max over ``--repeat`` requests: at idle, then with the flood running
 (``--flood`` requests of ``--flood-prompt`` tokens and ``--flood-new`` new tokens kept in
 flight from the other key, each prompt of random token ids), its latency, first token and
-step time; and the longest step the flood can run ahead of the small request, timed at idle,
-for the bound "2 x idle + one step": a prefill of ``max_scheduler_waiting_tokens`` fresh
-tokens (the front end's bound on the flood's prompt tokens waiting in the scheduler), or of one
-flood prompt up to a chunk (``chunked_prefill_size``, 8,192) when the prompts are longer.
+step time, beside the target "2 x idle" (twice the median at idle; every request under the
+flood should be within it); the flood's own throughput;
+and, at idle, one prefill step at the start of a prompt as the server bounds it
+(``--http-prefill-step``, auto: the fresh tokens costing at most two idle decode steps) and the
+prefill of one whole flood prompt (of the longest size).
 
-Usage: ``python benchmarks/bench_http_flood.py [--repeat 5] [--flood 512] [--http-limit
-NAME=VALUE ...] [--quick]``.
+``--long``: a flood of long prompts instead, 16 in flight of 8,192 to 32,000 tokens each
+(uniformly drawn), 16 new (the front end forwards a prompt over its scheduler-waiting budget
+only once the scheduler's queue is empty, so more in flight would only lengthen the drain).
+The flood's throughput counts the requests it completed from its start until it drained.
+
+Usage: ``python benchmarks/bench_http_flood.py [--repeat 5] [--flood 512] [--long]
+[--http-prefill-step auto|off|MS] [--against-off] [--rounds N] [--http-limit NAME=VALUE ...]
+[--quick]``.
 """
 
 from __future__ import annotations
@@ -26,12 +33,19 @@ import random
 import statistics
 import time
 
-from schedkit.http.config import Limits
+import attrs
+
+import schedkit
+from schedkit import wirings
+from schedkit.assembly.wiring import Wiring
+from schedkit.cli.http_step_bound import cost_model, parse_prefill_step, prefill_step_overlay
+from schedkit.components.scheduler.prefill_step_bound import PrefillStepBound
+from schedkit.components.scheduler.scheduler import Scheduler
+from schedkit.http.launcher import HttpServer
 from schedkit.testing.serving import start_http_serve, stop_serve
 
 KEYS = {"flood": "flood-key", "small": "small-key"}
-# The shipped wiring's chunked_prefill_size.
-CHUNK = 8192
+LONG = (8192, 32000)
 
 
 def _request(host: str, port: int, key: str, prompt: list[int], new: int, stream: bool) -> bytes:
@@ -65,9 +79,9 @@ async def _small(host: str, port: int, prompt: list[int]) -> tuple[float, float,
     return latency, arrivals[0] - start, [b - a for a, b in itertools.pairwise(arrivals[:-1])]
 
 
-async def _one_step(host: str, port: int, tokens: int, seed: int) -> float:
+async def _prefill(host: str, port: int, tokens: int, seed: int) -> float:
     """The latency of a request of ``tokens`` fresh prompt tokens and one new token at idle:
-    one prefill step of that many tokens, plus the front end's overhead."""
+    its prefill steps, plus the front end's overhead."""
     rng = random.Random(seed)
     prompt = [rng.randrange(1000, 30000) for _ in range(tokens)]
     reader, writer = await asyncio.open_connection(host, port)
@@ -80,28 +94,38 @@ async def _one_step(host: str, port: int, tokens: int, seed: int) -> float:
     return time.perf_counter() - start
 
 
-async def _flood(host: str, port: int, args: argparse.Namespace, stop: asyncio.Event) -> int:
+class FloodCount:
+    """The flood's completed requests and their prompt and new tokens."""
+
+    def __init__(self) -> None:
+        self.requests = self.prompt_tokens = self.new_tokens = 0
+
+
+async def _flood(
+    host: str, port: int, args: argparse.Namespace, stop: asyncio.Event, count: FloodCount
+) -> None:
     """Keep ``args.flood`` requests in flight from the flood key until ``stop``, each with a
-    prompt of its own (random token ids: no prefix cache hits)."""
-    done = 0
+    prompt of its own (random token ids: no prefix cache hits), counting what completes."""
+    low, high = args.prompt_range
 
     async def one_connection(seed: int) -> None:
-        nonlocal done
         rng = random.Random(seed)
         reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
         while not stop.is_set():
-            prompt = [rng.randrange(1000, 30000) for _ in range(args.flood_prompt)]
+            tokens = rng.randint(low, high)
+            prompt = [rng.randrange(1000, 30000) for _ in range(tokens)]
             writer.write(_request(host, port, "flood", prompt, args.flood_new, False))
             head = await reader.readuntil(b"\r\n\r\n")
             length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
             await reader.readexactly(length)
             if not head.startswith(b"HTTP/1.1 200"):
                 raise RuntimeError(f"flood request refused: {head[:200]!r}")
-            done += 1
+            count.requests += 1
+            count.prompt_tokens += tokens
+            count.new_tokens += args.flood_new
         writer.close()
 
     await asyncio.gather(*(one_connection(i) for i in range(args.flood)))
-    return done
 
 
 def _mmm(values: list[float], scale: float = 1e3) -> str:
@@ -109,22 +133,20 @@ def _mmm(values: list[float], scale: float = 1e3) -> str:
     return " / ".join(f"{v:.1f}" for v in ordered)
 
 
-async def _run(host: str, port: int, args: argparse.Namespace) -> None:
+async def _run(host: str, port: int, args: argparse.Namespace, chunk: int, step_bound: str) -> None:
     prompts = [[300 + 17 * i + j for j in range(16)] for i in range(2 * args.repeat)]
-    budget = _limits(args).get(
-        "max_scheduler_waiting_tokens", Limits().max_scheduler_waiting_tokens
-    )
-    # A flood prompt over the budget goes alone, and is prefilled a chunk at a time.
-    step_tokens = max(int(budget), min(args.flood_prompt, CHUNK))
-    step = [await _one_step(host, port, step_tokens, i) for i in range(args.repeat)]
+    low, high = args.prompt_range
+    step = [await _prefill(host, port, chunk, i) for i in range(args.repeat)]
+    whole = [await _prefill(host, port, high, 100 + i) for i in range(args.repeat)]
     idle, idle_first, idle_steps = [], [], []
     for prompt in prompts[: args.repeat]:
         latency, first, gaps = await _small(host, port, prompt)
         idle.append(latency)
         idle_first.append(first)
         idle_steps += gaps
-    stop = asyncio.Event()
-    flood = asyncio.ensure_future(_flood(host, port, args, stop))
+    stop, count = asyncio.Event(), FloodCount()
+    flood_start = time.perf_counter()
+    flood = asyncio.ensure_future(_flood(host, port, args, stop, count))
     await asyncio.sleep(args.warmup)
     behind, first_tokens, steps = [], [], []
     for prompt in prompts[args.repeat :]:
@@ -134,38 +156,64 @@ async def _run(host: str, port: int, args: argparse.Namespace) -> None:
         steps += gaps
         await asyncio.sleep(0.2)
     stop.set()
-    served = await flood
-    row = "{:<52}{}"
+    await flood
+    seconds = time.perf_counter() - flood_start
+    size = f"{low}" if low == high else f"{low}-{high}"
+    bound = 2 * statistics.median(idle)
+
+    def row(label: str, figures: str, note: str = "") -> str:
+        return f"{label:<52}{figures:<24}{note}".rstrip()
+
     print(
         f"bench_http_flood: {args.repeat} small requests (16 prompt tokens, 4 new, streamed) "
         f"at idle, then behind {args.flood} requests in flight from another key "
-        f"({args.flood_prompt} prompt tokens, {args.flood_new} new; {served:,} served); "
+        f"({size} prompt tokens, {args.flood_new} new); {step_bound}; "
         "min / median / max"
     )
-    print(row.format("small request at idle (ms)", _mmm(idle)))
-    print(row.format("  its first token (ms)", _mmm(idle_first)))
-    print(row.format("  step at idle: gap between its tokens (ms)", _mmm(idle_steps)))
-    print(row.format("small request under the flood (ms)", _mmm(behind)))
-    print(row.format("  its first token (ms)", _mmm(first_tokens)))
-    print(row.format("  step under the flood: gap between its tokens (ms)", _mmm(steps)))
+    print(row("small request at idle (ms)", _mmm(idle)))
+    print(row("  its first token (ms)", _mmm(idle_first)))
+    print(row("  step at idle: gap between its tokens (ms)", _mmm(idle_steps)))
+    within = "within" if max(behind) <= bound else "OVER"
     print(
-        row.format(
-            f"one step: a {step_tokens:,}-token prefill at idle (ms)",
-            _mmm(step),
+        row(
+            "small request under the flood (ms)",
+            _mmm(behind),
+            f"bound 2 x idle {1e3 * bound:.1f}: max {within}",
         )
     )
-    median_idle = statistics.median(idle)
-    print(row.format("  bound 2 x idle, medians (ms)", f"{2e3 * median_idle:.1f}"))
+    print(row("  its first token (ms)", _mmm(first_tokens)))
+    print(row("  step under the flood: gap between its tokens (ms)", _mmm(steps)))
+    print(row(f"one step: a {chunk:,}-token prefill at idle (ms)", _mmm(step)))
+    print(row(f"a {high:,}-token prompt's prefill at idle (ms)", _mmm(whole)))
     print(
-        row.format(
-            "  bound 2 x idle + one step, medians (ms)",
-            f"{1e3 * (2 * median_idle + statistics.median(step)):.1f}",
-        )
+        f"flood ({seconds:.1f} s): {count.requests / seconds:.1f} requests/s, "
+        f"{count.prompt_tokens / seconds:,.0f} prompt tokens/s, "
+        f"{count.new_tokens / seconds:,.0f} new tokens/s"
     )
 
 
-def _limits(args: argparse.Namespace) -> dict[str, str]:
-    return dict(limit.split("=", 1) for limit in args.http_limit)
+def _first_step(args: argparse.Namespace) -> tuple[int, str]:
+    """The fresh tokens of a prefill step at the start of a prompt as ``schedkit serve --http``
+    bounds it for ``args``, and the bound in words."""
+    wiring: Wiring = schedkit.load_wiring(wirings.path())
+    chunk = wiring.components["scheduler"].args.get(
+        "chunked_prefill_size", attrs.fields(Scheduler).chunked_prefill_size.default
+    )
+    overlay, _ = prefill_step_overlay(
+        args.http_prefill_step, wiring, attrs.fields(HttpServer).context_length.default
+    )
+    if overlay is None:
+        return chunk, f"prefill steps of at most {chunk} tokens"
+    seconds = overlay["components"]["scheduler"]["args"]["max_prefill_step_seconds"]
+    runner = cost_model(wiring.components["model_runner"].args)
+    page = wiring.components["allocator"].args["page_size"]
+    bound = PrefillStepBound(
+        max_seconds=seconds,
+        prefill_seconds=runner.prefill_seconds,
+        page_size=page,
+        max_tokens=chunk,
+    )
+    return bound.tokens_at(0), f"prefill steps of at most {seconds * 1e3:.1f} ms"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,6 +222,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flood", type=int, default=512, help="flood requests kept in flight")
     parser.add_argument("--flood-prompt", type=int, default=256)
     parser.add_argument("--flood-new", type=int, default=64)
+    parser.add_argument(
+        "--long",
+        action="store_true",
+        help=f"a flood of long prompts: 16 in flight of {LONG[0]:,}-{LONG[1]:,} tokens, 16 new",
+    )
+    parser.add_argument(
+        "--http-prefill-step",
+        type=parse_prefill_step,
+        default="auto",
+        help="the server's prefill step bound: auto (the default), off or milliseconds",
+    )
+    parser.add_argument(
+        "--against-off",
+        action="store_true",
+        help="after each run, the same with --http-prefill-step off (token bounds only)",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="runs (of each setting)")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of flood first")
     parser.add_argument(
         "--http-limit", action="append", default=[], metavar="NAME=VALUE", help="a front-end limit"
@@ -182,18 +247,31 @@ def main(argv: list[str] | None = None) -> int:
         "--quick", action="store_true", help="smoke run: 2 repeats, a flood of 16, 0.3 s first"
     )
     args = parser.parse_args(argv)
+    args.prompt_range = (args.flood_prompt, args.flood_prompt)
+    if args.long:
+        args.flood, args.flood_new, args.prompt_range = 16, 16, LONG
     if args.quick:
-        args.repeat, args.flood, args.warmup = 2, 16, 0.3
+        args.repeat, args.flood, args.warmup = 2, 16 if not args.long else 4, 0.3
+    settings = [args.http_prefill_step] + (["off"] if args.against_off else [])
+    for _ in range(args.rounds):
+        for setting in settings:
+            _serve_and_run(args, setting)
+    return 0
+
+
+def _serve_and_run(args: argparse.Namespace, setting: str | int) -> None:
+    args.http_prefill_step = setting
+    chunk, bound = _first_step(args)
     options = ["--api-key", KEYS["flood"], "--api-key", KEYS["small"]]
+    options += ["--http-prefill-step", str(setting if isinstance(setting, str) else setting * 1e3)]
     for limit in args.http_limit:
         options += ["--http-limit", limit]
     server, url, _ = start_http_serve(*options)
     try:
         host, port = url.removeprefix("http://").split(":")
-        asyncio.run(_run(host, int(port), args))
+        asyncio.run(_run(host, int(port), args, chunk, bound))
     finally:
         stop_serve(server)
-    return 0
 
 
 if __name__ == "__main__":

@@ -20,9 +20,15 @@ def test_quick_run_prints_idle_flood_and_bounds():
     out = result.stdout
     for label in (
         "small request at idle",
-        "small request under the flood",
         "step under the flood: gap between its tokens",
         r"one step: a [\d,]+-token prefill at idle",
+        r"a [\d,]+-token prompt's prefill at idle",
     ):
         assert re.search(rf"^ *{label} \(ms\) +{MMM}$", out, re.MULTILINE), out
-    assert re.search(r"^  bound 2 x idle \+ one step, medians \(ms\) +[\d.]+$", out, re.M), out
+    under = (
+        rf"^small request under the flood \(ms\) +{MMM} +bound 2 x idle [\d.]+: max (within|OVER)$"
+    )
+    assert re.search(under, out, re.MULTILINE), out
+    assert re.search(
+        r"^flood \([\d.]+ s\): [\d.]+ requests/s, [\d,]+ prompt tokens/s", out, re.M
+    ), out
