@@ -9,13 +9,22 @@ import pytest
 
 from schedkit.components.scheduler.prefill_step_bound import PrefillStepBound
 from schedkit.core.component import ArgumentError
-from schedkit.core.schedule_batch import ForwardMode
+from schedkit.core.schedule_batch import ForwardMode, ScheduleBatch
 from schedkit.runner.model_runner import SimulatedModelRunner
 from tests.components.scheduler.test_scheduler import assert_all_done, build, make_req, tokens
 
 COST = SimulatedModelRunner()
 # Two decode steps of one request at idle, as ``schedkit serve --http`` sets it.
 BUDGET = 2 * (COST.decode_fixed + COST.decode_per_seq)
+
+
+def test_prefill_seconds_is_the_runners_cost_of_one_requests_prefill():
+    for fresh, prefix in ((16, 0), (448, 0), (192, 32576)):
+        batch = ScheduleBatch(
+            reqs=[None], forward_mode=ForwardMode.EXTEND, prefix_lens=[prefix], extend_lens=[fresh]
+        )
+        assert COST.prefill_seconds(fresh, prefix) == pytest.approx(COST.prefill_cost(batch))
+    assert SimulatedModelRunner(zero_cost=True).prefill_seconds(8192, 8192) == 0.0
 
 
 def test_tokens_at_is_the_most_whole_pages_within_the_budget_at_each_depth():
