@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import gc
 import json
 import os
 import signal
@@ -275,6 +276,10 @@ def _serve(args: argparse.Namespace, private_dir: Path) -> int:
             return 2
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
+        # What the build made lives as long as the server: out of the collector's generations,
+        # a full collection while serving walks only what requests made.
+        gc.collect()
+        gc.freeze()
         _announce(assembly)
         assembly["scheduler"].serve(stop)
         drain(assembly, args.grace)
