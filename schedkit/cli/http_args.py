@@ -161,9 +161,18 @@ def http_overlays(
         **http_server_args(args, "serve"),
         "scheduler_shares_keys": True,  # client_of above
     }
+    # The front end is the internal edge's one client and keeps its own (per-key) bounds on
+    # what waits in the scheduler: the edge releases all it forwards. At the edge's default
+    # (16,384 prompt tokens unadmitted per client) a flood's long prompt waiting behind the
+    # one being prefilled held another key's small request at the edge until it was admitted.
+    forwarded = Limits(**http_args["limits"]).max_forwarded_tokens
+    release = {
+        "components": {"request_receiver": {"args": {"release_tokens_per_client": forwarded}}}
+    }
     overlays: list[str | Path | dict] = [
         overlay,
         front_end_overlay(http_args, token, args.served_model_name),
+        release,
     ]
     context = http_args.get("context_length", attrs.fields(HttpServer).context_length.default)
     step, line = prefill_step_overlay(args.http_prefill_step, base(), context)

@@ -68,13 +68,17 @@ def test_serve_http_overlays_bound_the_scheduler_and_name_its_key_shares(tmp_pat
     scheduler = wiring.components["scheduler"].args
     assert scheduler["max_prefill_step_seconds"] == pytest.approx(0.0123, abs=1e-4)
     assert wiring.components["http_server"].args["scheduler_shares_keys"] is True
+    # The internal edge releases all the front end forwards (it keeps its own bounds).
+    assert wiring.components["request_receiver"].args["release_tokens_per_client"] == 1 << 20
     off = _parser("serve").parse_args(
-        ["serve", *base, "--http", "127.0.0.1:0", "--http-prefill-step", "off"]
+        [
+            *("serve", *base, "--http", "127.0.0.1:0", "--http-prefill-step", "off"),
+            *("--http-limit", "max_forwarded_tokens=4096"),
+        ]
     )
     overlays = http_overlays(off, tmp_path, lambda: schedkit.load_wiring(wirings.path()))
-    assert (
-        "max_prefill_step_seconds"
-        not in schedkit.load_wiring(wirings.path(), *overlays).components["scheduler"].args
-    )
+    wiring = schedkit.load_wiring(wirings.path(), *overlays)
+    assert "max_prefill_step_seconds" not in wiring.components["scheduler"].args
+    assert wiring.components["request_receiver"].args["release_tokens_per_client"] == 4096
     with pytest.raises(SystemExit):
         _parser("serve").parse_args(["serve", *base, "--http-prefill-step", "0"])
