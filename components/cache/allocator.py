@@ -9,8 +9,9 @@ No slot is reserved for padding: every slot from 0 to ``size - 1`` can be handed
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain, repeat
-from operator import floordiv
+from functools import reduce
+from itertools import repeat
+from operator import floordiv, iadd
 from typing import Any
 
 import attrs
@@ -86,7 +87,7 @@ class TokenToKVPoolAllocator:
             return pages
         if num_pages == 1:
             return list(self._page_slots[pages[0]])
-        return list(chain.from_iterable(map(self._page_slots.__getitem__, pages)))
+        return self._slots_of(pages)
 
     def free(self, indices: Sequence[int]) -> None:
         """Return the pages of ``indices`` to the pool."""
@@ -128,10 +129,10 @@ class TokenToKVPoolAllocator:
         """
         page_size = self.page_size
         if isinstance(indices, list) and not len(indices) % page_size:
-            pages = [i // page_size for i in indices[::page_size]]
+            pages = list(map(floordiv, indices[::page_size], repeat(page_size)))
             if min(pages) >= 0:
                 try:
-                    whole = list(chain.from_iterable(map(self._page_slots.__getitem__, pages)))
+                    whole = self._slots_of(pages)
                 except IndexError:  # a slot beyond the pool: let free report it
                     whole = None
                 if indices == whole:
@@ -150,6 +151,10 @@ class TokenToKVPoolAllocator:
         if len(set(indices)) != len(indices):
             return None
         return list(dict.fromkeys(map(floordiv, indices, repeat(page_size))))
+
+    def _slots_of(self, pages: list[int]) -> list[int]:
+        """The slots of ``pages`` in order, as one list (each page's tuple appended in C)."""
+        return reduce(iadd, map(self._page_slots.__getitem__, pages), [])
 
     def _free_error(self, indices: Sequence[int]) -> str:
         """Why ``free(indices)`` is rejected (called only when it is)."""

@@ -26,6 +26,7 @@ in ``hiradix_host``, device eviction and its heap in ``hiradix_eviction``, the n
 
 from __future__ import annotations
 
+from array import array
 from typing import Any, Literal
 
 import attrs
@@ -115,9 +116,12 @@ class HiRadixCache(HostTier, DeviceEviction, RadixCache):
         if self.disable:
             return MatchResult([], node)
         namespace = getattr(key, "namespace", None)
-        if type(key) is not list:
+        child_of = self._child
+        if type(key) is array:  # a packed prompt: tokens converted only where they match
+            child_of = self._child_packed
+        elif type(key) is not list:
             key = list(key)
-        tick, child_of = self._tick, self._child
+        tick = self._tick
         end = len(key) - len(key) % self.page_size
         pos = host = 0
         indices: list[int] = []

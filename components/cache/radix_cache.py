@@ -18,6 +18,7 @@ are namespaced (``schedkit.kv_events.hashing``).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from itertools import chain
 
@@ -59,9 +60,12 @@ class RadixCache(RadixTree):
         if self.disable:
             return MatchResult([], node)
         namespace = getattr(key, "namespace", None)
-        if type(key) is not list:  # a RadixKey or another sequence: its plain tokens
+        child_of = self._child
+        if type(key) is array:  # a packed prompt: tokens converted only where they match
+            child_of = self._child_packed
+        elif type(key) is not list:  # a RadixKey or another sequence: its plain tokens
             key = list(key)
-        tick, child_of = self._tick, self._child
+        tick = self._tick
         end = len(key) - len(key) % self.page_size
         pos = 0
         indices: list[int] = []

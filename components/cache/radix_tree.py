@@ -15,6 +15,7 @@ read best together; the introspection SGLang's tests use is in ``introspection``
 from __future__ import annotations
 
 import itertools
+from array import array
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush
 from typing import Any, TextIO
@@ -191,6 +192,25 @@ class RadixTree:
             return child, m  # the child's whole key is its dict key: it matched already
         if pos + m > end or key[pos : pos + m] != child.key:
             m = match_len(child.key, key, pos, page_size)
+            child = self._split(child, m)
+        return child, m
+
+    def _child_packed(self, node: TreeNode, key: array, pos: int, end: int, namespace: Any):
+        """``_child`` for a packed key (``array('I')``): only the tokens compared with a
+        child's key are converted to ints, so a match costs what it matches, not the key."""
+        page_size = self.page_size
+        ckey = _page_key(key, pos, page_size)
+        if namespace is not None and node is self.root:
+            ckey = (namespace, ckey)
+        child = node.children.get(ckey)
+        if child is None:
+            return None, 0
+        m = len(child.key)
+        if m == page_size and pos + m <= end:
+            return child, m
+        span = key[pos : pos + m].tolist()
+        if pos + m > end or span != child.key:
+            m = match_len(child.key, span, 0, page_size)
             child = self._split(child, m)
         return child, m
 

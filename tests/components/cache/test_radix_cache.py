@@ -1,3 +1,5 @@
+from array import array
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -432,6 +434,35 @@ def test_evict_takes_leaves_in_lru_order_whatever_happened_before(page_size, ops
                 for i in range(0, len(node.digests), 32)
             ]
         assert len(cache._heap) <= 2 * cache._num_nodes + 65
+
+
+def tree_state(cache):
+    """Every node's key, slots, use, hits and parent key, depth-first from the root."""
+    state, stack = [], [cache.root]
+    while stack:
+        node = stack.pop()
+        parent = None if node.parent is None else node.parent.key
+        state.append((node.key, node.value, node.last_access_time, node.hit_count, parent))
+        stack.extend(node.children[k] for k in sorted(node.children, key=repr))
+    return state
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    page_size=st.sampled_from([1, 2, 3]),
+    ops=st.lists(st.tuples(st.booleans(), st.lists(st.integers(0, 2), max_size=10)), max_size=25),
+)
+def test_a_packed_key_matches_and_splits_as_its_token_list(page_size, ops):
+    lists, packed = make_cache(page_size), make_cache(page_size)
+    for insert, tokens in ops:
+        if insert:
+            assert lists.insert(tokens) == packed.insert(tokens)
+            continue
+        by_list = lists.match_prefix(tokens)
+        by_array = packed.match_prefix(array("I", tokens))
+        assert by_array.device_indices == by_list.device_indices
+        assert by_array.last_node.key == by_list.last_node.key
+        assert tree_state(packed) == tree_state(lists)
 
 
 def test_evict_order_across_matches_locks_and_splits():
