@@ -1,7 +1,8 @@
-"""Builds the optional native page-hash chain; everything else is declared in pyproject.toml.
+"""Builds the optional native extensions; everything else is declared in pyproject.toml.
 
-The extension needs only a C compiler. Where it cannot be built, installation goes on and
-``schedkit.kv_events.page_chain`` uses its pure-Python version (same values, slower).
+The native page-hash chain and the KV allocator's native slot lists need only a C compiler.
+Where they cannot be built, installation goes on and ``schedkit.kv_events.page_chain`` and
+``schedkit.components.cache.slot_pages`` use their pure-Python versions (same results, slower).
 """
 
 from setuptools import Extension, setup
@@ -13,6 +14,12 @@ setup(
             sources=["schedkit/kv_events/_page_chain.c"],
             extra_compile_args=["-O2"],
             optional=True,
-        )
+        ),
+        Extension(
+            "schedkit.components.cache._slot_pages",
+            sources=["components/cache/_slot_pages.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
     ]
 )

@@ -9,13 +9,13 @@ No slot is reserved for padding: every slot from 0 to ``size - 1`` can be handed
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import reduce
 from itertools import repeat
-from operator import floordiv, iadd
+from operator import floordiv
 from typing import Any
 
 import attrs
 
+from schedkit.components.cache.slot_pages import slots_of, whole_pages, whole_pages_py
 from schedkit.core.component import ArgumentError, at_least, component
 
 __all__ = ["OutOfKVSlotsError", "TokenToKVPoolAllocator"]
@@ -87,7 +87,7 @@ class TokenToKVPoolAllocator:
             return pages
         if num_pages == 1:
             return list(self._page_slots[pages[0]])
-        return self._slots_of(pages)
+        return slots_of(self._page_slots, pages)
 
     def free(self, indices: Sequence[int]) -> None:
         """Return the pages of ``indices`` to the pool."""
@@ -129,14 +129,11 @@ class TokenToKVPoolAllocator:
         """
         page_size = self.page_size
         if isinstance(indices, list) and not len(indices) % page_size:
-            pages = list(map(floordiv, indices[::page_size], repeat(page_size)))
-            if min(pages) >= 0:
-                try:
-                    whole = self._slots_of(pages)
-                except IndexError:  # a slot beyond the pool: let free report it
-                    whole = None
-                if indices == whole:
-                    return pages  # a repeated page shows up in free's count check
+            pages = whole_pages(indices, self._page_slots, page_size)
+            if pages is None:  # not plain ints: the Python version decides
+                pages = whole_pages_py(indices, self._page_slots, page_size)
+            if pages:
+                return pages  # a repeated page shows up in free's count check
         if isinstance(indices, list):
             # A run of consecutive slots (a request's trailing partial page, say) in one compare.
             first, n = indices[0], len(indices)
@@ -151,10 +148,6 @@ class TokenToKVPoolAllocator:
         if len(set(indices)) != len(indices):
             return None
         return list(dict.fromkeys(map(floordiv, indices, repeat(page_size))))
-
-    def _slots_of(self, pages: list[int]) -> list[int]:
-        """The slots of ``pages`` in order, as one list (each page's tuple appended in C)."""
-        return reduce(iadd, map(self._page_slots.__getitem__, pages), [])
 
     def _free_error(self, indices: Sequence[int]) -> str:
         """Why ``free(indices)`` is rejected (called only when it is)."""
