@@ -29,17 +29,29 @@ static PyObject *slots_of(PyObject *self, PyObject *args) {
     }
     PyObject *out = PyList_New(total);
     if (out == NULL) return NULL;
+    /* Creating the list may run a collection, and a finalizer may change the lists: check
+     * again while filling it. */
     Py_ssize_t k = 0;
     for (Py_ssize_t j = 0; j < num_pages; j++) {
-        PyObject *row = PyList_GET_ITEM(table, PyLong_AsSsize_t(PyList_GET_ITEM(pages, j)));
+        if (j >= PyList_GET_SIZE(pages)) goto changed;
+        Py_ssize_t p = PyLong_AsSsize_t(PyList_GET_ITEM(pages, j));
+        if (p < 0 || p >= PyList_GET_SIZE(table)) goto changed;
+        PyObject *row = PyList_GET_ITEM(table, p);
+        if (!PyTuple_Check(row)) goto changed;
         Py_ssize_t n = PyTuple_GET_SIZE(row);
+        if (k + n > total) goto changed;
         for (Py_ssize_t r = 0; r < n; r++) {
             PyObject *slot = PyTuple_GET_ITEM(row, r);
             Py_INCREF(slot);
             PyList_SET_ITEM(out, k++, slot);
         }
     }
-    return out;
+    if (k == total) return out;
+changed:
+    Py_DECREF(out);
+    PyErr_Clear();
+    PyErr_SetString(PyExc_RuntimeError, "the page table or the pages changed during slots_of");
+    return NULL;
 }
 
 /* whole_pages(indices, table, page_size) -> the pages of ``indices`` in order if it lists
