@@ -34,9 +34,10 @@ class TokenToKVPoolAllocator:
     SGLang). Freeing a slot whose page is not allocated, a slot outside the pool, or the same
     slot twice in one call raises ``ValueError`` and leaves the allocator unchanged.
 
-    Allocated pages are kept in a set updated with bulk set operations, and a list of whole
-    pages is recognised by one list comparison, so ``alloc`` and ``free`` run no Python code per
-    slot (other slot lists, such as a trailing partial page, take a per-slot path). The checks
+    Allocated pages are kept in a set updated with bulk set operations, and whole-page slot
+    lists are built and recognised in one call (``slot_pages``: native when built, else a list
+    comparison), so ``alloc`` and ``free`` run no Python code per slot (other slot lists, such
+    as a trailing partial page, take a per-slot path). The checks
     that say what was wrong with a rejected ``free`` run only when it is rejected.
     """
 
@@ -125,7 +126,7 @@ class TokenToKVPoolAllocator:
         """The distinct pages of ``indices`` in first-seen order; None if a slot is repeated.
 
         Whole pages listed slot by slot (what ``alloc`` hands out and the caches give back)
-        are recognised by one list comparison, without a per-slot Python loop.
+        are recognised in one call (``slot_pages.whole_pages``), without a per-slot Python loop.
         """
         page_size = self.page_size
         if isinstance(indices, list) and not len(indices) % page_size:
