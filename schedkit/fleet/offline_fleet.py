@@ -24,7 +24,7 @@ from schedkit.fleet.records import RecordRequest
 from schedkit.fleet.router_news import RouterNews
 from schedkit.fleet.summary import FleetSummary, WorkerTotals, fleet_summary, router_figures
 from schedkit.kv_events import KvEventsConfig
-from schedkit.kv_events.structs import get_profile
+from schedkit.kv_events.index_decode import decode_for_index
 from schedkit.router import Router, make_policy
 from schedkit.sim.driver import Stepper, peak_rss_mb
 from schedkit.workloads.arrivals import PendingArrivals
@@ -80,10 +80,10 @@ class OfflineFleet(OfflineStepping):
         channels, decode = [], None
         page_size = 1
         if events is not None:
-            name, config = events
+            name, _ = events
             publishers = [a[name] for a in assemblies]
             channels = [attach(p.endpoint) for p in publishers]
-            decode = get_profile(config.profile).decode
+            decode = decode_for_index  # the router's index reads no tokens
             page_size = publishers[0].page_size
         steppers = self.steppers
         self.router = Router(
