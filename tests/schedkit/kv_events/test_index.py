@@ -66,6 +66,8 @@ def test_block_removed_only_affects_its_rank():
     assert index.holds(0, second) and not index.holds(1, second) and not index.holds(7, first)
     assert set(index.holders(first)) == {0, 1} and set(index.holders(second)) == {0}
     assert not index.holders(12345)
+    assert index.held(0) == {first, second} and not index.held(7)
+    assert index.match_hashes([first, second], [1, 0, 7]) == {1: 1, 0: 2, 7: 0}
 
 
 def test_all_blocks_cleared_and_clear_rank_clear_one_rank():
