@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import KeysView, Sequence
+from collections.abc import Container, Sequence
+from collections.abc import Set as AbstractSet
 from itertools import islice, repeat, takewhile
 
 import structlog
@@ -20,7 +21,7 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-# The most pages a rank may announce: ~100 bytes each in the index, so ~100 MiB at the bound.
+# The most pages a rank may announce: ~60 bytes each in the index, so ~60 MiB at the bound.
 DEFAULT_MAX_PAGES = 1 << 20
 # Pages a rank may hold in the index before it announces its pool (~22 MiB): 1M tokens at
 # 16-token pages, twice Llama-3-8B's pool on one H100. A rank with a bigger pool or smaller
@@ -31,11 +32,11 @@ DEFAULT_UNANNOUNCED_PAGES = 1 << 16
 DEFAULT_VIOLATION_THRESHOLD = 1024
 _MAX_MEDIUM_CHARS = 32
 _MAX_MEDIA = 16  # distinct medium names kept (GPU, CPU, disk tiers...); others count as None
-_NOTHING_HELD: KeysView[int] = {}.keys()
+_NOTHING_HELD: frozenset[int] = frozenset()
 _consume = deque(maxlen=0).extend  # runs an iterator to its end in C, keeping nothing
 
 
-def first_missing(held: KeysView[int] | dict, hashes: Sequence[int], start: int = 0) -> int:
+def first_missing(held: Container[int], hashes: Sequence[int], start: int = 0) -> int:
     """The position of the first of ``hashes`` from ``start`` on that is not in ``held``
     (``len(hashes)`` when all are): one pass in C, stopping at the first miss."""
     tail = hashes if not start else islice(hashes, start, None)
@@ -43,15 +44,16 @@ def first_missing(held: KeysView[int] | dict, hashes: Sequence[int], start: int 
 
 
 class KvIndex:
-    """Each rank's held pages (block hash -> medium), built from event batches.
+    """Each rank's held pages (block hashes, with their medium), built from event batches.
 
     Fed with event batches (``apply``), it answers how many leading pages of a token sequence
     each rank holds (``match``, hashing pages exactly as the caches do; ``match_hashes`` for
     a prompt already hashed). With ``medium`` (e.g. ``"GPU"``, or ``"CPU_PINNED"`` for
     SGLang's host tier) it follows only the BlockStored and BlockRemoved events of that
-    medium, so a router keeps one index per tier. Each event is applied to its rank's pages
-    as a whole (one dict operation over its hashes); a match walks each rank's pages along
-    the prompt's hashes until the first it does not hold.
+    medium, so a router keeps one index per tier. Each event is applied to its rank's set of
+    pages as a whole; a match walks each rank's set along the prompt's hashes until the first
+    page it does not hold. A page's medium is kept apart only when it is not the rank's
+    usual one (that of the first page it stored).
 
     A rank holds at most its pool: ``set_capacity(rank, pages)`` (from its config or its
     ``KvMetrics.kv_total_blocks``, at most ``max_pages``). A page stored past it is not kept
@@ -67,7 +69,9 @@ class KvIndex:
         "_capacity",
         "_held",
         "_media",
+        "_other_medium",
         "_unindexed",
+        "_usual_medium",
         "_violations",
         "max_pages",
         "medium",
@@ -89,7 +93,9 @@ class KvIndex:
         self.unannounced_pages = min(unannounced_pages, max_pages)
         self.violation_threshold = violation_threshold
         self.medium = medium
-        self._held: dict[int, dict[int, str | None]] = {}  # rank -> {block hash: medium}
+        self._held: dict[int, set[int]] = {}
+        self._usual_medium: dict[int, str | None] = {}  # rank -> medium of its first page
+        self._other_medium: dict[int, dict[int, str | None]] = {}  # rank -> {hash: medium}
         self._capacity: dict[int, int] = {}
         self._violations: dict[int, int] = {}
         self._unindexed: dict[int, int] = {}
@@ -125,7 +131,9 @@ class KvIndex:
             rank = batch.attn_dp_rank if batch.attn_dp_rank is not None else 0
         held = self._held.get(rank)
         if held is None:
-            held = self._held[rank] = {}
+            held = self._held[rank] = set()
+            self._other_medium[rank] = {}
+        other = self._other_medium[rank]
         capacity = self._capacity.get(rank, self.unannounced_pages)
         excess = 0
         only = self.medium
@@ -137,20 +145,30 @@ class KvIndex:
                     continue
                 if medium is not None:
                     medium = self._medium(medium, rank)
-                hashes = event.block_hashes
-                if len(held) + len(hashes) <= capacity:  # all fit: no check per page
-                    held.update(dict.fromkeys(hashes, medium))
-                    continue
-                for h in hashes:
-                    if len(held) >= capacity and h not in held:
-                        excess += 1
-                        continue
-                    held[h] = medium
+                kept = event.block_hashes
+                if len(held) + len(kept) <= capacity:  # all fit: no check per page
+                    held.update(kept)
+                else:
+                    kept = []
+                    for h in event.block_hashes:
+                        if len(held) >= capacity and h not in held:
+                            excess += 1
+                            continue
+                        held.add(h)
+                        kept.append(h)
+                usual = self._usual_medium.setdefault(rank, medium)
+                if medium is not usual and medium != usual:
+                    other.update(zip(kept, repeat(medium)))
+                elif other:
+                    _consume(map(other.pop, kept, repeat(None)))
             elif kind is BlockRemoved:
                 if only is None or event.medium == only:
-                    _consume(map(held.pop, event.block_hashes, repeat(None)))
+                    held.difference_update(event.block_hashes)
+                    if other:
+                        _consume(map(other.pop, event.block_hashes, repeat(None)))
             elif kind is AllBlocksCleared:
                 held.clear()
+                other.clear()
             else:
                 raise TypeError(f"unknown KV event {event!r}")
         if excess:
@@ -197,15 +215,16 @@ class KvIndex:
         held = self._held.get(rank)
         if held:
             held.clear()
+            self._other_medium[rank].clear()
 
     def blocks(self, rank: int) -> set[int]:
         """A copy of the hashes ``rank`` holds."""
         return set(self._held.get(rank, ()))
 
-    def held(self, rank: int) -> KeysView[int]:
-        """The hashes ``rank`` holds, as a read-only view (no copy; it follows the index)."""
-        held = self._held.get(rank)
-        return _NOTHING_HELD if held is None else held.keys()
+    def held(self, rank: int) -> AbstractSet[int]:
+        """The hashes ``rank`` holds, as the index keeps them (no copy: read it, never change
+        it; it follows the index)."""
+        return self._held.get(rank, _NOTHING_HELD)
 
     def num_blocks(self, rank: int) -> int:
         """How many hashes ``rank`` holds (no copy)."""
@@ -218,7 +237,11 @@ class KvIndex:
 
     def owners(self, block_hash: int) -> dict[int, str | None]:
         """Rank -> medium for every rank holding ``block_hash``."""
-        return {rank: held[block_hash] for rank, held in self._held.items() if block_hash in held}
+        return {
+            rank: self._other_medium[rank].get(block_hash, self._usual_medium.get(rank))
+            for rank, held in self._held.items()
+            if block_hash in held
+        }
 
     def holds(self, rank: int, block_hash: int) -> bool:
         """Whether ``rank`` holds ``block_hash`` (no copy)."""

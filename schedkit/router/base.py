@@ -6,10 +6,7 @@ wiring or ``--router NAME`` names a policy and its settings."""
 from __future__ import annotations
 
 import importlib
-from collections import deque
 from collections.abc import Callable, Sequence
-from itertools import compress, repeat
-from operator import add, sub
 from typing import Any, ClassVar, Protocol
 
 import attrs
@@ -176,27 +173,18 @@ def make_policy(name: str, **settings: Any) -> RoutingPolicy:
 def hold_pages(counts: dict[int, int], hashes: Sequence[int]) -> None:
     """Add one reference to each of ``hashes`` to ``counts`` (page hash -> requests holding
     it)."""
-    if len(set(hashes)) < len(hashes):  # a page twice: one reference each time
-        for h in hashes:
-            counts[h] = counts.get(h, 0) + 1
-        return
-    counts.update(zip(hashes, map(add, map(counts.get, hashes, repeat(0)), repeat(1)), strict=True))
+    get = counts.get
+    for h in hashes:
+        counts[h] = get(h, 0) + 1
 
 
 def release_pages(counts: dict[int, int], hashes: Sequence[int]) -> None:
     """Take one reference to each of ``hashes`` off ``counts`` (page hash -> requests holding
     it), dropping a page whose count reaches zero."""
-    if len(set(hashes)) < len(hashes):  # a page twice: one reference off each time
-        for h in hashes:
-            count = counts.get(h, 0) - 1
-            if count > 0:
-                counts[h] = count
-            else:
-                counts.pop(h, None)
-        return
-    left = list(map(sub, map(counts.get, hashes, repeat(0)), repeat(1)))
-    counts.update(zip(hashes, left, strict=True))
-    _consume(map(counts.pop, compress(hashes, map((0).__ge__, left))))
-
-
-_consume = deque(maxlen=0).extend  # runs an iterator to its end in C, keeping nothing
+    get = counts.get
+    for h in hashes:
+        count = get(h, 0) - 1
+        if count > 0:
+            counts[h] = count
+        else:
+            counts.pop(h, None)

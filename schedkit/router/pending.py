@@ -14,8 +14,6 @@ tokens at page 16) are held, so the overlay holds at most that many per request 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from itertools import compress, repeat
-from operator import add, not_
 
 from schedkit.kv_events import KvIndex
 from schedkit.kv_events.index import first_missing
@@ -44,18 +42,13 @@ class PendingPrompts:
         hashes = hashes[: self.max_pages]
         pages = self._pages.setdefault(rank, {})
         held = index.held(rank)
-        if len(set(hashes)) < len(hashes):  # a page twice: counted once it is pending
-            new = 0
-            for h in hashes:
-                count = pages.get(h, 0)
-                if count == 0 and h not in held:
-                    new += 1
-                pages[h] = count + 1
-        else:
-            before = list(map(pages.get, hashes, repeat(0)))
-            first_pending = compress(hashes, map(not_, before))
-            new = sum(map(not_, map(held.__contains__, first_pending)))
-            pages.update(zip(hashes, map(add, before, repeat(1)), strict=True))
+        get = pages.get
+        new = 0
+        for h in hashes:
+            count = get(h, 0)
+            if count == 0 and h not in held:
+                new += 1
+            pages[h] = count + 1
         self._extra[rank] = self._extra.get(rank, 0) + new
         self._by_rid[rid] = (rank, hashes, new)
 
