@@ -201,3 +201,20 @@ def test_an_index_per_medium_follows_only_its_medium():
     assert cpu.num_blocks(0) == 0
     with pytest.raises(TypeError, match="unknown KV event"):
         gpu.apply(KVEventBatch(ts=0.0, events=["nope"]))
+
+
+def test_a_page_keeps_the_medium_it_was_last_stored_in():
+    index = KvIndex()
+    index.apply(at(0, BlockStored([1, 2], None, [], 1, None, "GPU")))
+    index.apply(at(0, BlockStored([2, 3], 1, [], 1, None, "CPU_PINNED")))
+    index.apply(at(1, BlockStored([2], None, [], 1, None, None)))
+    assert [index.owners(h) for h in (1, 2, 3)] == [
+        {0: "GPU"},
+        {0: "CPU_PINNED", 1: None},
+        {0: "CPU_PINNED"},
+    ]
+    index.apply(at(0, BlockStored([2], 1, [], 1, None, "GPU"), BlockRemoved([3])))
+    assert index.owners(2) == {0: "GPU", 1: None} and index.owners(3) == {}
+    index.apply(at(0, BlockStored([3], 2, [], 1, None, "CPU_PINNED"), AllBlocksCleared()))
+    index.apply(at(0, BlockStored([3], None, [], 1, None, "GPU")))
+    assert index.owners(3) == {0: "GPU"} and index.blocks(0) == {3}
