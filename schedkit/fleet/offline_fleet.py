@@ -34,8 +34,8 @@ from schedkit.workloads.workload import GeneratedWorkload, StaticWorkload, Workl
 __all__ = ["OfflineFleet"]
 
 # The collector's first-generation threshold during a replay (Python's default is 700): the
-# replay allocates many small containers (the router's index keeps a dict per page), and
-# collecting every 700 of them took ~14% of a long replay's CPU time; restored afterwards.
+# replay allocates many small containers (requests, radix nodes, event structs), none of them
+# in cycles that need collecting soon; restored afterwards.
 _GC_ALLOCATIONS = 20_000
 
 # Workloads whose requests have no follow-ups (a request's end brings no new arrival).

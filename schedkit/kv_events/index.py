@@ -21,9 +21,10 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-# The most pages a rank may announce: ~60 bytes each in the index, so ~60 MiB at the bound.
+# The most pages a rank may announce: ~64 bytes each in the index (the hash and its slot in the
+# rank's set), so ~64 MiB at the bound.
 DEFAULT_MAX_PAGES = 1 << 20
-# Pages a rank may hold in the index before it announces its pool (~22 MiB): 1M tokens at
+# Pages a rank may hold in the index before it announces its pool (~4 MiB): 1M tokens at
 # 16-token pages, twice Llama-3-8B's pool on one H100. A rank with a bigger pool or smaller
 # pages is indexed in part until it announces its pool.
 DEFAULT_UNANNOUNCED_PAGES = 1 << 16

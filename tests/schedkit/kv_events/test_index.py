@@ -161,7 +161,7 @@ def test_a_rank_that_never_announces_its_pool_is_indexed_up_to_a_small_default()
     assert index.announced(0)
     index.apply(at(0, BlockStored(list(range(20, 30)), None, [], 1, None)))
     assert index.num_blocks(0) == 10 and index.violations(0) == 8 and index.violating(0)
-    # The default: 65,536 pages (~22 MiB of index), below the most a rank may announce.
+    # The default: 65,536 pages (~4 MiB of index), below the most a rank may announce.
     assert KvIndex().capacity(0) == DEFAULT_UNANNOUNCED_PAGES == 1 << 16
     assert KvIndex(max_pages=100).capacity(0) == 100
 
