@@ -24,7 +24,7 @@ from schedkit.fleet.records import RecordRequest
 from schedkit.fleet.router_news import RouterNews
 from schedkit.fleet.summary import FleetSummary, WorkerTotals, fleet_summary, router_figures
 from schedkit.kv_events import KvEventsConfig
-from schedkit.kv_events.structs import get_profile
+from schedkit.kv_events.index_decode import decode_for_index
 from schedkit.router import Router, make_policy
 from schedkit.sim.driver import Stepper, peak_rss_mb
 from schedkit.workloads.arrivals import PendingArrivals
@@ -34,8 +34,8 @@ from schedkit.workloads.workload import GeneratedWorkload, StaticWorkload, Workl
 __all__ = ["OfflineFleet"]
 
 # The collector's first-generation threshold during a replay (Python's default is 700): the
-# replay allocates many small containers (the router's index keeps a dict per page), and
-# collecting every 700 of them took ~14% of a long replay's CPU time; restored afterwards.
+# replay allocates many small containers (requests, radix nodes, event structs), none of them
+# in cycles that need collecting soon; restored afterwards.
 _GC_ALLOCATIONS = 20_000
 
 # Workloads whose requests have no follow-ups (a request's end brings no new arrival).
@@ -80,10 +80,10 @@ class OfflineFleet(OfflineStepping):
         channels, decode = [], None
         page_size = 1
         if events is not None:
-            name, config = events
+            name, _ = events
             publishers = [a[name] for a in assemblies]
             channels = [attach(p.endpoint) for p in publishers]
-            decode = get_profile(config.profile).decode
+            decode = decode_for_index  # the router's index reads no tokens
             page_size = publishers[0].page_size
         steppers = self.steppers
         self.router = Router(

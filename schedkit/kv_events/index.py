@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import KeysView, Sequence
+from collections import deque
+from collections.abc import Container, Sequence
+from collections.abc import Set as AbstractSet
+from itertools import islice, repeat, takewhile
 
 import structlog
 
@@ -18,9 +21,10 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-# The most pages a rank may announce: ~350 bytes each in the index, so ~350 MiB at the bound.
+# The most pages a rank may announce: ~64 bytes each in the index (the hash and its slot in the
+# rank's set), so ~64 MiB at the bound.
 DEFAULT_MAX_PAGES = 1 << 20
-# Pages a rank may hold in the index before it announces its pool (~22 MiB): 1M tokens at
+# Pages a rank may hold in the index before it announces its pool (~4 MiB): 1M tokens at
 # 16-token pages, twice Llama-3-8B's pool on one H100. A rank with a bigger pool or smaller
 # pages is indexed in part until it announces its pool.
 DEFAULT_UNANNOUNCED_PAGES = 1 << 16
@@ -29,16 +33,28 @@ DEFAULT_UNANNOUNCED_PAGES = 1 << 16
 DEFAULT_VIOLATION_THRESHOLD = 1024
 _MAX_MEDIUM_CHARS = 32
 _MAX_MEDIA = 16  # distinct medium names kept (GPU, CPU, disk tiers...); others count as None
-_NO_OWNERS: dict[int, str | None] = {}
+_NOTHING_HELD: frozenset[int] = frozenset()
+_consume = deque(maxlen=0).extend  # runs an iterator to its end in C, keeping nothing
+
+
+def first_missing(held: Container[int], hashes: Sequence[int], start: int = 0) -> int:
+    """The position of the first of ``hashes`` from ``start`` on that is not in ``held``
+    (``len(hashes)`` when all are): one pass in C, stopping at the first miss."""
+    tail = hashes if not start else islice(hashes, start, None)
+    return start + len(list(takewhile(held.__contains__, tail)))
 
 
 class KvIndex:
-    """Block hash -> {rank: medium}, plus each rank's set of hashes.
+    """Each rank's held pages (block hashes, with their medium), built from event batches.
 
     Fed with event batches (``apply``), it answers how many leading pages of a token sequence
-    each rank holds (``match``), hashing pages exactly as the caches do. With ``medium`` (e.g.
-    ``"GPU"``, or ``"CPU_PINNED"`` for SGLang's host tier) it follows only the BlockStored and
-    BlockRemoved events of that medium, so a router keeps one index per tier.
+    each rank holds (``match``, hashing pages exactly as the caches do; ``match_hashes`` for
+    a prompt already hashed). With ``medium`` (e.g. ``"GPU"``, or ``"CPU_PINNED"`` for
+    SGLang's host tier) it follows only the BlockStored and BlockRemoved events of that
+    medium, so a router keeps one index per tier. Each event is applied to its rank's set of
+    pages as a whole; a match walks each rank's set along the prompt's hashes until the first
+    page it does not hold. A page's medium is kept apart only when it is not the rank's
+    usual one (that of the first page it stored).
 
     A rank holds at most its pool: ``set_capacity(rank, pages)`` (from its config or its
     ``KvMetrics.kv_total_blocks``, at most ``max_pages``). A page stored past it is not kept
@@ -51,11 +67,12 @@ class KvIndex:
     """
 
     __slots__ = (
-        "_blocks",
         "_capacity",
+        "_held",
         "_media",
-        "_owners",
+        "_other_medium",
         "_unindexed",
+        "_usual_medium",
         "_violations",
         "max_pages",
         "medium",
@@ -77,8 +94,9 @@ class KvIndex:
         self.unannounced_pages = min(unannounced_pages, max_pages)
         self.violation_threshold = violation_threshold
         self.medium = medium
-        self._owners: dict[int, dict[int, str | None]] = {}
-        self._blocks: dict[int, set[int]] = {}
+        self._held: dict[int, set[int]] = {}
+        self._usual_medium: dict[int, str | None] = {}  # rank -> medium of its first page
+        self._other_medium: dict[int, dict[int, str | None]] = {}  # rank -> {hash: medium}
         self._capacity: dict[int, int] = {}
         self._violations: dict[int, int] = {}
         self._unindexed: dict[int, int] = {}
@@ -112,52 +130,46 @@ class KvIndex:
         """Apply a batch's events to ``rank`` (default: the batch's ``attn_dp_rank``, else 0)."""
         if rank is None:
             rank = batch.attn_dp_rank if batch.attn_dp_rank is not None else 0
-        owners = self._owners
-        blocks = self._blocks.setdefault(rank, set())
+        held = self._held.get(rank)
+        if held is None:
+            held = self._held[rank] = set()
+            self._other_medium[rank] = {}
+        other = self._other_medium[rank]
         capacity = self._capacity.get(rank, self.unannounced_pages)
         excess = 0
         only = self.medium
         for event in batch.events:
             kind = type(event)
-            if (
-                only is not None
-                and (kind is BlockStored or kind is BlockRemoved)
-                and event.medium != only
-            ):
-                continue
             if kind is BlockStored:
                 medium = event.medium
+                if only is not None and medium != only:
+                    continue
                 if medium is not None:
                     medium = self._medium(medium, rank)
-                hashes = event.block_hashes
-                if len(blocks) + len(hashes) <= capacity:  # all fit: no check per page
-                    blocks.update(hashes)
-                    kept = hashes
+                kept = event.block_hashes
+                if len(held) + len(kept) <= capacity:  # all fit: no check per page
+                    held.update(kept)
                 else:
                     kept = []
-                    for h in hashes:
-                        if len(blocks) >= capacity and h not in blocks:
+                    for h in event.block_hashes:
+                        if len(held) >= capacity and h not in held:
                             excess += 1
                             continue
-                        blocks.add(h)
+                        held.add(h)
                         kept.append(h)
-                for h in kept:
-                    ranks = owners.get(h)
-                    if ranks is None:
-                        owners[h] = {rank: medium}
-                    else:
-                        ranks[rank] = medium
+                usual = self._usual_medium.setdefault(rank, medium)
+                if medium is not usual and medium != usual:
+                    other.update(zip(kept, repeat(medium)))
+                elif other:
+                    _consume(map(other.pop, kept, repeat(None)))
             elif kind is BlockRemoved:
-                hashes = event.block_hashes
-                blocks.difference_update(hashes)
-                for h in hashes:
-                    ranks = owners.get(h)
-                    if ranks is not None:
-                        ranks.pop(rank, None)
-                        if not ranks:
-                            del owners[h]
+                if only is None or event.medium == only:
+                    held.difference_update(event.block_hashes)
+                    if other:
+                        _consume(map(other.pop, event.block_hashes, repeat(None)))
             elif kind is AllBlocksCleared:
-                self.clear_rank(rank)
+                held.clear()
+                other.clear()
             else:
                 raise TypeError(f"unknown KV event {event!r}")
         if excess:
@@ -201,46 +213,49 @@ class KvIndex:
 
     def clear_rank(self, rank: int) -> None:
         """Forget every block of ``rank`` (after AllBlocksCleared, a restart or lost history)."""
-        blocks = self._blocks.get(rank)
-        if not blocks:
-            return
-        owners = self._owners
-        for h in blocks:
-            ranks = owners.get(h)
-            if ranks is not None:
-                ranks.pop(rank, None)
-                if not ranks:
-                    del owners[h]
-        blocks.clear()
+        held = self._held.get(rank)
+        if held:
+            held.clear()
+            self._other_medium[rank].clear()
 
     def blocks(self, rank: int) -> set[int]:
         """A copy of the hashes ``rank`` holds."""
-        return set(self._blocks.get(rank, ()))
+        return set(self._held.get(rank, ()))
+
+    def held(self, rank: int) -> AbstractSet[int]:
+        """The hashes ``rank`` holds, as the index keeps them (no copy: read it, never change
+        it; it follows the index)."""
+        return self._held.get(rank, _NOTHING_HELD)
 
     def num_blocks(self, rank: int) -> int:
         """How many hashes ``rank`` holds (no copy)."""
-        blocks = self._blocks.get(rank)
-        return 0 if blocks is None else len(blocks)
+        held = self._held.get(rank)
+        return 0 if held is None else len(held)
 
     def ranks(self) -> list[int]:
         """The ranks seen so far, in order."""
-        return sorted(self._blocks)
+        return sorted(self._held)
 
     def owners(self, block_hash: int) -> dict[int, str | None]:
         """Rank -> medium for every rank holding ``block_hash``."""
-        return dict(self._owners.get(block_hash, {}))
+        return {
+            rank: self._other_medium[rank].get(block_hash, self._usual_medium.get(rank))
+            for rank, held in self._held.items()
+            if block_hash in held
+        }
 
     def holds(self, rank: int, block_hash: int) -> bool:
         """Whether ``rank`` holds ``block_hash`` (no copy)."""
-        blocks = self._blocks.get(rank)
-        return blocks is not None and block_hash in blocks
+        held = self._held.get(rank)
+        return held is not None and block_hash in held
 
-    def holders(self, block_hash: int) -> KeysView[int]:
-        """The ranks holding ``block_hash``, as a read-only view (no copy)."""
-        return self._owners.get(block_hash, _NO_OWNERS).keys()
+    def holders(self, block_hash: int) -> tuple[int, ...]:
+        """The ranks holding ``block_hash``."""
+        return tuple(rank for rank, held in self._held.items() if block_hash in held)
 
     def __len__(self) -> int:
-        return len(self._owners)
+        """How many distinct hashes the ranks hold (walks every rank's pages)."""
+        return len(set().union(*self._held.values()))
 
     def match(
         self,
@@ -253,25 +268,21 @@ class KvIndex:
     ) -> dict[int, int]:
         """For every known rank, how many leading pages of ``token_ids`` it holds (in the
         request's namespace, when it has one, hashed as the caches' ``hash_format``)."""
-        counts = dict.fromkeys(self._blocks, 0)
-        live = set(counts)
-        owners = self._owners
-        for i, h in enumerate(
-            page_hashes(
-                token_ids,
-                page_size,
-                extra_key=extra_key,
-                cache_salt=cache_salt,
-                hash_format=hash_format,
-            ),
-            1,
-        ):
-            ranks = owners.get(h)
-            if ranks is None:
-                break
-            live.intersection_update(ranks)
-            if not live:
-                break
-            for rank in live:
-                counts[rank] = i
-        return counts
+        hashes = page_hashes(
+            token_ids,
+            page_size,
+            extra_key=extra_key,
+            cache_salt=cache_salt,
+            hash_format=hash_format,
+        )
+        return self.match_hashes(hashes)
+
+    def match_hashes(
+        self, hashes: Sequence[int], ranks: Sequence[int] | None = None
+    ) -> dict[int, int]:
+        """For each of ``ranks`` (default: every known rank), how many leading pages of a
+        prompt whose page hashes are ``hashes`` it holds (0 for a rank never seen)."""
+        held = self._held
+        if ranks is None:
+            return {rank: first_missing(pages, hashes) for rank, pages in held.items()}
+        return {rank: first_missing(held.get(rank, _NOTHING_HELD), hashes) for rank in ranks}

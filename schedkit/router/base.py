@@ -20,6 +20,7 @@ __all__ = [
     "Candidates",
     "Route",
     "RoutingPolicy",
+    "hold_pages",
     "make_policy",
     "policy_settings",
     "register_policy",
@@ -169,11 +170,20 @@ def make_policy(name: str, **settings: Any) -> RoutingPolicy:
         raise ValueError(f"routing policy {name!r}: {exc}") from None
 
 
+def hold_pages(counts: dict[int, int], hashes: Sequence[int]) -> None:
+    """Add one reference to each of ``hashes`` to ``counts`` (page hash -> requests holding
+    it)."""
+    get = counts.get
+    for h in hashes:
+        counts[h] = get(h, 0) + 1
+
+
 def release_pages(counts: dict[int, int], hashes: Sequence[int]) -> None:
     """Take one reference to each of ``hashes`` off ``counts`` (page hash -> requests holding
     it), dropping a page whose count reaches zero."""
+    get = counts.get
     for h in hashes:
-        count = counts.get(h, 0) - 1
+        count = get(h, 0) - 1
         if count > 0:
             counts[h] = count
         else:

@@ -32,7 +32,7 @@ from typing import ClassVar
 
 import attrs
 
-from schedkit.router.base import Candidates, register_policy, release_pages
+from schedkit.router.base import Candidates, hold_pages, register_policy, release_pages
 
 __all__ = ["DynamoKvCost", "softmax_sample"]
 
@@ -82,7 +82,7 @@ class DynamoKvCost:
         logits: dict[int, float] = {}
         for rank in c.ranks:
             active = self._active.get(rank, {})
-            new_blocks = sum(1 for h in hashes if h not in active)
+            new_blocks = len(hashes) - sum(map(active.__contains__, hashes))
             overlap = c.matched.get(rank, 0)
             new_tokens = max(0, isl - overlap * page)
             prefill_blocks = (workers[rank].prefill_tokens + new_tokens) / page
@@ -104,10 +104,8 @@ class DynamoKvCost:
     def on_routed(self, c: Candidates, rank: int, rid: str) -> None:
         """The request's pages join ``rank``'s active blocks until it finishes."""
         self.on_finished(rid)
-        active = self._active.setdefault(rank, {})
         hashes = c.hashes
-        for h in hashes:
-            active[h] = active.get(h, 0) + 1
+        hold_pages(self._active.setdefault(rank, {}), hashes)
         self._requests[rid] = (rank, hashes)
 
     def on_finished(self, rid: str) -> None:

@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from schedkit.kv_events import KvIndex
+from schedkit.kv_events.index import first_missing
 from schedkit.router.base import release_pages
 
 __all__ = ["PendingPrompts"]
-
-_NONE: dict[int, int] = {}
 
 
 class PendingPrompts:
@@ -42,10 +41,12 @@ class PendingPrompts:
         self.discard(rid)
         hashes = hashes[: self.max_pages]
         pages = self._pages.setdefault(rank, {})
+        held = index.held(rank)
+        get = pages.get
         new = 0
         for h in hashes:
-            count = pages.get(h, 0)
-            if count == 0 and not index.holds(rank, h):
+            count = get(h, 0)
+            if count == 0 and h not in held:
                 new += 1
             pages[h] = count + 1
         self._extra[rank] = self._extra.get(rank, 0) + new
@@ -77,15 +78,14 @@ class PendingPrompts:
     def match(self, hashes: list[int], ranks: Iterable[int], index: KvIndex) -> dict[int, int]:
         """For each of ``ranks``, how many leading pages of ``hashes`` it holds in the index
         or has on its way."""
-        counts = dict.fromkeys(ranks, 0)
-        live = set(counts)
-        pending = self._pages
-        holders = index.holders
-        for i, h in enumerate(hashes, 1):
-            held = holders(h)
-            live = {r for r in live if r in held or h in pending.get(r, _NONE)}
-            if not live:
-                break
-            for rank in live:
-                counts[rank] = i
+        counts = {}
+        end = len(hashes)
+        for rank in ranks:
+            held = index.held(rank)
+            matched = first_missing(held, hashes)
+            pending = self._pages.get(rank)
+            if pending:  # runs of pages on their way and runs held, in turn
+                while matched < end and hashes[matched] in pending:
+                    matched = first_missing(held, hashes, first_missing(pending, hashes, matched))
+            counts[rank] = matched
         return counts

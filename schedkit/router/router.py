@@ -104,10 +104,7 @@ class Router:
                 c.matched = self.pending.match(c.hashes, ranks, self.index)
                 c.cached_pages = self._cached_pages
             else:
-                found = self.index.match(
-                    token_ids, self.page_size, extra_key=extra_key, cache_salt=cache_salt
-                )
-                c.matched = {rank: found.get(rank, 0) for rank in ranks}
+                c.matched = self.index.match_hashes(c.hashes, ranks)
                 c.cached_pages = self.index.num_blocks
         while len(self.loads) >= self.max_inflight:
             self.finished(self.loads.oldest())

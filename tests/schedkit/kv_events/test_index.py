@@ -66,6 +66,8 @@ def test_block_removed_only_affects_its_rank():
     assert index.holds(0, second) and not index.holds(1, second) and not index.holds(7, first)
     assert set(index.holders(first)) == {0, 1} and set(index.holders(second)) == {0}
     assert not index.holders(12345)
+    assert index.held(0) == {first, second} and not index.held(7)
+    assert index.match_hashes([first, second], [1, 0, 7]) == {1: 1, 0: 2, 7: 0}
 
 
 def test_all_blocks_cleared_and_clear_rank_clear_one_rank():
@@ -159,7 +161,7 @@ def test_a_rank_that_never_announces_its_pool_is_indexed_up_to_a_small_default()
     assert index.announced(0)
     index.apply(at(0, BlockStored(list(range(20, 30)), None, [], 1, None)))
     assert index.num_blocks(0) == 10 and index.violations(0) == 8 and index.violating(0)
-    # The default: 65,536 pages (~22 MiB of index), below the most a rank may announce.
+    # The default: 65,536 pages (~4 MiB of index), below the most a rank may announce.
     assert KvIndex().capacity(0) == DEFAULT_UNANNOUNCED_PAGES == 1 << 16
     assert KvIndex(max_pages=100).capacity(0) == 100
 
@@ -199,3 +201,20 @@ def test_an_index_per_medium_follows_only_its_medium():
     assert cpu.num_blocks(0) == 0
     with pytest.raises(TypeError, match="unknown KV event"):
         gpu.apply(KVEventBatch(ts=0.0, events=["nope"]))
+
+
+def test_a_page_keeps_the_medium_it_was_last_stored_in():
+    index = KvIndex()
+    index.apply(at(0, BlockStored([1, 2], None, [], 1, None, "GPU")))
+    index.apply(at(0, BlockStored([2, 3], 1, [], 1, None, "CPU_PINNED")))
+    index.apply(at(1, BlockStored([2], None, [], 1, None, None)))
+    assert [index.owners(h) for h in (1, 2, 3)] == [
+        {0: "GPU"},
+        {0: "CPU_PINNED", 1: None},
+        {0: "CPU_PINNED"},
+    ]
+    index.apply(at(0, BlockStored([2], 1, [], 1, None, "GPU"), BlockRemoved([3])))
+    assert index.owners(2) == {0: "GPU", 1: None} and index.owners(3) == {}
+    index.apply(at(0, BlockStored([3], 2, [], 1, None, "CPU_PINNED"), AllBlocksCleared()))
+    index.apply(at(0, BlockStored([3], None, [], 1, None, "GPU")))
+    assert index.owners(3) == {0: "GPU"} and index.blocks(0) == {3}
