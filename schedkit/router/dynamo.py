@@ -1,27 +1,27 @@
-"""``dynamo``: NVIDIA Dynamo's KV router cost (``lib/llm/src/kv_router/scheduler.rs``,
-``DefaultWorkerSelector``; ``sequence.rs``, ``ActiveSequences``; ``KvRouterConfig::default``).
+"""``dynamo``: NVIDIA Dynamo 1.6.1's KV router cost (``lib/kv-router/src/scheduling/selector/
+default.rs``, ``DefaultWorkerScorer::worker_logit`` and ``minimum_cost_index``;
+``lib/kv-router/src/sequences``, the active sequences; defaults of ``KvRouterConfig`` as its
+``dynamo.frontend`` sets them).
 
 For every worker, with the request's prompt of ``isl`` tokens in pages of ``page_size``:
 
-- ``potential_prefill_blocks = (prefill tokens queued on the worker + isl - overlap *
-  page_size) / page_size``: the prompt tokens the worker still has to compute if it gets the
-  request; ``overlap`` is the pages of the prompt the worker holds by its KV events;
-- ``potential_blocks = active blocks + new blocks``: the distinct pages of the prompts of
-  the requests active on it (routed and not finished; ``router_track_active_blocks``, prompts
-  only as ``router_track_output_blocks`` is off by default) plus the request's pages not among
-  them;
-- ``logit = overlap_score_weight * potential_prefill_blocks + potential_blocks`` (lower is
-  better), divided by the largest logit; then softmax sampling at ``temperature`` over the
-  negated logits scaled by their range, or, at temperature 0, the lowest logit; workers tied
-  on it go to the smallest tree: the pages the worker holds in the KV-event index if it
-  matched part of the prompt, else 0 (Dynamo's ``OverlapScores.tree_sizes`` is filled only
-  for the workers ``find_matches`` met); the workers still tied, at random (Dynamo takes the
-  first of a ``HashMap``'s iteration, an order that is random per map).
+- ``raw_prefill_blocks = (prefill tokens queued on the worker + isl) / page_size``, the
+  queued tokens being each routed prompt past the prefix it matched at routing, until its first
+  token (``router_track_prefill_tokens``);
+- ``prefill_cost = prefill_load_scale * max(0, raw_prefill_blocks - overlap_score_credit *
+  overlap)``, ``overlap`` the pages of the prompt the worker holds by its KV events;
+- ``decode_blocks = active blocks + new blocks``: the distinct pages of the prompts of the
+  requests active on it (routed and not finished; ``router_track_active_blocks``, prompts only
+  as ``router_track_output_blocks`` is off by default) plus the request's pages not among them;
+- ``logit = prefill_cost + decode_blocks + decode_active_request_weight * requests active``
+  (lower is better); at temperature 0 the lowest logit, equal lowest logits uniformly at random
+  (reservoir sampling over the candidates); else softmax sampling over ``-(logit - min) /
+  (max - min) / temperature``.
 
-Defaults are Dynamo's: ``overlap_score_weight`` 1.0, ``router_temperature`` 0.0
-(``SchedulerConfig::default``, ``lib/kv-router/src/scheduler.rs`` of ai-dynamo/dynamo).
-Signals: prefill tokens, its own record of the active requests' pages, the KV-event prefix
-and each matched worker's indexed pages.
+Defaults are Dynamo 1.6.1's: ``overlap_score_weight`` (its ``prefill_load_scale``, which the
+deprecated ``--router-kv-overlap-score-weight`` sets) 1.0, ``overlap_score_credit`` 1.0,
+``decode_active_request_weight`` 0.0, ``router_temperature`` 0.0. Signals: prefill tokens,
+the KV-event prefix and its own record of the active requests' pages.
 """
 
 from __future__ import annotations
@@ -64,6 +64,8 @@ class DynamoKvCost:
     uses_pending: ClassVar[bool] = False
 
     overlap_score_weight: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
+    overlap_score_credit: float = attrs.field(default=1.0, validator=attrs.validators.ge(0))
+    decode_active_request_weight: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
     temperature: float = attrs.field(default=0.0, validator=attrs.validators.ge(0))
     seed: int | None = 0
     _rng: random.Random = attrs.field(init=False)
@@ -79,27 +81,18 @@ class DynamoKvCost:
         hashes = c.hashes
         isl = c.prompt_tokens
         workers = c.loads.workers
+        credit = self.overlap_score_credit
+        per_request = self.decode_active_request_weight
         logits: dict[int, float] = {}
         for rank in c.ranks:
             active = self._active.get(rank, {})
             new_blocks = len(hashes) - sum(map(active.__contains__, hashes))
-            overlap = c.matched.get(rank, 0)
-            new_tokens = max(0, isl - overlap * page)
-            prefill_blocks = (workers[rank].prefill_tokens + new_tokens) / page
-            logits[rank] = self.overlap_score_weight * prefill_blocks + len(active) + new_blocks
-        top = max(logits.values())
-        if top > 0:
-            logits = {r: v / top for r, v in logits.items()}
-        if self.temperature > 0:
-            return softmax_sample(logits, self.temperature, self._rng), "cost"
-        low = min(logits.values())
-        tied = [r for r, v in logits.items() if v == low]
-        if len(tied) > 1:
-            matched = c.matched
-            sizes = {r: c.cached_pages(r) if matched.get(r, 0) else 0 for r in tied}
-            smallest = min(sizes.values())
-            tied = [r for r in tied if sizes[r] == smallest]
-        return (tied[0] if len(tied) == 1 else self._rng.choice(tied)), "cost"
+            load = workers[rank]
+            raw_prefill_blocks = (load.prefill_tokens + isl) / page
+            prefill = max(0.0, raw_prefill_blocks - credit * c.matched.get(rank, 0))
+            decode = len(active) + new_blocks + per_request * load.requests
+            logits[rank] = self.overlap_score_weight * prefill + decode
+        return softmax_sample(logits, self.temperature, self._rng), "cost"
 
     def on_routed(self, c: Candidates, rank: int, rid: str) -> None:
         """The request's pages join ``rank``'s active blocks until it finishes."""

@@ -126,18 +126,20 @@ def test_dynamo_cost_is_overlap_weighted_prefill_blocks_plus_active_blocks():
     assert policy.choose(candidates({0: 4, 1: 0}, loads))[0] == 1
     policy.on_finished("r1")
     assert policy._active[1] == {}
-    # Equal logits: the smaller tree, as Dynamo's tie-break on OverlapScores.tree_sizes.
+    # Equal lowest logits: uniformly at random whatever the trees' sizes, as Dynamo 1.6.1's
+    # minimum_cost_index (its older selector sent them to the smallest tree).
     tied = board({0: 0, 1: 0, 2: 0})
     c = candidates({0: 2, 1: 2, 2: 2}, tied, cached={0: 50, 1: 10, 2: 30})
-    assert DynamoKvCost().choose(c) == (1, "cost")
-    # A worker that matched nothing has no tree size there (0): rank 0 (2 pages matched, 8
-    # tokens queued) and rank 1 (nothing) both cost 8, and rank 1 wins despite its 100 pages.
-    queued = board(requests={0: 0, 1: 0}, tokens={0: 8, 1: 0})
-    c = candidates({0: 2, 1: 0}, queued, cached={0: 5, 1: 100})
-    assert DynamoKvCost().choose(c) == (1, "cost")
-    # Still tied after that: at random (Dynamo: the first of a HashMap's random order).
-    picks = {DynamoKvCost(seed=s).choose(candidates({}, board({0: 0, 1: 0})))[0] for s in range(20)}
-    assert picks == {0, 1}
+    picks = [DynamoKvCost(seed=s).choose(c)[0] for s in range(60)]
+    assert {picks.count(r) for r in (0, 1, 2)} <= set(range(10, 31)), picks
+    # The overlap credit scales the matched pages off the prefill blocks (clamped at 0), and
+    # each active request can weigh on its own: rank 0 (4 pages matched) at credit 0.5 costs
+    # (16 / 4 - 2) + 4 = 6 against rank 1's 4 + 4 = 8; one request active on rank 0 at weight
+    # 3 makes it 9.
+    c = candidates({0: 4, 1: 0}, board({0: 1, 1: 0}))
+    assert DynamoKvCost(overlap_score_credit=0.5).choose(c)[0] == 0
+    both = DynamoKvCost(overlap_score_credit=0.5, decode_active_request_weight=3.0)
+    assert both.choose(c)[0] == 1
 
 
 def test_dynamo_softmax_sampling():
