@@ -38,11 +38,12 @@ __all__ = ["DynamoKvCost", "softmax_sample"]
 
 
 def softmax_sample(logits: dict[int, float], temperature: float, rng: random.Random) -> int:
-    """Dynamo's ``softmax_sample``: the lowest logit at temperature 0 (ties at random); else
+    """Dynamo's selection: the lowest logit at temperature 0 (a draw only among ties); else
     a draw with probabilities ``softmax(-logit / (max - min) / temperature)``."""
     low = min(logits.values())
     if temperature == 0:
-        return rng.choice([k for k, v in logits.items() if v == low])
+        tied = [k for k, v in logits.items() if v == low]
+        return tied[0] if len(tied) == 1 else rng.choice(tied)
     high = max(logits.values())
     keys = list(logits)
     if high == low:
