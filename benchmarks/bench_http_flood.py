@@ -29,6 +29,9 @@ import argparse
 import asyncio
 import itertools
 import json
+import multiprocessing
+import multiprocessing.queues
+import multiprocessing.synchronize
 import random
 import statistics
 import time
@@ -95,10 +98,75 @@ async def _prefill(host: str, port: int, tokens: int, seed: int) -> float:
 
 
 class FloodCount:
-    """The flood's completed requests and their prompt and new tokens."""
+    """The flood's requests sent, and those completed with their prompt and new tokens."""
 
     def __init__(self) -> None:
-        self.requests = self.prompt_tokens = self.new_tokens = 0
+        self.sent = self.requests = self.prompt_tokens = self.new_tokens = 0
+
+
+class FloodProcess:
+    """The flood's client in a process of its own, as another key's client is: building and
+    sending a long prompt (~16 ms of CPU for 32,000 random token ids) would otherwise stall
+    the event loop that timestamps the small request's chunks, and count as server latency."""
+
+    def __init__(self, host: str, port: int, args: argparse.Namespace) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._stop, self._ready = context.Event(), context.Event()
+        self._results = context.SimpleQueue()
+        self._process = context.Process(
+            target=_flood_process,
+            args=(host, port, args, self._stop, self._ready, self._results),
+            daemon=True,
+        )
+
+    async def start(self, timeout: float = 60.0) -> None:
+        """Start the flood's process and wait until it has sent its first requests."""
+        self._process.start()
+        if not await asyncio.to_thread(self._ready.wait, timeout):
+            self._process.kill()
+            raise RuntimeError(f"the flood's client did not start within {timeout} s")
+
+    async def stop(self) -> tuple[FloodCount, float]:
+        """Stop sending, wait for the requests in flight; what completed and the seconds from
+        the flood's start until it drained."""
+        self._stop.set()
+        result = await asyncio.to_thread(self._results.get)
+        await asyncio.to_thread(self._process.join)
+        if isinstance(result, str):
+            raise RuntimeError(f"the flood's client failed: {result}")
+        requests, prompt_tokens, new_tokens, seconds = result
+        count = FloodCount()
+        count.requests, count.prompt_tokens, count.new_tokens = requests, prompt_tokens, new_tokens
+        return count, seconds
+
+
+def _flood_process(
+    host: str,
+    port: int,
+    args: argparse.Namespace,
+    stop: multiprocessing.synchronize.Event,
+    ready: multiprocessing.synchronize.Event,
+    results: multiprocessing.queues.SimpleQueue,
+) -> None:
+    """``FloodProcess``'s body: ``_flood`` on an event loop of its own until ``stop`` is set."""
+
+    async def run() -> tuple[int, int, int, float]:
+        done, count = asyncio.Event(), FloodCount()
+        start = time.perf_counter()
+        flood = asyncio.ensure_future(_flood(host, port, args, done, count))
+        while count.sent < args.flood and not flood.done():  # each connection's first request
+            await asyncio.sleep(0.01)
+        ready.set()
+        while not stop.is_set() and not flood.done():
+            await asyncio.sleep(0.01)
+        done.set()
+        await flood
+        return count.requests, count.prompt_tokens, count.new_tokens, time.perf_counter() - start
+
+    try:
+        results.put(asyncio.run(run()))
+    except Exception as exc:  # reported to the parent, which raises it
+        results.put(f"{type(exc).__name__}: {exc}")
 
 
 async def _flood(
@@ -115,6 +183,7 @@ async def _flood(
             tokens = rng.randint(low, high)
             prompt = [rng.randrange(1000, 30000) for _ in range(tokens)]
             writer.write(_request(host, port, "flood", prompt, args.flood_new, False))
+            count.sent += 1
             head = await reader.readuntil(b"\r\n\r\n")
             length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
             await reader.readexactly(length)
@@ -144,9 +213,8 @@ async def _run(host: str, port: int, args: argparse.Namespace, chunk: int, step_
         idle.append(latency)
         idle_first.append(first)
         idle_steps += gaps
-    stop, count = asyncio.Event(), FloodCount()
-    flood_start = time.perf_counter()
-    flood = asyncio.ensure_future(_flood(host, port, args, stop, count))
+    flood = FloodProcess(host, port, args)
+    await flood.start()
     await asyncio.sleep(args.warmup)
     behind, first_tokens, steps = [], [], []
     for prompt in prompts[args.repeat :]:
@@ -155,9 +223,7 @@ async def _run(host: str, port: int, args: argparse.Namespace, chunk: int, step_
         first_tokens.append(first)
         steps += gaps
         await asyncio.sleep(0.2)
-    stop.set()
-    await flood
-    seconds = time.perf_counter() - flood_start
+    count, seconds = await flood.stop()
     size = f"{low}" if low == high else f"{low}-{high}"
     bound = 2 * statistics.median(idle)
 
