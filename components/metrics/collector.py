@@ -12,6 +12,7 @@ from typing import Any, Literal
 import msgspec
 import structlog
 
+from schedkit.components.metrics.observe_many import observe_many
 from schedkit.components.metrics.profiles import PROFILES, Histogram
 from schedkit.core.schedule_batch import FinishReason, Req
 
@@ -220,9 +221,7 @@ class MetricsCollector:
         arrival, first, finish = req.arrival_time, req.first_token_time, req.finish_time
         if first is not None:
             self._ttft.observe(first - arrival)
-        observe_itl = self._itl.observe
-        for gap in req.itl:
-            observe_itl(gap)
+        observe_many(self._itl, req.itl)
         if finish is not None:
             self._e2e.observe(finish - arrival)
         if req.scheduled_time is not None:
