@@ -31,6 +31,25 @@ def _compile_once() -> str | None:
 _BYTECODE = _compile_once()
 
 
+def _rewrite_no_plugin_distributions() -> None:
+    """pytest rewrites the asserts of every module of each installed distribution that
+    registers a pytest plugin (hypothesis, anyio, and schedkit itself: ~290 modules, whose
+    syntax trees it walks on import, ~1.5 s of CPU per session); none of them asserts anything
+    a test reads (schedkit has no assert statement). By the time this file is imported only
+    those distributions are marked: unmarked, they import as any library does. Test modules,
+    conftest files and what a test module registers (pytester's assertions) are still
+    rewritten. Reaches into pytest's import hook; where it is not there, nothing changes."""
+    for finder in sys.meta_path:
+        marked = getattr(finder, "_must_rewrite", None)
+        cache = getattr(finder, "_marked_for_rewrite_cache", None)
+        if isinstance(marked, set) and isinstance(cache, dict):
+            marked.clear()
+            cache.clear()
+
+
+_rewrite_no_plugin_distributions()
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start building the wheel as soon as the tests that need it are known: the build (pip
     in a process of its own) runs beside the tests that come before them."""
