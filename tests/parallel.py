@@ -30,9 +30,11 @@ SHARED = "SCHEDKIT_TEST_SHARED"
 
 BESIDE_OTHERS = (
     "tests/benchmarks/test_bench_fleet.py",
+    "tests/benchmarks/test_bench_http.py",
     "tests/benchmarks/test_bench_kv_events.py",
     "tests/benchmarks/test_bench_offline_fleet.py",
     "tests/benchmarks/test_bench_overload.py",
+    "tests/benchmarks/test_bench_serve_hostile.py",
     "tests/benchmarks/test_bench_summary_memory.py",
     "tests/benchmarks/test_nano_vllm_reference.py",
     "tests/benchmarks/test_policy_seeds.py",
@@ -83,6 +85,8 @@ BESIDE_OTHERS = (
     "tests/schedkit/fleet/test_router_news.py",
     "tests/schedkit/fleet/test_summary.py",
     "tests/schedkit/fleet/test_workers.py",
+    # waits out the front end's send timeout, with a minute's deadline
+    "tests/schedkit/http/test_hostile_http.py::test_a_client_that_never_reads_its_stream_",
     "tests/schedkit/http/test_launcher.py",
     "tests/schedkit/http/test_tokenizer.py",
     "tests/schedkit/kv_events/test_hashing.py",
