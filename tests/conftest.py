@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import parallel
 from tests.wheel import WheelBuild, build_wheel, install_wheel
 
 _EARLY_WHEEL = pytest.StashKey[WheelBuild]()
@@ -31,11 +32,51 @@ def _compile_once() -> str | None:
 _BYTECODE = _compile_once()
 
 
+def _rewrite_no_plugin_distributions() -> None:
+    """pytest rewrites the asserts of every module of each installed distribution that
+    registers a pytest plugin (hypothesis, anyio, and schedkit itself: ~290 modules, whose
+    syntax trees it walks on import, ~1.5 s of CPU per session); none of them asserts anything
+    a test reads (schedkit has no assert statement). By the time this file is imported only
+    those distributions are marked: unmarked, they import as any library does. Test modules,
+    conftest files and what a test module registers (pytester's assertions) are still
+    rewritten. Reaches into pytest's import hook; where it is not there, nothing changes."""
+    for finder in sys.meta_path:
+        marked = getattr(finder, "_must_rewrite", None)
+        cache = getattr(finder, "_marked_for_rewrite_cache", None)
+        if isinstance(marked, set) and isinstance(cache, dict):
+            marked.clear()
+            cache.clear()
+
+
+_rewrite_no_plugin_distributions()
+
+_SHARED, _MADE_SHARED = parallel.shared_directory()
+# Read already (.ci/run sets the two workers there); the pytest processes tests start (docs
+# blocks, the first hour's project, pytester) run their own tests one at a time.
+os.environ.pop("PYTEST_ADDOPTS", None)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """On xdist workers, the files whose tests may run beside others first (in file order
+    otherwise), so that both workers run those together (tests/parallel.py)."""
+    if parallel.on_a_worker():
+        items.sort(key=lambda item: parallel.file_first(item.nodeid))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """On xdist workers, a test not listed in tests/parallel.py runs alone."""
+    if not parallel.on_a_worker():
+        return (yield)
+    with parallel.turn(_SHARED, alone=not parallel.beside_others(item.nodeid)):
+        return (yield)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start building the wheel as soon as the tests that need it are known: the build (pip
     in a process of its own) runs beside the tests that come before them."""
-    if session.config.option.collectonly:
-        return
+    if session.config.option.collectonly or parallel.on_a_worker():
+        return  # on xdist workers the first to need it builds it (see the wheel fixture)
     if any("wheel" in getattr(item, "fixturenames", ()) for item in session.items):
         where = Path(tempfile.mkdtemp(prefix="schedkit-wheel-"))
         session.config.stash[_EARLY_WHEEL] = WheelBuild(where)
@@ -49,19 +90,37 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if _BYTECODE is not None:
         sys.dont_write_bytecode = True
         shutil.rmtree(_BYTECODE, ignore_errors=True)
+    if _MADE_SHARED:
+        parallel.remove(_SHARED)
 
 
 @pytest.fixture(scope="session")
 def wheel(request, tmp_path_factory):
     """schedkit's wheel, built once per test session from a clean copy of the source tree."""
     build = request.config.stash.get(_EARLY_WHEEL, None)
-    if build is None:
+    if build is not None:
+        return build.wait()
+    if not parallel.on_a_worker():
         return build_wheel(tmp_path_factory.mktemp("wheel"))
-    return build.wait()
+    where = _SHARED / "wheel"  # one build for both workers
+    with parallel.one_at_a_time(_SHARED / "wheel.lock"):
+        if not where.is_dir():
+            built = build_wheel(Path(tempfile.mkdtemp(dir=_SHARED)))
+            built.parent.rename(where)
+    (built,) = where.glob("schedkit-*.whl")
+    return built
 
 
 @pytest.fixture(scope="session")
 def installed_wheel(wheel, tmp_path_factory) -> Path:
     """A fresh virtual environment with the wheel installed, made once per session: the tests
     that take it run what it installed and install nothing more."""
-    return install_wheel(wheel, tmp_path_factory.mktemp("installed") / "venv")
+    if not parallel.on_a_worker():
+        return install_wheel(wheel, tmp_path_factory.mktemp("installed") / "venv")
+    venv, done = _SHARED / "installed", _SHARED / "installed.done"  # one for both workers
+    with parallel.one_at_a_time(_SHARED / "installed.lock"):
+        if not done.exists():
+            shutil.rmtree(venv, ignore_errors=True)
+            install_wheel(wheel, venv)
+            done.touch()
+    return venv

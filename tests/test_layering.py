@@ -4,6 +4,7 @@ the cheap imports (``Req``, trace readers, the router) stay cheap."""
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -48,7 +49,9 @@ def _imports(path: Path, name: str, known: set[str]) -> set[str]:
     return found
 
 
+@functools.cache
 def _graph() -> dict[str, set[str]]:
+    """Each module's schedkit imports, parsed once for the tests that read it (they only read)."""
     modules = _modules()
     known = set(modules)
     return {name: _imports(path, name, known) for name, path in modules.items()}

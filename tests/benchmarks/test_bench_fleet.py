@@ -36,13 +36,13 @@ def test_small_run_prints_every_replay_and_policy_asked_for_on_both_traces():
             sys.executable,
             str(BENCH),
             "--requests",
-            "40",
-            "--live-requests",
             "16",
+            "--live-requests",
+            "6",
             "--workers",
             "2",
             "--live-speedup",
-            "4",
+            "8",
             "--policies",
             "kv",
             "--live-policies",
@@ -55,15 +55,15 @@ def test_small_run_prints_every_replay_and_policy_asked_for_on_both_traces():
     assert result.returncode == 0, result.stderr
     out = result.stdout
     expected = [
-        r"^2 workers, llama3-8b on h100; seed 0; offline: 40 requests per trace; live: the "
-        r"first 16, trace and model 4x faster, figures scaled back$",
+        r"^2 workers, llama3-8b on h100; seed 0; offline: 16 requests per trace; live: the "
+        r"first 6, trace and model 8x faster, figures scaled back$",
         *(
             rf"^\| {trace} \| {replay} \| {policy} \| {ROW}"
             for trace, clients in ((r"mooncake-shaped 8/s", 32), (r"azure-shaped 40/s", 64))
             for replay, policy in (
                 ("open loop", "kv"),
                 (f"closed loop, {clients}", "kv"),
-                ("live, 16 req", "round_robin"),
+                ("live, 6 req", "round_robin"),
             )
         ),
     ]
