@@ -49,6 +49,7 @@ BESIDE_OTHERS = (
     "tests/components/io/test_fair_release.py",
     "tests/components/io/test_io_struct.py",
     "tests/components/metrics/test_parity.py",
+    "tests/components/metrics/test_observe_many.py",
     "tests/components/scheduler/test_batch_result_processor.py",
     "tests/components/scheduler/test_batching.py",
     "tests/components/scheduler/test_cache_agnostic_policies.py",
