@@ -7,9 +7,12 @@ clock sleeps). Latencies are measured on that clock: simulated seconds with ``cl
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from schedkit.assembly.container import Assembly
 from schedkit.core.schedule_batch import Req
@@ -191,23 +194,47 @@ def drive(
     wall_start = time.perf_counter()
     interrupted = False
 
-    try:
-        while pending or stepper.inflight:
-            for arrival in pending.due(stepper.elapsed()):
-                stepper.submit(arrival.time, arrival.req)
-            ran, finished = stepper.step()
-            if finished:
-                for req in finished:
-                    pending.finished(req, stepper.elapsed())
-                if progress is not None:
-                    progress(stepper.tally.done + stepper.tally.failed, stepper.elapsed())
-            if not ran and pending:
-                stepper.wait_until(pending.next_time())
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        stepper.close()
+    with _ctrl_c_sets_a_flag() as ctrl_c:
+        try:
+            while (pending or stepper.inflight) and not ctrl_c:
+                for arrival in pending.due(stepper.elapsed()):
+                    stepper.submit(arrival.time, arrival.req)
+                ran, finished = stepper.step()
+                if finished:
+                    for req in finished:
+                        pending.finished(req, stepper.elapsed())
+                    if progress is not None:
+                        progress(stepper.tally.done + stepper.tally.failed, stepper.elapsed())
+                if not ran and pending:
+                    stepper.wait_until(pending.next_time())
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            stepper.close()
+        interrupted = interrupted or bool(ctrl_c)
 
     if "kv_events_publisher" in assembly:  # what the cache still holds goes out too
         assembly["kv_events_publisher"].publish_kv_events()
     return stepper.summary(time.perf_counter() - wall_start, interrupted)
+
+
+@contextlib.contextmanager
+def _ctrl_c_sets_a_flag() -> Iterator[list[int]]:
+    """While the run lasts, Ctrl-C (SIGINT) is also recorded in the list yielded, so the loop
+    stops even when the KeyboardInterrupt is lost: raised inside a finalizer that a garbage
+    collection runs, Python prints it and drops it. Off the main thread (where no handler can
+    be set) the list stays empty."""
+    flag: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def record(signum: int, frame: object) -> None:
+        flag.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    previous = signal.signal(signal.SIGINT, record)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)

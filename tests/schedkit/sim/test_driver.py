@@ -87,6 +87,25 @@ def test_finished_requests_are_let_go(assembly):
     assert summary.peak_rss_mb > 0 and not summary.interrupted
 
 
+def test_ctrl_c_stops_the_run_even_when_its_keyboardinterrupt_is_lost(assembly):
+    # Python drops a KeyboardInterrupt raised inside a finalizer that a collection runs; the
+    # run must stop anyway.
+    def lost_ctrl_c(_req: Req) -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.01)  # the handler runs here at the latest
+        except KeyboardInterrupt:
+            pass
+
+    summary = drive(
+        assembly,
+        GeneratedWorkload(lambda: (Arrival(i * 0.05, req(i)) for i in range(200))),
+        on_finish=lost_ctrl_c,
+    )
+    assert summary.interrupted and 0 < summary.requests_done < 200
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def run(*args: str, **kwargs) -> subprocess.Popen:
     env = {
         **os.environ,
