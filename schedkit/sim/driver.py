@@ -223,9 +223,13 @@ def _ctrl_c_sets_a_flag() -> Iterator[list[int]]:
     """While the run lasts, Ctrl-C (SIGINT) is also recorded in the list yielded, so the loop
     stops even when the KeyboardInterrupt is lost: raised inside a finalizer that a garbage
     collection runs, Python prints it and drops it. Off the main thread (where no handler can
-    be set) the list stays empty."""
+    be set), or when SIGINT is ignored (as Python leaves it when started so), nothing changes
+    and the list stays empty."""
     flag: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    ):
         yield flag
         return
 

@@ -97,13 +97,17 @@ def test_ctrl_c_stops_the_run_even_when_its_keyboardinterrupt_is_lost(assembly):
         except KeyboardInterrupt:
             pass
 
-    summary = drive(
-        assembly,
-        GeneratedWorkload(lambda: (Arrival(i * 0.05, req(i)) for i in range(200))),
-        on_finish=lost_ctrl_c,
-    )
-    assert summary.interrupted and 0 < summary.requests_done < 200
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a shell starts it
+    try:
+        summary = drive(
+            assembly,
+            GeneratedWorkload(lambda: (Arrival(i * 0.05, req(i)) for i in range(200))),
+            on_finish=lost_ctrl_c,
+        )
+        assert summary.interrupted and 0 < summary.requests_done < 200
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def run(*args: str, **kwargs) -> subprocess.Popen:
@@ -137,9 +141,20 @@ def test_output_writes_one_record_per_request(tmp_path):
     assert all(r["finish"]["type"] in ("length", "stop") for r in records)
 
 
+def _sigint_as_a_shell_leaves_it() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_prints_the_summary_so_far(tmp_path):
     records = tmp_path / "records.jsonl"
-    proc = run("--num-requests", "100000", "--json", "--output", str(records))
+    proc = run(
+        "--num-requests",
+        "100000",
+        "--json",
+        "--output",
+        str(records),
+        preexec_fn=_sigint_as_a_shell_leaves_it,  # not what this process may have set
+    )
     # Interrupted once requests have finished: their records reach the file.
     deadline = time.monotonic() + 60
     while not (records.exists() and records.stat().st_size):
