@@ -15,14 +15,6 @@ from schedkit.runner.presets import (
 ROOT_WIRING = "wiring.yaml"
 
 
-@pytest.mark.parametrize(
-    ("name", "billions"),
-    [("llama3-8b", 8.03), ("llama3-70b", 70.55), ("qwen2.5-7b", 7.62), ("mistral-7b", 7.25)],
-)
-def test_parameter_counts_match_the_model_cards(name, billions):
-    assert MODELS[name].params / 1e9 == pytest.approx(billions, rel=0.005)
-
-
 def test_llama3_8b_kv_bytes_and_pool_on_one_h100():
     m, g = MODELS["llama3-8b"], GPUS["h100"]
     assert presets.kv_bytes_per_token(m) == 2 * 32 * 8 * 128 * 2 == 128 * 1024
@@ -76,11 +68,7 @@ def test_every_preset_builds_a_runner_with_plausible_step_times():
             assert 2e-3 < args["decode_fixed"] < 0.1, (m.name, g.name)
 
 
-def test_unknown_names_and_impossible_splits_say_what_is_valid():
-    with pytest.raises(PresetError, match=r"valid models: llama3-8b, llama3-70b, qwen2.5-7b"):
-        presets.model("llama-3")
-    with pytest.raises(PresetError, match=r"valid GPUs: h100, h200, a100-80g, l40s"):
-        presets.gpu("b200")
+def test_impossible_splits_say_what_is_valid():
     with pytest.raises(PresetError, match=r"cannot be split 3 ways.*valid tensor-parallel sizes"):
         runner_args(MODELS["llama3-70b"], GPUS["h100"], 3)
     with pytest.raises(PresetError, match=r"141\.1 GB of weights per GPU.*use --tp 2"):

@@ -1,0 +1,23 @@
+import pytest
+
+from schedkit.runner import presets
+from schedkit.runner.specs import MODELS, PresetError, gpu, model
+
+
+@pytest.mark.parametrize(
+    ("name", "billions"),
+    [("llama3-8b", 8.03), ("llama3-70b", 70.55), ("qwen2.5-7b", 7.62), ("mistral-7b", 7.25)],
+)
+def test_parameter_counts_match_the_model_cards(name, billions):
+    assert MODELS[name].params / 1e9 == pytest.approx(billions, rel=0.005)
+
+
+def test_unknown_names_say_what_is_valid():
+    with pytest.raises(PresetError, match=r"valid models: llama3-8b, llama3-70b, qwen2.5-7b"):
+        model("llama-3")
+    with pytest.raises(PresetError, match=r"valid GPUs: h100, h200, a100-80g, l40s"):
+        gpu("b200")
+
+
+def test_the_presets_module_still_names_the_specs():
+    assert presets.model is model and presets.gpu is gpu and presets.MODELS is MODELS
