@@ -19,18 +19,14 @@ from __future__ import annotations
 
 import functools
 import inspect
-import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
-__all__ = ["Call", "UnconfiguredCall", "fake"]
+from schedkit.testing.fake_interface import DOUBLE_STATE, Interface
 
-# The double's own API and state: a component declaring a member of one of these names cannot
-# be faked.
-_RESERVED = ("calls", "calls_to", "returns", "side_effects")
-_STATE = ("_values", "_ready", "calls", "returns", "side_effects")
+__all__ = ["Call", "UnconfiguredCall", "fake"]
 
 
 class Call(tuple):
@@ -61,79 +57,6 @@ class Call(tuple):
         return self[2]
 
 
-class _Interface:
-    """What a component class offers: fields, properties and methods with their signatures."""
-
-    def __init__(self, cls: type) -> None:
-        self.protocol = bool(getattr(cls, "_is_protocol", False))
-        if not attrs.has(cls) and not self.protocol:
-            raise TypeError(
-                "fake() takes an attrs class such as a @schedkit.core.component, or a "
-                f"typing.Protocol such as those of schedkit.core.protocols, got {cls!r}"
-            )
-        self.cls = cls
-        self.name = cls.__name__
-        if self.protocol:
-            self.fields = {name: _ProtocolField() for name in _protocol_attributes(cls)}
-            self.aliases: dict[str, str] = {}
-            self.frozen = False
-        else:
-            self.fields = {f.name: f for f in attrs.fields(cls)}
-            self.aliases = {f.alias: f.name for f in attrs.fields(cls) if f.alias != f.name}
-            # attrs makes a frozen class's __setattr__ this function.
-            self.frozen = getattr(cls.__setattr__, "__name__", "") == "_frozen_setattrs"
-        self.properties: set[str] = set()
-        self.methods: dict[str, inspect.Signature] = {}
-        mro = [k for k in cls.__mro__[:-1] if k not in (typing.Protocol, typing.Generic)]
-        for klass in reversed(mro):  # object's members are not the interface
-            for name, member in vars(klass).items():
-                if name.startswith("_") and self.protocol:
-                    continue
-                if name.startswith("__") or name in self.fields:
-                    continue
-                if isinstance(member, property):
-                    self.properties.add(name)
-                    self.methods.pop(name, None)
-                elif isinstance(member, staticmethod):
-                    self.methods[name] = inspect.signature(member.__func__)
-                elif isinstance(member, classmethod) or inspect.isfunction(member):
-                    func = member.__func__ if isinstance(member, classmethod) else member
-                    signature = inspect.signature(func)
-                    parameters = list(signature.parameters.values())[1:]  # self / cls
-                    self.methods[name] = signature.replace(parameters=parameters)
-                    self.properties.discard(name)
-        declared = set(self.fields) | self.properties | set(self.methods)
-        clash = sorted((set(_RESERVED) | set(_STATE)) & declared)
-        if clash:
-            raise TypeError(
-                f"cannot fake {self.name}: it declares {', '.join(clash)}, which the double "
-                f"uses for its own API ({', '.join(_RESERVED)})"
-            )
-
-    def public_methods(self) -> str:
-        return ", ".join(sorted(m for m in self.methods if not m.startswith("_"))) or "(none)"
-
-    def attribute_names(self) -> str:
-        names = [n for n in self.fields if not n.startswith("_")] + sorted(self.properties)
-        return ", ".join(names) or "(none)"
-
-
-class _ProtocolField:
-    """An attribute a protocol declares: it has no default, so a fake has no value until one
-    is given."""
-
-    default = attrs.NOTHING
-
-
-def _protocol_attributes(protocol: type) -> list[str]:
-    names: dict[str, None] = {}
-    for klass in reversed(protocol.__mro__):
-        if klass in (object, typing.Protocol, typing.Generic):
-            continue
-        names.update(dict.fromkeys(n for n in vars(klass).get("__annotations__", {})))
-    return [n for n in names if not n.startswith("_")]
-
-
 class UnconfiguredCall(AssertionError):
     """A fake made from a protocol was called for a value nobody configured."""
 
@@ -146,8 +69,8 @@ def _returns_nothing(signature: inspect.Signature) -> bool:
 class _Fake:
     """Base of the generated double classes; see ``fake``."""
 
-    __slots__ = _STATE
-    _interface: _Interface
+    __slots__ = DOUBLE_STATE
+    _interface: Interface
 
     @property
     def __class__(self) -> type:  # isinstance(double, Component) holds
@@ -181,7 +104,7 @@ class _Fake:
         )
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _STATE:
+        if name in DOUBLE_STATE:
             object.__setattr__(self, name, value)
             return
         interface = self._interface
@@ -206,7 +129,7 @@ class _Fake:
         return f"<fake {self._interface.name}: {len(self.calls)} calls>"
 
 
-def _stub(interface: _Interface, name: str, signature: inspect.Signature) -> Callable:
+def _stub(interface: Interface, name: str, signature: inspect.Signature) -> Callable:
     where = f"{interface.name}.{name}{signature}"
     # A protocol's fake returns nothing it was not told to, except from a method declared to
     # return None; a component's fake returns None (its real methods are there to read).
@@ -238,14 +161,14 @@ def _stub(interface: _Interface, name: str, signature: inspect.Signature) -> Cal
 
 @functools.cache
 def _fake_class(cls: type) -> type[_Fake]:
-    interface = _Interface(cls)
+    interface = Interface(cls)
     namespace: dict[str, Any] = {"__slots__": (), "_interface": interface}
     for name, signature in interface.methods.items():
         namespace[name] = _stub(interface, name, signature)
     return type(f"Fake{cls.__name__}", (_Fake,), namespace)
 
 
-def _check_methods(interface: _Interface, option: str, mapping: Mapping[str, Any]) -> None:
+def _check_methods(interface: Interface, option: str, mapping: Mapping[str, Any]) -> None:
     unknown = [name for name in mapping if name not in interface.methods]
     if unknown:
         raise TypeError(

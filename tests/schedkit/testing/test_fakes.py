@@ -165,18 +165,6 @@ def test_fakes_stand_in_for_the_neighbours_of_a_real_component():
     assert call.arguments["reqs"] is batch.reqs and call.arguments["skip_req"] is None
 
 
-def test_reserved_names_and_non_attrs_classes_are_refused():
-    with pytest.raises(TypeError, match="takes an attrs class"):
-        fake(dict)
-
-    @attrs.define
-    class Recorder:
-        calls: list
-
-    with pytest.raises(TypeError, match="declares calls, which the double uses"):
-        fake(Recorder)
-
-
 def test_a_fake_of_a_protocol_refuses_to_invent_return_values():
     from schedkit.core.protocols import KVAllocator, LoadInquirerComponent
     from schedkit.testing import UnconfiguredCall
