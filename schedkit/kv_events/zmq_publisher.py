@@ -24,9 +24,10 @@ import structlog
 import zmq
 
 from schedkit.kv_events.config import KvEventsConfig
+from schedkit.kv_events.event_structs import EventBatch, KVEventBatch
 from schedkit.kv_events.publisher_sockets import check_publisher_endpoints, open_publisher_sockets
 from schedkit.kv_events.replay import END_SEQ
-from schedkit.kv_events.structs import EventBatch, KVEventBatch, get_profile
+from schedkit.kv_events.wire_profiles import get_profile
 
 __all__ = ["END_SEQ", "IDLE_AFTER", "POLL_INTERVAL", "ZmqEventPublisher"]
 

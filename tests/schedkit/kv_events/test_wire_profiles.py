@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedkit.kv_events import structs as ours
-from schedkit.kv_events.structs import decode_batch, encode_batch
+from schedkit.kv_events import event_structs as ours
+from schedkit.kv_events.wire_profiles import PROFILES, decode_batch, encode_batch, get_profile
 from tests.schedkit.kv_events.engine_structs import (
     AllBlocksCleared,
     ArrayAllBlocksCleared,
@@ -238,12 +238,12 @@ def without(batch: ours.KVEventBatch, *fields: str) -> ours.KVEventBatch:
     return ours.KVEventBatch(batch.ts, events, batch.attn_dp_rank)
 
 
-@pytest.mark.parametrize("profile", ours.PROFILES)
+@pytest.mark.parametrize("profile", PROFILES)
 def test_a_string_that_is_not_utf8_is_a_decode_error(profile):
     medium = "\x00GPU"
     payload = encode_batch(ours.KVEventBatch(1.0, [ours.BlockRemoved([1], medium)], 0), profile)
     payload = payload.replace(b"\x00GPU", b"\x80GPU")  # the same length, not UTF-8
-    wire = ours.get_profile(profile)
+    wire = get_profile(profile)
     for decode in (wire.decode, wire.strict_decode):
         with pytest.raises(msgspec.DecodeError, match="not UTF-8"):
             decode(payload)

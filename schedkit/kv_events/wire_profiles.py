@@ -1,0 +1,290 @@
+"""The wire encodings of KV-cache event batches, one profile per engine release.
+
+Every profile encodes the in-memory structs of ``event_structs`` and decodes into them. The
+profile table, ``PROFILES``, is the one place that says what each engine puts on the wire:
+
+- ``sglang`` (SGLang >= 0.5.23): each event a msgpack map ``{"type": "BlockStored", ...}`` with
+  None-valued optional fields left out; the batch ``[ts, events, attn_dp_rank]``.
+- ``sglang-array`` (older SGLang, what llm-d's adapter reads): each event a msgpack array whose
+  first element is the tag: ``["BlockStored", hashes, parent, tokens, block_size, lora_id,
+  medium]``.
+- ``vllm`` (vLLM >= 0.33): each event a map tagged under ``type``; ``BlockStored`` always carries
+  ``medium`` and ``lora_name`` and ``BlockRemoved`` always carries ``medium``, None included.
+
+Decoding does not need to know the profile: each event is read as a map or an array by its
+first byte, so a subscriber follows any of these streams.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal, Union
+
+import msgspec
+
+from schedkit.kv_events.event_structs import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    Event,
+    EventBatch,
+    KVEventBatch,
+)
+
+__all__ = [
+    "MAX_BATCH_BYTES",
+    "PROFILES",
+    "Profile",
+    "ProfileName",
+    "decode_any",
+    "decode_batch",
+    "encode_batch",
+    "get_profile",
+]
+
+# The largest batch payload decoded (a bigger one is a decode error); subscribers also refuse
+# bigger messages on the socket (ZMQ_MAXMSGSIZE). A 128k-token prefill at page size 1 sends
+# about 1.8 MB.
+MAX_BATCH_BYTES = 4 << 20
+
+ProfileName = Literal["sglang", "sglang-array", "vllm"]
+
+
+# sglang-array: the tagged-array layout SGLang sent before its events became maps.
+
+
+class _ArrayEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
+    pass
+
+
+class _ArrayBlockStored(_ArrayEvent, tag="BlockStored"):
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None = None
+
+
+class _ArrayBlockRemoved(_ArrayEvent, tag="BlockRemoved"):
+    block_hashes: list[int]
+    medium: str | None = None
+
+
+class _ArrayAllBlocksCleared(_ArrayEvent, tag="AllBlocksCleared"):
+    pass
+
+
+# vllm: maps tagged under "type" whose medium and lora_name have no default, so both are
+# always sent.
+
+
+class _VllmEvent(msgspec.Struct, gc=False, tag=True, tag_field="type"):
+    pass
+
+
+class _VllmBlockStored(_VllmEvent, tag="BlockStored"):
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+
+
+class _VllmBlockRemoved(_VllmEvent, tag="BlockRemoved"):
+    block_hashes: list[int]
+    medium: str | None
+
+
+class _VllmAllBlocksCleared(_VllmEvent, tag="AllBlocksCleared"):
+    pass
+
+
+class _ArrayBatch(msgspec.Struct, array_like=True, gc=False):
+    ts: float
+    events: list[Union[_ArrayBlockStored, _ArrayBlockRemoved, _ArrayAllBlocksCleared]]  # noqa: UP007
+    attn_dp_rank: int | None = None
+
+
+class _VllmBatch(msgspec.Struct, array_like=True, gc=False):
+    ts: float
+    events: list[Union[_VllmBlockStored, _VllmBlockRemoved, _VllmAllBlocksCleared]]  # noqa: UP007
+    data_parallel_rank: int | None = None
+
+
+class _RawBatch(msgspec.Struct, array_like=True, gc=False):
+    ts: float
+    events: list[msgspec.Raw]
+    attn_dp_rank: int | None = None
+
+
+# A map event may come from any map profile: read it with every field any of them sends.
+_decode_map_event = msgspec.msgpack.Decoder(Event).decode
+_decode_array_event = msgspec.msgpack.Decoder(
+    Union[_ArrayBlockStored, _ArrayBlockRemoved, _ArrayAllBlocksCleared]  # noqa: UP007
+).decode
+_decode_raw_batch = msgspec.msgpack.Decoder(_RawBatch).decode
+_decode_map_batch = msgspec.msgpack.Decoder(KVEventBatch).decode
+
+
+def _to_memory(event: msgspec.Struct) -> Event:
+    if isinstance(event, _ArrayBlockStored):
+        return BlockStored(*msgspec.structs.astuple(event))
+    if isinstance(event, _VllmBlockStored):
+        fields = msgspec.structs.astuple(event)
+        return BlockStored(*fields[:6], lora_name=event.lora_name)
+    if isinstance(event, _ArrayBlockRemoved | _VllmBlockRemoved):
+        return BlockRemoved(event.block_hashes, event.medium)
+    return AllBlocksCleared()
+
+
+def _not_utf8(exc: UnicodeDecodeError) -> msgspec.DecodeError:
+    # msgspec raises UnicodeDecodeError for a string that is not UTF-8: a decode error too.
+    return msgspec.DecodeError(f"a string is not UTF-8 ({exc.reason} at byte {exc.start})")
+
+
+# msgspec skips an unknown field by walking it, one C call per level, under Python's recursion
+# check: nesting deeper than the interpreter's stack allows raises RecursionError. Every field
+# the schema knows is at most 4 levels deep, so a payload that goes that deep is malformed.
+_TOO_DEEP = "nested too deep to decode (deeper than Python's recursion limit, ~1,000 levels)"
+
+
+def _bounded(decode: Callable[[bytes], KVEventBatch]) -> Callable[[bytes], KVEventBatch]:
+    """``decode`` that refuses a payload over ``MAX_BATCH_BYTES`` or nested too deep, and one
+    with a string that is not UTF-8, as ``msgspec.DecodeError``."""
+
+    def bounded_decode(payload: bytes) -> KVEventBatch:
+        if len(payload) > MAX_BATCH_BYTES:
+            raise msgspec.DecodeError(
+                f"a batch of {len(payload)} bytes, over the {MAX_BATCH_BYTES}-byte bound"
+            )
+        try:
+            return decode(payload)
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(exc) from None
+        except RecursionError:
+            raise msgspec.DecodeError(_TOO_DEEP) from None
+
+    return bounded_decode
+
+
+def _strict_decoder(batch_type: type) -> Callable[[bytes], KVEventBatch]:
+    decode = msgspec.msgpack.Decoder(batch_type).decode
+
+    def strict_decode(payload: bytes) -> KVEventBatch:
+        raw = decode(payload)
+        if batch_type is KVEventBatch:  # schedkit's structs are SGLang's declarations
+            return raw
+        events = [_to_memory(e) for e in raw.events]
+        return KVEventBatch(raw.ts, events, msgspec.structs.astuple(raw)[2])
+
+    return _bounded(strict_decode)
+
+
+def _decode_event(raw: msgspec.Raw) -> Event:
+    # msgpack maps start with 0x80-0x8f, 0xde or 0xdf; anything else here is an array.
+    first = memoryview(raw)[0]
+    if 0x80 <= first <= 0x8F or first in (0xDE, 0xDF):
+        return _decode_map_event(raw)
+    return _to_memory(_decode_array_event(raw))
+
+
+def _decode_any(payload: bytes) -> KVEventBatch:
+    try:
+        return _decode_map_batch(payload)
+    except msgspec.DecodeError:
+        raw = _decode_raw_batch(payload)
+    return KVEventBatch(raw.ts, [_decode_event(e) for e in raw.events], raw.attn_dp_rank)
+
+
+_bounded_decode_any = _bounded(_decode_any)
+
+
+def decode_any(payload: bytes) -> KVEventBatch:
+    """Decode a batch sent under any profile, telling map events from array events; raises
+    ``msgspec.DecodeError`` (or its ``ValidationError``) for anything else, a payload over
+    ``MAX_BATCH_BYTES`` or nested too deep included."""
+    return _bounded_decode_any(payload)
+
+
+def _converter(stored: type, removed: type, cleared: type) -> Callable[[Event], msgspec.Struct]:
+    """Converts in-memory events to one profile's structs; a BlockStored keeps the fields the
+    profile declares, by name."""
+    fields = stored.__struct_fields__
+
+    def convert(event: Event) -> msgspec.Struct:
+        if type(event) is BlockStored:
+            return stored(*[getattr(event, f) for f in fields])
+        if type(event) is BlockRemoved:
+            return removed(event.block_hashes, event.medium)
+        return cleared()
+
+    return convert
+
+
+class Profile:
+    """One wire format: ``encode(batch) -> bytes``; ``decode(bytes) -> KVEventBatch`` reads
+    this profile and every other one; ``strict_decode`` reads only this one, with the
+    engine's own declarations (a conformance check)."""
+
+    __slots__ = ("convert", "decode", "encode", "name", "strict_decode")
+
+    def __init__(
+        self,
+        name: ProfileName,
+        convert: Callable[[Event], msgspec.Struct] | None = None,
+        strict_decode: Callable[[bytes], KVEventBatch] | None = None,
+    ) -> None:
+        self.name = name
+        self.convert = convert
+        self.strict_decode = strict_decode or _strict_decoder(KVEventBatch)
+        encode = msgspec.msgpack.Encoder().encode
+        if convert is None:
+            self.encode = encode
+        else:
+
+            def encode_converted(batch: EventBatch) -> bytes:
+                events = [convert(e) for e in batch.events]
+                return encode(EventBatch(batch.ts, events, batch.attn_dp_rank))
+
+            self.encode = encode_converted
+        self.decode = decode_any
+
+
+_profiles = {
+    "sglang": Profile("sglang"),
+    "sglang-array": Profile(
+        "sglang-array",
+        _converter(_ArrayBlockStored, _ArrayBlockRemoved, _ArrayAllBlocksCleared),
+        _strict_decoder(_ArrayBatch),
+    ),
+    "vllm": Profile(
+        "vllm",
+        _converter(_VllmBlockStored, _VllmBlockRemoved, _VllmAllBlocksCleared),
+        _strict_decoder(_VllmBatch),
+    ),
+}
+PROFILES: tuple[str, ...] = tuple(_profiles)
+
+
+def get_profile(name: str) -> Profile:
+    """The wire profile called ``name`` (one of ``PROFILES``)."""
+    try:
+        return _profiles[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown KV-events profile {name!r}; valid: {', '.join(PROFILES)}"
+        ) from None
+
+
+def encode_batch(batch: EventBatch, profile: str = "sglang") -> bytes:
+    """Encode one batch as msgpack under ``profile``."""
+    return get_profile(profile).encode(batch)
+
+
+def decode_batch(payload: bytes, profile: str = "sglang") -> KVEventBatch:
+    """Decode one msgpack payload into the in-memory structs. Every profile decodes every
+    stream (``profile`` is accepted for symmetry with ``encode_batch``)."""
+    return get_profile(profile).decode(payload)
