@@ -115,7 +115,7 @@ class ControlRoutes:
     async def get_load(self, request: Request) -> Response:
         """``GET /get_load``: SGLang's per-rank load (requests here and in the scheduler)."""
         loads = await self._loads()
-        queued = self.engine.queued
+        queued = self.engine.admission.queued
         waiting = loads.get("num_waiting_reqs", 0) + queued
         return json_response(
             [

@@ -1,23 +1,7 @@
 """The front end's side of the scheduler's ZeroMQ edge: one DEALER connection
-(``scheduler_link``), read on the event loop, and admission that is fair between API keys.
-
-Requests handed to the scheduler and not yet finished ("forwarded") are bounded in number and
-prompt tokens (``Limits.max_forwarded_*``), and per key: at most ``max_forwarded_per_key``,
-and at most ``max_key_lead`` more than the key with the fewest in flight, so that one key's
-flood can neither make the running batch, and with it every step, arbitrarily large for the
-others, nor keep adding prefill steps in front of each token of another key's request. Those
-the scheduler has not admitted into a batch yet are bounded in number and prompt tokens
-(``max_scheduler_waiting``, ``max_scheduler_waiting_tokens``; estimated from the load the
-scheduler attaches to outputs and from ``get_loads`` polled every ``load_poll_seconds`` while
-requests are queued here, plus what was forwarded since): the scheduler's own queue stays
-short, so its policy cannot put a small request behind a flood, and the prefill step a small
-request joins holds few of the flood's prompt tokens. When the scheduler shares its batch
-between keys (``scheduler_shares_keys``, as ``schedkit serve --http`` wires it), a request of a
-key with none in flight goes past those two budgets at once (one per key; the forwarded bounds
-still hold): the scheduler admits the lightest key first, so another key's waiting flood cannot
-hold that request back, and held here until the step in progress reports, it would miss the
-next step too. The rest wait here in one queue per key, and a freed slot goes to the queued
-key with the fewest requests in flight. Queues are bounded per key and in total.
+(``scheduler_link``), read on the event loop. Which requests go to the scheduler now and which
+wait here, fair between API keys, is ``key_admission``'s; this client polls the scheduler's
+load for it while requests wait.
 
 Control messages (pause, continue, flush, loads, abort) are answered by the scheduler in the
 order they were sent, each with one ``ControlReply`` or an ``ErrorReply`` without rid; replies
@@ -31,7 +15,6 @@ import hashlib
 import logging
 import os
 from collections import deque
-from itertools import islice
 
 import msgspec
 
@@ -46,6 +29,7 @@ from schedkit.components.io.io_struct import (
     encode,
 )
 from schedkit.http.config import Limits
+from schedkit.http.key_admission import KeyAdmission
 from schedkit.http.request_state import Overloaded, RequestState
 from schedkit.http.scheduler_link import SchedulerLink
 
@@ -54,8 +38,6 @@ __all__ = ["EngineClient", "Overloaded", "RequestState"]
 # Control messages the scheduler's zmq_server takes only with its admin token.
 _ADMIN_CONTROLS = frozenset({"pause", "continue", "flush"})
 _log = logging.getLogger("schedkit.http")
-# Queued keys compared for each freed slot.
-_SCAN = 32
 
 
 def _client_name(key: str) -> str:
@@ -76,25 +58,15 @@ class EngineClient:
         scheduler_shares_keys: bool = False,
     ) -> None:
         self.endpoint = endpoint
-        self.scheduler_shares_keys = scheduler_shares_keys
         self.admin_token = admin_token
-        self.limits = limits
         self.states: dict[str, RequestState] = {}
-        self.forwarded = 0
-        self.forwarded_tokens = 0
-        self.queued = 0
-        # What the scheduler has not admitted yet: its last report plus what was sent since.
-        self.scheduler_waiting = 0
-        self.scheduler_waiting_tokens = 0
-        # Requests and prompt tokens forwarded so far, and those counts when the last output
-        # arrived: a load report counts only what the scheduler had read when it was made.
-        self._sent = (0, 0)
-        self._sent_at_output = (0, 0)
+        self.admission = KeyAdmission(
+            limits,
+            scheduler_shares_keys=scheduler_shares_keys,
+            send=self._send,
+            on_queued=self._poll_while_queued,
+        )
         self._polling = False
-        self._queues: dict[str, deque[RequestState]] = {}
-        self._turns: deque[str] = deque()
-        self._in_flight: dict[str, int] = {}
-        self._in_flight_tokens: dict[str, int] = {}
         self._controls: deque[asyncio.Future] = deque()
         self._prefix = os.urandom(4).hex()
         self._counter = 0
@@ -158,35 +130,12 @@ class EngineClient:
             )
         )
         state = RequestState(rid, key, message, len(input_ids), params.stream)
-        # With the scheduler sharing between keys, a key with nothing here or there does not
-        # wait behind others' queues.
-        newcomer = (
-            self.scheduler_shares_keys and key not in self._in_flight and key not in self._queues
-        )
-        if (newcomer or not self._queues) and self._fits(state):
-            self.states[rid] = state
-            self._forward(state)
-            return state
-        limits = self.limits
-        queue = self._queues.get(key)
-        if queue is not None and len(queue) >= limits.max_queued_per_key:
-            raise Overloaded(
-                429,
-                f"this key has {len(queue)} requests queued (max_queued_per_key="
-                f"{limits.max_queued_per_key}); send more once some finish",
-            )
-        if self.queued >= limits.max_queued:
-            raise Overloaded(
-                503,
-                f"the server has {self.queued} requests queued (max_queued={limits.max_queued})",
-            )
-        if queue is None:
-            queue = self._queues[key] = deque()
-            self._turns.append(key)
-        queue.append(state)
-        self.queued += 1
         self.states[rid] = state
-        self._pump()
+        try:
+            self.admission.admit(state)
+        except Overloaded:
+            del self.states[rid]
+            raise
         return state
 
     def abort(self, state: RequestState) -> None:
@@ -195,98 +144,15 @@ class EngineClient:
         if state.done:
             return
         if not state.forwarded:
-            queue = self._queues.get(state.key)
-            if queue is not None and state in queue:
-                queue.remove(state)
-                self.queued -= 1
-                if not queue:
-                    del self._queues[state.key]
-                    self._turns.remove(state.key)
+            self.admission.unqueue(state)
             self.states.pop(state.rid, None)
             state.error = "aborted"
             return
         self._controls.append(asyncio.get_running_loop().create_future())
         self._send(encode(ControlReq(type="abort", rid=state.rid)))
 
-    def _fits(self, state: RequestState) -> bool:
-        if self.forwarded == 0:
-            return True  # one request always fits (the prompt limit bounds its tokens)
-        limits = self.limits
-        if (
-            self.forwarded >= limits.max_forwarded_requests
-            or self.forwarded_tokens + state.prompt_tokens > limits.max_forwarded_tokens
-        ):
-            return False
-        if self.scheduler_shares_keys and state.key not in self._in_flight:
-            # A key with nothing in the scheduler goes past its waiting budgets: the scheduler
-            # admits the lightest key first, so other keys' waiting requests do not hold it
-            # back, and held here it would miss the step after the one in progress too.
-            return True
-        waiting_tokens = self.scheduler_waiting_tokens
-        return (
-            self.scheduler_waiting < limits.max_scheduler_waiting
-            # A prompt longer than the budget goes once the scheduler's queue is empty.
-            and (
-                waiting_tokens == 0
-                or waiting_tokens + state.prompt_tokens <= limits.max_scheduler_waiting_tokens
-            )
-            and self._within_lead(state.key)
-        )
-
-    def _within_lead(self, key: str) -> bool:
-        """Whether ``key`` may send one more request: one with none in flight always may;
-        else at most ``max_forwarded_per_key``, and at most ``max_key_lead`` requests and
-        ``max_key_lead_tokens`` prompt tokens in flight more than the key with the fewest (so
-        that, while a light key's request runs, a flood adds no prefill steps in front of
-        each of its tokens)."""
-        mine = self._in_flight.get(key, 0)
-        if mine == 0:
-            return True
-        limits = self.limits
-        if mine >= limits.max_forwarded_per_key:
-            return False
-        lead = limits.max_key_lead
-        if mine >= lead and mine >= min(self._in_flight.values()) + lead:
-            return False
-        tokens, lead_tokens = self._in_flight_tokens[key], limits.max_key_lead_tokens
-        return tokens < lead_tokens or tokens < min(self._in_flight_tokens.values()) + lead_tokens
-
-    def _forward(self, state: RequestState) -> None:
-        state.forwarded = True
-        self._in_flight[state.key] = self._in_flight.get(state.key, 0) + 1
-        tokens = self._in_flight_tokens
-        tokens[state.key] = tokens.get(state.key, 0) + state.prompt_tokens
-        self.forwarded += 1
-        self.scheduler_waiting += 1
-        self.scheduler_waiting_tokens += state.prompt_tokens
-        requests, tokens = self._sent
-        self._sent = (requests + 1, tokens + state.prompt_tokens)
-        self.forwarded_tokens += state.prompt_tokens
-        message, state.message = state.message, b""
-        self._send(message)
-
-    def _pump(self) -> None:
-        """Forward queued requests while they fit, each time from the key with the fewest
-        requests in flight among the first ``_SCAN`` keys in turn (the earliest among
-        equals; when its request does not fit, the slot waits for it rather than going to a
-        key with more in flight)."""
-        turns, queues, in_flight = self._turns, self._queues, self._in_flight
-        while turns:
-            # The first keys in turn only: without API keys each connection is a key, and
-            # a scan of every queued one would make admission cost grow with the queue.
-            key = min(islice(turns, _SCAN), key=lambda k: in_flight.get(k, 0))
-            queue = queues[key]
-            if not self._fits(queue[0]):
-                break
-            state = queue.popleft()
-            self.queued -= 1
-            turns.remove(key)
-            if queue:
-                turns.append(key)
-            else:
-                del queues[key]
-            self._forward(state)
-        if self._queues and not self._polling:
+    def _poll_while_queued(self) -> None:
+        if not self._polling:
             self._polling = True
             self._loop.create_task(self._poll_loads())
 
@@ -294,49 +160,22 @@ class EngineClient:
         """Ask the scheduler for its load while requests are queued here: its waiting queue
         empties as it admits requests, which no output reports."""
         try:
-            while self._queues and self._link is not None:
-                await asyncio.sleep(self.limits.load_poll_seconds)
+            while self.admission.has_queued and self._link is not None:
+                await asyncio.sleep(self.admission.limits.load_poll_seconds)
                 # The scheduler reads messages in order: the reply counts what went before.
-                sent = self._sent
+                sent = self.admission.sent
                 try:
                     reply = await self.control("get_loads", timeout=5.0)
                 except (TimeoutError, ConnectionError):
                     continue
                 if reply.loads is not None:
-                    self._loaded(reply.loads, sent)
+                    self.admission.loaded(reply.loads, sent)
         finally:
             self._polling = False
 
-    def _loaded(self, loads: dict, counted: tuple[int, int]) -> None:
-        """Take the scheduler's report of its queue, made once it had read the requests
-        counted in ``counted`` (forwarded requests and tokens then): those sent since wait
-        too."""
-        waiting = loads.get("num_waiting_reqs")
-        if isinstance(waiting, int):
-            tokens = loads.get("num_waiting_uncached_tokens")
-            if not isinstance(tokens, int):
-                tokens = 0 if waiting == 0 else self.scheduler_waiting_tokens
-            requests_since = self._sent[0] - counted[0]
-            tokens_since = self._sent[1] - counted[1]
-            self.scheduler_waiting = waiting + requests_since
-            self.scheduler_waiting_tokens = tokens + tokens_since
-            if self._queues:
-                self._pump()
-
     def _finished(self, state: RequestState) -> None:
         self.states.pop(state.rid, None)
-        if state.forwarded:
-            left = self._in_flight[state.key] - 1
-            if left:
-                self._in_flight[state.key] = left
-                self._in_flight_tokens[state.key] -= state.prompt_tokens
-            else:
-                del self._in_flight[state.key]
-                del self._in_flight_tokens[state.key]
-            self.forwarded -= 1
-            self.forwarded_tokens -= state.prompt_tokens
-        if self._queues:
-            self._pump()
+        self.admission.finished(state)
 
     # -- control ----------------------------------------------------------------------------
 
@@ -364,11 +203,7 @@ class EngineClient:
 
     def _dispatch(self, msg: msgspec.Struct) -> None:
         if isinstance(msg, BatchTokenIDOutput):
-            # A step's report counts the requests read when the step began: about those
-            # forwarded before the previous step's output arrived.
-            counted, self._sent_at_output = self._sent_at_output, self._sent
-            if msg.load is not None:
-                self._loaded(msg.load, counted)
+            self.admission.output_arrived(msg.load)
             states = self.states
             for i, rid in enumerate(msg.rids):
                 state = states.get(rid)

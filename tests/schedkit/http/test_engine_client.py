@@ -84,7 +84,7 @@ def test_a_flood_from_one_key_does_not_starve_another(scheduler):
         try:
             flood = [client.submit("flood", [1], PARAMS, f"f{i}") for i in range(6)]
             small = client.submit("small", [1], PARAMS, "s0")
-            assert client.forwarded == 2 and client.queued == 5
+            assert client.admission.forwarded == 2 and client.admission.queued == 5
             order = []
             for _ in range(7):
                 await scheduler.read(len(order) + 1)
@@ -95,7 +95,7 @@ def test_a_flood_from_one_key_does_not_starve_another(scheduler):
                 if state is not None:
                     await state.wait_done()
             assert all(s.done for s in [*flood, small])
-            assert client.forwarded == 0 and client.queued == 0
+            assert client.admission.forwarded == 0 and client.admission.queued == 0
             return order
         finally:
             client.close()
@@ -116,7 +116,7 @@ def test_one_key_holds_at_most_its_share_of_the_scheduler(scheduler):
             client.submit("small", [1], PARAMS, "s0")
             await scheduler.read(3)
             assert [m.rid for m in scheduler.received] == ["f0", "f1", "s0"]
-            assert client.queued == 2
+            assert client.admission.queued == 2
             scheduler.finish("f0")
             await scheduler.read(4)
             assert scheduler.received[3].rid == "f2"
@@ -136,7 +136,7 @@ def test_a_key_leads_the_lightest_key_by_at_most_max_key_lead(scheduler):
                 client.submit("flood", [1], PARAMS, f"f{i}")
             await scheduler.read(4)  # s0, f0..f2: the flood may lead by 2, not by 3
             assert [m.rid for m in scheduler.received] == ["s0", "f0", "f1", "f2"]
-            assert client.queued == 1
+            assert client.admission.queued == 1
             scheduler.finish("s0")  # alone, the flood has no one to lead
             await scheduler.read(5)
             assert scheduler.received[4].rid == "f3"
@@ -156,7 +156,7 @@ def test_a_key_leads_the_lightest_key_by_at_most_max_key_lead_tokens(scheduler):
             client.submit("long", list(range(20)), PARAMS, "l1")  # 20 tokens ahead of 1
             await scheduler.read(2)
             assert [m.rid for m in scheduler.received] == ["s0", "l0"]
-            assert client.queued == 1
+            assert client.admission.queued == 1
             scheduler.finish("s0")
             await scheduler.read(3)
             assert scheduler.received[2].rid == "l1"
@@ -174,7 +174,8 @@ def test_the_scheduler_queue_is_bounded_in_prompt_tokens_and_polled_while_full(s
         try:
             for i in range(3):
                 client.submit("a", [1, 2, 3, 4], PARAMS, f"r{i}")
-            assert client.forwarded == 2 and client.queued == 1  # 8 tokens; 12 > 10
+            admission = client.admission
+            assert admission.forwarded == 2 and admission.queued == 1  # 8 tokens; 12 > 10
             await scheduler.until(lambda: scheduler.loads_asked)  # polled while one waits here
             assert len(scheduler.received) == 2
             loads = {"num_waiting_reqs": 0, "num_waiting_uncached_tokens": 0}
@@ -183,7 +184,7 @@ def test_the_scheduler_queue_is_bounded_in_prompt_tokens_and_polled_while_full(s
             await scheduler.read(3)
             assert scheduler.received[2].rid == "r2"
             # A prompt over the whole budget still goes, once the scheduler's queue is empty.
-            client._loaded(loads, client._sent)
+            client.admission.loaded(loads, client.admission.sent)
             big = client.submit("b", list(range(20)), PARAMS, "big")
             assert big.forwarded
         finally:
@@ -272,7 +273,7 @@ def test_an_unqueued_abort_never_reaches_the_scheduler(scheduler):
             first = client.submit("a", [1], PARAMS, "r1")
             queued = client.submit("a", [1], PARAMS, "r2")
             client.abort(queued)
-            assert queued.done and client.queued == 0
+            assert queued.done and client.admission.queued == 0
             await scheduler.read(1)
             scheduler.finish("r1")
             await first.wait_done()
