@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib
 import json
 import subprocess
 import sys
@@ -156,3 +157,20 @@ def test_the_old_paths_of_the_request_and_message_types_still_import():
 
     assert Req is schedule_batch.Req
     assert GenerateReqInput is io_struct.GenerateReqInput
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("schedkit.core.protocols", "schedkit.core.edge_protocols"),
+        ("schedkit.core.protocols", "schedkit.core.component_protocols"),
+        ("schedkit.kv_events.structs", "schedkit.kv_events.event_structs"),
+        ("schedkit.kv_events.structs", "schedkit.kv_events.wire_profiles"),
+        ("schedkit.runner.presets", "schedkit.runner.specs"),
+    ],
+)
+def test_a_split_module_still_names_everything_its_parts_export(old, new):
+    old_module, new_module = importlib.import_module(old), importlib.import_module(new)
+    for name in new_module.__all__:
+        assert getattr(old_module, name) is getattr(new_module, name), name
+        assert name in old_module.__all__, name

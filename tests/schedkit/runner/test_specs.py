@@ -1,6 +1,5 @@
 import pytest
 
-from schedkit.runner import presets
 from schedkit.runner.specs import MODELS, PresetError, gpu, model
 
 
@@ -17,7 +16,3 @@ def test_unknown_names_say_what_is_valid():
         model("llama-3")
     with pytest.raises(PresetError, match=r"valid GPUs: h100, h200, a100-80g, l40s"):
         gpu("b200")
-
-
-def test_the_presets_module_still_names_the_specs():
-    assert presets.model is model and presets.gpu is gpu and presets.MODELS is MODELS
