@@ -213,9 +213,9 @@ def presets() -> str:
     from schedkit.runner import presets as p
 
     rows = [
-        "| model | GPU | TP | KV pool (tokens) | decode_fixed | decode_per_seq "
-        "| decode_per_kv_token | attention_coeff |",
-        "|---|---|---|---|---|---|---|---|",
+        "| model | GPU | TP | KV pool (tokens) | prefill_fixed | prefill_per_token "
+        "| attention_coeff | decode_fixed | decode_per_seq | decode_per_kv_token |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for model_name, model in p.MODELS.items():
         tps = (model.default_tp, 8) if model.default_tp > 1 else (1,)
@@ -225,10 +225,12 @@ def presets() -> str:
                 pool = p.kv_pool_tokens(model, gpu, tp, 16)
                 rows.append(
                     f"| {model_name} | {gpu_name} | {tp} | {pool:,}"
+                    f" | {args['prefill_fixed'] * 1e3:.2f} ms"
+                    f" | {args['prefill_per_token'] * 1e6:.1f} us"
+                    f" | {args['attention_coeff'] * 1e9:.2f} ns"
                     f" | {args['decode_fixed'] * 1e3:.2f} ms"
                     f" | {args['decode_per_seq'] * 1e6:.1f} us"
-                    f" | {args['decode_per_kv_token'] * 1e9:.1f} ns"
-                    f" | {args['attention_coeff'] * 1e9:.2f} ns |"
+                    f" | {args['decode_per_kv_token'] * 1e9:.1f} ns |"
                 )
     return "\n".join(rows)
 
