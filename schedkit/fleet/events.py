@@ -5,13 +5,19 @@ each batch exactly as the ZeroMQ publisher puts it on the wire (the config's pro
 keep it, with its seq, under its endpoint (``inproc://name`` + ``_dp<rank>``, as any publisher
 offsets it) until the router ``take()``s it. ``attach(endpoint)`` finds it. The offline fleet
 uses it so that its router's index is fed by the same event batches the workers publish,
-deterministically and without sockets.
+deterministically and without sockets. A consumer that only indexes pages calls
+``keep_for_index()`` first: each batch is then kept as ``decode_for_index`` would read its
+encoding (``schedkit.kv_events.index_decode.index_viewer``) and ``take()`` hands those over,
+without encoding and decoding it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from schedkit.kv_events import EventBatch, KvEventsConfig, offset_endpoint, register_publisher
-from schedkit.kv_events.structs import get_profile
+from schedkit.kv_events.index_decode import index_viewer
+from schedkit.kv_events.structs import KVEventBatch, get_profile
 
 __all__ = ["QueueEventPublisher", "attach"]
 
@@ -19,7 +25,8 @@ _BOUND: dict[str, QueueEventPublisher] = {}
 
 
 class QueueEventPublisher:
-    """Keeps each published batch's wire encoding in memory until ``take()``."""
+    """Keeps each published batch's wire encoding (or its index view, after
+    ``keep_for_index()``) in memory until ``take()``."""
 
     def __init__(self, config: KvEventsConfig, dp_rank: int = 0) -> None:
         endpoint = offset_endpoint(config.endpoint, dp_rank)
@@ -33,8 +40,11 @@ class QueueEventPublisher:
         self.endpoint = endpoint
         self.replay_endpoint = None
         self.accepted = self.published = self.dropped = self.encode_errors = 0
-        self._encode = get_profile(config.profile).encode
-        self._pending: list[tuple[int, bytes]] = []
+        self.profile = config.profile
+        self._encode: Callable[[EventBatch], bytes | KVEventBatch] = get_profile(
+            config.profile
+        ).encode
+        self._pending: list[tuple[int, bytes | KVEventBatch]] = []
         self._closed = False
         _BOUND[endpoint] = self
 
@@ -48,8 +58,15 @@ class QueueEventPublisher:
         """The seq of the last batch taken in (-1 before the first)."""
         return self.accepted - 1
 
+    def keep_for_index(self) -> None:
+        """Keep each batch published from now on as a ``KvIndex`` reads it off the wire
+        (``decode_for_index`` of its encoding), not encoded; ``take()`` returns those."""
+        if self.accepted:
+            raise RuntimeError("keep_for_index() must come before the first batch")
+        self._encode = index_viewer(self.profile)
+
     def publish(self, batch: EventBatch) -> bool:
-        """Encode and keep ``batch``; False (and a drop) after shutdown."""
+        """Encode (or view) and keep ``batch``; False (and a drop) after shutdown."""
         if self._closed:
             self.dropped += 1
             return False
@@ -58,8 +75,9 @@ class QueueEventPublisher:
         self.published += 1
         return True
 
-    def take(self) -> list[tuple[int, bytes]]:
-        """The (seq, payload) pairs published since the last call, in order."""
+    def take(self) -> list[tuple[int, bytes | KVEventBatch]]:
+        """The (seq, payload) pairs published since the last call, in order: each payload
+        the batch's encoding, or its index view after ``keep_for_index()``."""
         pending, self._pending = self._pending, []
         return pending
 

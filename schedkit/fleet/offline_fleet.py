@@ -24,7 +24,6 @@ from schedkit.fleet.records import RecordRequest
 from schedkit.fleet.router_news import RouterNews
 from schedkit.fleet.summary import FleetSummary, WorkerTotals, fleet_summary, router_figures
 from schedkit.kv_events import KvEventsConfig
-from schedkit.kv_events.index_decode import decode_for_index
 from schedkit.router import Router, make_policy
 from schedkit.sim.driver import Stepper, peak_rss_mb
 from schedkit.workloads.arrivals import PendingArrivals
@@ -45,7 +44,8 @@ _NO_FOLLOW_UPS = (TraceWorkload, StaticWorkload, GeneratedWorkload)
 class OfflineFleet(OfflineStepping):
     """The discrete-event loop of one offline fleet run over built ``assemblies`` (worker
     ``r`` is DP rank ``r``). ``events``: the KV-event component's name and config (None when
-    events are off); the router's ``KvIndex`` is fed from each worker's queue publisher."""
+    events are off); the router's ``KvIndex`` is fed from each worker's queue publisher, which
+    keeps each batch as the index would read it off the wire (``keep_for_index``)."""
 
     def __init__(
         self,
@@ -77,13 +77,14 @@ class OfflineFleet(OfflineStepping):
         self.ended = 0
         self.now = 0.0
         self._pending: PendingArrivals | None = None
-        channels, decode = [], None
+        channels = []
         page_size = 1
         if events is not None:
             name, _ = events
             publishers = [a[name] for a in assemblies]
             channels = [attach(p.endpoint) for p in publishers]
-            decode = decode_for_index  # the router's index reads no tokens
+            for channel in channels:
+                channel.keep_for_index()  # the router's index reads no tokens
             page_size = publishers[0].page_size
         steppers = self.steppers
         self.router = Router(
@@ -92,7 +93,7 @@ class OfflineFleet(OfflineStepping):
         if events is not None:
             for rank, (assembly, publisher) in enumerate(zip(assemblies, publishers, strict=True)):
                 self.router.index.set_capacity(rank, pool_pages(assembly, publisher))
-        self.news = RouterNews(assemblies, self.router, channels, decode)
+        self.news = RouterNews(assemblies, self.router, channels)
         self._busy: list[tuple[float, int]] = []  # (clock, rank) of each worker in flight
         self._queued = [False] * n  # whether the rank is in _busy
         self.dispatcher = Dispatcher(

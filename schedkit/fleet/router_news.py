@@ -26,14 +26,15 @@ __all__ = ["RouterNews"]
 class RouterNews:
     """The news of each worker of ``assemblies`` (rank ``r`` is the ``r``-th) for ``router``;
     ``channels`` are the workers' queue publishers (none when KV events are off), ``decode``
-    the wire decoding of their batches."""
+    the wire decoding of their batches (None: the channels keep index views, see
+    ``QueueEventPublisher.keep_for_index``)."""
 
     def __init__(
         self,
         assemblies: Sequence[Assembly],
         router: Router,
         channels: Sequence[QueueEventPublisher],
-        decode: Callable[[bytes], EventBatch] | None,
+        decode: Callable[[bytes], EventBatch] | None = None,
     ) -> None:
         self.router = router
         self.channels = channels
@@ -114,13 +115,15 @@ class RouterNews:
         if not channel.queue_depth:
             return []
         decode = self.decode
+        if decode is None:
+            return [batch for _, batch in channel.take()]
         return [decode(payload) for _, payload in channel.take()]
 
     def take_events(self, rank: int) -> None:
         """Apply the KV events worker ``rank`` published and nobody took yet, now."""
-        apply, decode = self.router.index.apply, self.decode
-        for _, payload in self.channels[rank].take():
-            apply(decode(payload), rank)
+        apply = self.router.index.apply
+        for batch in self._published(rank):
+            apply(batch, rank)
 
     def catch_up(self, now: float) -> None:
         """Give the router the news dated up to ``now`` (seconds); ``now`` must not be past

@@ -7,10 +7,17 @@ field but ``token_ids`` typed as usual and ``token_ids`` left undecoded, and han
 in-memory structs with empty ``token_ids``, as a subscriber with ``keep_tokens=False`` does.
 A batch of array events (``sglang-array``) is decoded by ``decode_any`` and its tokens
 dropped the same way. Errors are ``decode_any``'s.
+
+``index_view`` is the same batch for a router in the publisher's own process: what
+``decode_for_index`` makes of the batch's encoding under a profile, built from the in-memory
+batch without encoding it (a ``BlockStored`` keeps the fields the profile sends, its hash list
+copied), or through the wire when the encoding could exceed ``MAX_BATCH_BYTES``, so that a
+batch a subscriber would refuse is refused here too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Union
 
 import msgspec
@@ -20,11 +27,13 @@ from schedkit.kv_events.structs import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
+    EventBatch,
     KVEventBatch,
     decode_any,
+    get_profile,
 )
 
-__all__ = ["decode_for_index"]
+__all__ = ["decode_for_index", "index_viewer"]
 
 
 class _StoredHashes(msgspec.Struct, tag="BlockStored", tag_field="type", gc=False):
@@ -85,3 +94,74 @@ def decode_for_index(payload: bytes) -> KVEventBatch:
         if type(event) is BlockStored:
             event.token_ids = []
     return batch
+
+
+# Bounds on the msgpack encoding: an int takes at most 9 bytes, a str at most 5 + 4 per
+# character, an event's keys and tag fewer than 160 bytes, a batch's own fields fewer than 32.
+_INT_BYTES = 9
+_EVENT_BYTES = 160
+_BATCH_BYTES = 32
+_STORED_FIELDS = BlockStored.__struct_fields__
+_STRINGS = ("medium", "cache_salt", "session_id", "lora_name")
+
+
+def index_viewer(profile: str) -> Callable[[EventBatch], KVEventBatch]:
+    """``view(batch)``: ``decode_for_index`` of ``batch`` encoded under ``profile``, without
+    the encoding when it fits in ``MAX_BATCH_BYTES`` (see the module docstring)."""
+    wire = get_profile(profile)
+    sent = wire.convert
+    kept = (
+        _STORED_FIELDS
+        if sent is None
+        else type(sent(BlockStored([], None, [], 1, None))).__struct_fields__
+    )
+    dropped = [name for name in _STORED_FIELDS if name not in kept]
+
+    def view(batch: EventBatch) -> KVEventBatch:
+        if _encoded_bound(batch) > MAX_BATCH_BYTES:
+            return decode_for_index(wire.encode(batch))
+        events = []
+        for e in batch.events:
+            kind = type(e)
+            if kind is BlockStored:
+                e = BlockStored(
+                    list(e.block_hashes),
+                    e.parent_block_hash,
+                    [],
+                    e.block_size,
+                    e.lora_id,
+                    e.medium,
+                    e.cache_salt,
+                    e.session_id,
+                    e.lora_name,
+                )
+                for name in dropped:
+                    setattr(e, name, None)
+            elif kind is BlockRemoved:
+                e = BlockRemoved(list(e.block_hashes), e.medium)
+            elif kind is AllBlocksCleared:
+                e = AllBlocksCleared()
+            else:
+                return decode_for_index(wire.encode(batch))  # what the wire makes of it
+            events.append(e)
+        return KVEventBatch(float(batch.ts), events, batch.attn_dp_rank)
+
+    return view
+
+
+def _encoded_bound(batch: EventBatch) -> int:
+    """At least the bytes of ``batch``'s msgpack encoding under any profile."""
+    size = _BATCH_BYTES + _EVENT_BYTES * len(batch.events)
+    for e in batch.events:
+        kind = type(e)
+        if kind is BlockStored:
+            size += _INT_BYTES * (len(e.block_hashes) + len(e.token_ids) + 4)
+            for name in _STRINGS:
+                text = getattr(e, name)
+                if text is not None:
+                    size += 5 + 4 * len(text)
+        elif kind is BlockRemoved:
+            size += _INT_BYTES * len(e.block_hashes)
+            if e.medium is not None:
+                size += 5 + 4 * len(e.medium)
+    return size

@@ -6,13 +6,16 @@ import pytest
 
 from schedkit.fleet.events import QueueEventPublisher, attach
 from schedkit.kv_events import (
+    AllBlocksCleared,
     BlockRemoved,
     BlockStored,
     KVEventBatch,
     KvEventsConfig,
     create_publisher,
     decode_batch,
+    encode_batch,
 )
+from schedkit.kv_events.index_decode import decode_for_index
 
 
 def config(name: str, profile: str = "sglang") -> KvEventsConfig:
@@ -40,6 +43,21 @@ def test_batches_come_out_as_the_wire_carries_them(profile):
         assert publisher.take() == []
     finally:
         publisher.shutdown()
+    for_index = create_publisher(config(f"index-{profile}", profile), dp_rank=2)
+    try:
+        for_index.keep_for_index()
+        third = KVEventBatch(ts=3.0, events=[AllBlocksCleared()], attn_dp_rank=2)
+        assert for_index.publish(first) and for_index.publish(second)
+        assert for_index.publish(third)
+        kept = for_index.take()
+        assert [seq for seq, _ in kept] == [0, 1, 2]
+        # What the router's index reads off the wire, without the wire.
+        wire = [decode_for_index(encode_batch(b, profile)) for b in (first, second, third)]
+        assert [view for _, view in kept] == wire
+        with pytest.raises(RuntimeError, match="before the first batch"):
+            for_index.keep_for_index()
+    finally:
+        for_index.shutdown()
     with pytest.raises(LookupError, match="no queue KV-event publisher"):
         attach(publisher.endpoint)
     assert not publisher.publish(KVEventBatch(ts=3.0, events=[]))

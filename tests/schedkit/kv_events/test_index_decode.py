@@ -1,4 +1,5 @@
-"""decode_for_index: every profile's batches decoded as decode_any does, tokens left out."""
+"""decode_for_index: every profile's batches decoded as decode_any does, tokens left out;
+index_viewer: the same without the wire."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from schedkit.kv_events import (
     KVEventBatch,
     encode_batch,
 )
-from schedkit.kv_events.index_decode import decode_for_index
-from schedkit.kv_events.structs import PROFILES, decode_any
+from schedkit.kv_events.index_decode import decode_for_index, index_viewer
+from schedkit.kv_events.structs import MAX_BATCH_BYTES, PROFILES, decode_any
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -34,6 +35,21 @@ def test_a_batch_decodes_as_decode_any_without_its_tokens(profile):
         if type(event) is BlockStored:
             event.token_ids = []
     assert decode_for_index(payload) == expected
+    view = index_viewer(profile)
+    assert view(batch) == expected
+    viewed = view(KVEventBatch(2, batch.events, None))  # an int stamp decodes as a float
+    assert viewed == decode_for_index(encode_batch(KVEventBatch(2, batch.events), profile))
+    assert type(viewed.ts) is float
+    assert viewed.events[0].block_hashes is not batch.events[0].block_hashes  # a copy
+
+
+def test_a_view_past_the_wire_bound_is_refused_as_the_wire_refuses_it():
+    removed = KVEventBatch(0.0, [BlockRemoved(list(range(2**40, 2**40 + 500_000)), "GPU")])
+    assert len(encode_batch(removed)) > MAX_BATCH_BYTES
+    with pytest.raises(msgspec.DecodeError, match="bound"):
+        decode_for_index(encode_batch(removed))
+    with pytest.raises(msgspec.DecodeError, match="bound"):
+        index_viewer("sglang")(removed)
 
 
 def test_what_is_not_a_batch_is_refused_as_decode_any_refuses_it():
