@@ -8,7 +8,8 @@ hold) and a record into a request (tokens made only then).
   (``lib/mocker/src/loadgen/trace.rs``, ``TurnTrace::synthesize_tokens``): hash id ``h`` is
   the block ``[h mod 2**32] * block_size``, the last block cut to ``input_length``, so
   requests that share hash ids share those tokens and a router sees the same blocks as
-  Dynamo's replay. ``hash_ids`` must have exactly ``ceil(input_length / block_size)`` ids
+  Dynamo's replay. The prompt is made packed (``array('I')``, 4 bytes a token, as a request
+  waits at a router). ``hash_ids`` must have exactly ``ceil(input_length / block_size)`` ids
   (Dynamo clamps a longer ``input_length`` instead; here it is reported, since a wrong block
   size is the usual cause).
 - ``azure``: the Azure LLM inference trace CSV, ``TIMESTAMP,ContextTokens,GeneratedTokens``,
@@ -54,7 +55,7 @@ from schedkit.workloads.trace_io import (
 )
 from schedkit.workloads.workload import VOCAB
 
-__all__ = ["FORMATS", "TraceFormat", "hash_id_tokens", "text_tokens"]
+__all__ = ["FORMATS", "TraceFormat", "hash_id_prompt", "hash_id_tokens", "text_tokens"]
 
 Record = tuple[int, "float | None", Any]  # line, arrival in seconds (None: from --rate), data
 MakeRequest = Callable[[int, Any], Req]
@@ -87,9 +88,14 @@ def random_prompt(rng: random.Random, n: int) -> list[int]:
 def hash_id_tokens(hash_ids: list[int], input_length: int, block_size: int) -> list[int]:
     """The prompt of a Mooncake record, as Dynamo's mocker makes it: ``block_size`` copies of
     each hash id (mod 2**32), cut to ``input_length``."""
-    tokens: list[int] = []
+    return hash_id_prompt(hash_ids, input_length, block_size).tolist()
+
+
+def hash_id_prompt(hash_ids: list[int], input_length: int, block_size: int) -> array:
+    """``hash_id_tokens`` packed (``array('I')``), made a block at a time."""
+    tokens = array("I")
     for hash_id in hash_ids:
-        tokens += [hash_id & 0xFFFFFFFF] * block_size
+        tokens += array("I", (hash_id & 0xFFFFFFFF,)) * block_size
     del tokens[input_length:]
     return tokens
 
@@ -132,7 +138,7 @@ def _mooncake_records(path: Path, log: ProblemLog, block_size: int) -> Iterator[
 
 def _mooncake_requests(rng: random.Random, block_size: int) -> MakeRequest:
     def make(number: int, row: MooncakeLine) -> Req:
-        tokens = hash_id_tokens(row.hash_ids, row.input_length, block_size)
+        tokens = hash_id_prompt(row.hash_ids, row.input_length, block_size)
         return Req(
             rid=f"line{number}",
             origin_input_ids=tokens,

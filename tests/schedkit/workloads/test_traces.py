@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import tracemalloc
+from array import array
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ def test_mooncake_hash_ids_become_shared_token_blocks(tmp_path):
     assert workload.num_requests == 3 and workload.notes == []
     first, second, third = workload.initial()
     assert [a.time for a in (first, second, third)] == [0.0, 0.5, 3.0]  # offsets from the first
-    a, b, c = (x.req.origin_input_ids for x in (first, second, third))
+    a, b, c = (x.req.origin_input_ids.tolist() for x in (first, second, third))
     assert len(a) == 1100 and len(b) == 600 and len(c) == 1024
     assert a[:512] == b[:512] == c[:512] == [0] * 512  # Dynamo: hash id h is [h] * block
     assert a[512:1024] == c[512:1024] == [1] * 512 and b[512:] == [3] * 88
@@ -50,7 +51,7 @@ def test_mooncake_block_size_speedup_and_cap(tmp_path):
     arrivals = list(workload.initial())
     assert workload.num_requests == len(arrivals) == 3
     assert [a.time for a in arrivals] == [0.0, 0.25, 0.5]
-    assert arrivals[2].req.origin_input_ids == [9] * 32 + [2] * 8
+    assert arrivals[2].req.origin_input_ids == array("I", [9] * 32 + [2] * 8)  # packed
     assert hash_id_tokens([2**32 + 5], 3, 4) == [5, 5, 5]  # mod 2**32, as Dynamo's u32
 
 
@@ -224,7 +225,7 @@ def test_files_may_start_with_a_byte_order_mark(tmp_path):
     path = tmp_path / "trace.jsonl"
     path.write_text(mooncake_line(0, 600, [7, 8]), encoding="utf-8-sig")
     (arrival,) = open_trace(path, "mooncake").initial()
-    assert arrival.req.origin_input_ids[:512] == [7] * 512
+    assert arrival.req.origin_input_ids[:512].tolist() == [7] * 512
 
 
 def test_jsonl_rids_are_unique_with_the_line_numbers_taken_as_rids(tmp_path):
