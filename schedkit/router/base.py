@@ -100,7 +100,9 @@ class RoutingPolicy(Protocol):
     ``uses_prefix`` asks the router for ``matched``/``cached_pages`` from the KV-event index
     (and, when ``uses_pending``, the prompts routed but not yet prefilled); ``signals`` names
     the load signals it reads (keys of ``SIGNALS``). A policy may also define
-    ``on_routed(candidates, rank, rid)``, ``on_finished(rid)`` and ``on_removed(rank)``.
+    ``on_routed(candidates, rank, rid)``, ``on_finished(rid)`` and ``on_removed(rank)``, and
+    ``reads_cached_pages = False`` when, using pending prompts, it never reads
+    ``cached_pages`` (the router then need not count their pages against the index).
     """
 
     name: ClassVar[str]

@@ -50,6 +50,12 @@ class KvCacheAware(CacheAwareRule):
     uses_prefix: ClassVar[bool] = True
     uses_pending: ClassVar[bool] = True
 
+    @property
+    def reads_cached_pages(self) -> bool:
+        """Whether ``choose`` reads ``Candidates.cached_pages`` (the ``smallest_cache``
+        fallback only)."""
+        return self.fallback == "smallest_cache"
+
     def choose(self, c: Candidates) -> tuple[int, str]:
         """The rule, the longest match (index + pending) deciding the prefix step."""
         matched = c.matched

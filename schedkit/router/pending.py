@@ -7,8 +7,11 @@ scatter, and a "fewest cached pages" rule keeps choosing the worker that just ev
 pages leave the index at once, the pages it is about to compute are not there yet).
 ``PendingPrompts`` holds each routed prompt's page hashes until its first token comes back or
 it ends (by then the worker has published them), and ``match`` counts a page as held by a
-worker when the index or the overlay says so. A prompt's first ``max_pages`` pages (256: 4,096
-tokens at page 16) are held, so the overlay holds at most that many per request in flight.
+worker when the index or the overlay says so. ``num_pages`` (for a policy that compares how
+many pages each worker holds) needs each prompt's pages checked against the index as it is
+routed; a router whose policy never reads it makes its overlay with ``count_new=False``.
+A prompt's first ``max_pages`` pages (256: 4,096 tokens at page 16) are held, so the overlay
+holds at most that many per request in flight.
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ __all__ = ["PendingPrompts"]
 class PendingPrompts:
     """Rank -> {page hash: prompts in flight holding it}, by request id."""
 
-    __slots__ = ("_by_rid", "_extra", "_pages", "max_pages")
+    __slots__ = ("_by_rid", "_extra", "_pages", "count_new", "max_pages")
 
-    def __init__(self, max_pages: int = 256) -> None:
+    def __init__(self, max_pages: int = 256, *, count_new: bool = True) -> None:
         self.max_pages = max_pages
+        self.count_new = count_new
         self._pages: dict[int, dict[int, int]] = {}
         self._extra: dict[int, int] = {}  # pages on a rank that the index did not hold
         self._by_rid: dict[str, tuple[int, list[int], int]] = {}
@@ -41,14 +45,18 @@ class PendingPrompts:
         self.discard(rid)
         hashes = hashes[: self.max_pages]
         pages = self._pages.setdefault(rank, {})
-        held = index.held(rank)
         get = pages.get
         new = 0
-        for h in hashes:
-            count = get(h, 0)
-            if count == 0 and h not in held:
-                new += 1
-            pages[h] = count + 1
+        if self.count_new:
+            held = index.held(rank)
+            for h in hashes:
+                count = get(h, 0)
+                if count == 0 and h not in held:
+                    new += 1
+                pages[h] = count + 1
+        else:
+            for h in hashes:
+                pages[h] = get(h, 0) + 1
         self._extra[rank] = self._extra.get(rank, 0) + new
         self._by_rid[rid] = (rank, hashes, new)
 
@@ -72,7 +80,10 @@ class PendingPrompts:
             del self._by_rid[rid]
 
     def num_pages(self, rank: int) -> int:
-        """Pages routed to ``rank`` that its index entry did not hold when they were routed."""
+        """Pages routed to ``rank`` that its index entry did not hold when they were routed;
+        RuntimeError when they are not counted (``count_new=False``)."""
+        if not self.count_new:
+            raise RuntimeError("pending pages are not counted here (count_new=False)")
         return self._extra.get(rank, 0)
 
     def match(self, hashes: list[int], ranks: Iterable[int], index: KvIndex) -> dict[int, int]:

@@ -23,6 +23,13 @@ from schedkit.router.pending import PendingPrompts
 __all__ = ["Router"]
 
 
+def _uncounted_pages(rank: int) -> int:
+    raise RuntimeError(
+        f"cached pages of rank {rank} are not counted: the policy's reads_cached_pages was "
+        "False when the router was made"
+    )
+
+
 class Router:
     """Routes token sequences to the live ranks with ``policy`` (see the module docstring).
     ``clock`` gives the routing time in seconds (the wall clock by default; an offline fleet
@@ -46,7 +53,9 @@ class Router:
         self.policy = policy
         self.index = KvIndex() if index is None else index
         self.loads = LoadBoard(self.ranks)
-        self.pending = PendingPrompts()
+        # A policy that never compares cached page counts spares each routed prompt a check
+        # of its pages against the index (``reads_cached_pages``, read once, here).
+        self.pending = PendingPrompts(count_new=getattr(policy, "reads_cached_pages", True))
         self.clock = clock
         self.max_inflight = max_inflight
         self.forgotten = 0
@@ -102,7 +111,8 @@ class Router:
         if policy.uses_prefix:
             if policy.uses_pending:
                 c.matched = self.pending.match(c.hashes, ranks, self.index)
-                c.cached_pages = self._cached_pages
+                counted = self.pending.count_new
+                c.cached_pages = self._cached_pages if counted else _uncounted_pages
             else:
                 c.matched = self.index.match_hashes(c.hashes, ranks)
                 c.cached_pages = self.index.num_blocks

@@ -33,6 +33,7 @@ import itertools
 import math
 import random
 import re
+import struct
 import zlib
 from array import array
 from collections.abc import Callable, Iterator
@@ -57,7 +58,9 @@ from schedkit.workloads.workload import VOCAB
 
 __all__ = ["FORMATS", "TraceFormat", "hash_id_prompt", "hash_id_tokens", "text_tokens"]
 
-Record = tuple[int, "float | None", Any]  # line, arrival in seconds (None: from --rate), data
+Record = tuple[int, "float | None", Any]
+_U32 = struct.Struct("=I").pack  # a token as array('I') holds it (native order, 4 bytes)
+_U32_SIZE = array("I").itemsize  # line, arrival in seconds (None: from --rate), data
 MakeRequest = Callable[[int, Any], Req]
 
 
@@ -92,11 +95,10 @@ def hash_id_tokens(hash_ids: list[int], input_length: int, block_size: int) -> l
 
 
 def hash_id_prompt(hash_ids: list[int], input_length: int, block_size: int) -> array:
-    """``hash_id_tokens`` packed (``array('I')``), made a block at a time."""
+    """``hash_id_tokens`` packed (``array('I')``), its bytes made a block at a time."""
+    raw = b"".join([_U32(hash_id & 0xFFFFFFFF) * block_size for hash_id in hash_ids])
     tokens = array("I")
-    for hash_id in hash_ids:
-        tokens += array("I", (hash_id & 0xFFFFFFFF,)) * block_size
-    del tokens[input_length:]
+    tokens.frombytes(memoryview(raw)[: _U32_SIZE * input_length])
     return tokens
 
 

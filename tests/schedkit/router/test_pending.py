@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from schedkit.kv_events import BlockStored, KVEventBatch, KvIndex
+from schedkit.router import Router, make_policy
 from schedkit.router.base import hold_pages, release_pages
 from schedkit.router.pending import PendingPrompts
 
@@ -66,3 +69,24 @@ def test_a_page_twice_in_a_prompt_counts_twice():
     assert pending._pages[0] == {1: 2, 2: 1, 3: 1}
     pending.discard("a")
     assert pending._pages[0] == {} and pending.num_pages(0) == 0
+
+
+def test_uncounted_pending_pages_match_alike_and_refuse_a_count():
+    rng = random.Random(3)
+    index = KvIndex()
+    index.apply(KVEventBatch(0.0, [BlockStored(list(range(1, 9)), None, [], 1, None)]), 0)
+    counted, uncounted = PendingPrompts(), PendingPrompts(count_new=False)
+    for n in range(6):
+        rank, hashes = rng.randrange(2), rng.sample(range(1, 25), 10)
+        counted.add(f"r{n}", rank, hashes, index)
+        uncounted.add(f"r{n}", rank, hashes, index)
+    prompt = rng.sample(range(1, 25), 16)
+    assert uncounted.match(prompt, [0, 1], index) == counted.match(prompt, [0, 1], index)
+    assert uncounted._pages == counted._pages
+    with pytest.raises(RuntimeError, match="not counted"):
+        uncounted.num_pages(0)
+    # The kv policy counts them only for its smallest_cache fallback.
+    kv = Router([0, 1], 1, make_policy("kv"))
+    smallest = Router([0, 1], 1, make_policy("kv", fallback="smallest_cache"))
+    assert not kv.pending.count_new and smallest.pending.count_new
+    assert Router([0, 1], 1, make_policy("sglang")).pending.count_new
