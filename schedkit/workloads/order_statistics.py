@@ -3,7 +3,7 @@
 A run keeps its latency samples in ``array('d')`` (8 bytes each). Sorting one with ``sorted``
 builds a list of float objects, four times its size, so a run's summary would take more memory
 than the run. ``order_statistics`` reads the sample a chunk at a time instead (``CHUNK`` values
-sorted at once). First it guesses where each wanted rank lies from every 16th value, sorted: a
+sorted at once). First it guesses where each wanted rank lies from every 64th value, sorted: a
 bracket of values around the guess, wide enough to hold the rank unless the sample is far from
 evenly spread. One pass then counts the values below each bracket and keeps those inside it,
 which gives each rank whose bracket holds it. Otherwise (or when a bracket holds too much), a
@@ -11,8 +11,8 @@ pass counts the values at or below each of some evenly spaced sample values (piv
 places every wanted rank between two pivots or on one; a second pass keeps only the values
 between the pivots around each wanted rank, and the same is done on those until they fit in a
 chunk; so too for more than a few ranks at once. The result is exact (the values
-``sorted(values)[rank]``); the extra memory is a chunk, every 16th value as floats (half the
-sample's bytes), and the values inside the brackets or between the pivots around the ranks.
+``sorted(values)[rank]``); the extra memory is a chunk, every 64th value as floats (a sixteenth
+of the sample's bytes), and the values inside the brackets or between the pivots around the ranks.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ __all__ = ["CHUNK", "order_statistics"]
 
 CHUNK = 1 << 14
 _PIVOTS = 1 << 10
-_GUESS_STRIDE = 16  # the guess reads every 16th value
+_GUESS_STRIDE = 64  # the guess reads every 64th value
 _SPREAD = 5.0  # a bracket spans the guess +- 5 standard deviations of a random sample's
 _MAX_GUESSED = 8  # more ranks at once (a CDF's): pivots straight away
 
