@@ -13,9 +13,11 @@ even while a long step runs. The router is a trusted client sized to the worker:
 ``zmq_server``'s per-client waiting limits are set to the worker's whole capacity (the
 fleet's per-worker admission limits when given, else the server's own totals), so the
 limits meant for hostile clients never refuse the fleet's traffic. It stops on SIGTERM, on
-any message on the parent's stop PUB socket, or when its parent process is gone, then
-finishes what is in flight for ``grace`` seconds and aborts the rest, as ``schedkit serve``
-does.
+its stop from the parent (its SUB subscribes to it before anything is built, and the parent
+waits for that subscription: ``schedkit.fleet.stop_channel``), or when its parent process is
+gone, then finishes what is in flight for ``grace`` seconds and aborts the rest, as
+``schedkit serve`` does. On a main thread it ignores SIGINT (Ctrl-C is the parent's) until it
+returns, and restores both handlers then.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 
 import attrs
 import msgspec
@@ -45,8 +48,10 @@ from schedkit.sim.driver import peak_rss_mb
 
 __all__ = [
     "WorkerSpec",
+    "connect_stop",
     "describe_error",
     "serve_overlay",
+    "stop_topic",
     "trusted_client_overlay",
     "worker_main",
 ]
@@ -125,11 +130,25 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
-def _watch_stop(context: zmq.Context, spec: WorkerSpec, stop: threading.Event) -> None:
-    """Set ``stop`` on a message from the parent, or when the parent process is gone."""
+def stop_topic(rank: int) -> bytes:
+    """What the parent sends worker ``rank`` to stop it: the one topic its stop SUB takes (the
+    newline keeps rank 1's topic from being a prefix of rank 10's)."""
+    return b"stop %d\n" % rank
+
+
+def connect_stop(context: zmq.Context, spec: WorkerSpec) -> zmq.Socket:
+    """A SUB taking this worker's stop from the parent's XPUB. The parent receives the
+    subscription, so it knows when a stop sent to this worker will arrive, and counts the worker
+    ready only once it has both the ready report and the subscription."""
     sub = context.socket(zmq.SUB)
-    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.setsockopt(zmq.SUBSCRIBE, stop_topic(spec.rank))
     sub.connect(spec.stop_endpoint)
+    return sub
+
+
+def _watch_stop(sub: zmq.Socket, spec: WorkerSpec, stop: threading.Event) -> None:
+    """Set ``stop`` on a message on ``sub``, or when the parent process is gone; close ``sub``
+    once ``stop`` is set."""
     try:
         while not stop.is_set():
             if sub.poll(200) or (spec.parent_pid is not None and os.getppid() != spec.parent_pid):
@@ -160,13 +179,39 @@ def worker_main(spec: WorkerSpec) -> None:
     # so that the parent's stdout carries only its summary.
     structlog.configure(logger_factory=lambda *_: structlog.PrintLogger(sys.stderr))
     stop = threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with _signals_stop(stop):
+        _serve(spec, stop)
+
+
+@contextlib.contextmanager
+def _signals_stop(stop: threading.Event) -> Iterator[None]:
+    """On the main thread: SIGTERM sets ``stop`` and SIGINT is ignored (Ctrl-C is the parent's
+    to handle) until the worker returns; both handlers are restored then. Off the main thread
+    (a Ray actor's call, a test's thread) no handler can be set and nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous_term = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
+
+
+def _serve(spec: WorkerSpec, stop: threading.Event) -> None:
     context = zmq.Context()
     report = context.socket(zmq.PUSH)
     report.connect(spec.report_endpoint)
     send = msgspec.msgpack.Encoder().encode
+    # Listening for the stop before anything else: a stop sent once the parent saw this
+    # worker ready (or while it builds, should the parent give up) is never lost.
+    watcher = threading.Thread(
+        target=_watch_stop, args=(connect_stop(context, spec), spec, stop), name="fleet-stop"
+    )
+    watcher.start()
+    beats = threading.Thread(target=_beat, args=(context, spec, stop), name="fleet-beat")
     events = {
         "publisher": "zmq",
         "mode": "bind",
@@ -208,13 +253,6 @@ def worker_main(spec: WorkerSpec) -> None:
                 "eos_token_id": getattr(assembly["model_runner"], "eos_token_id", None),
             }
             report.send(send({"rank": spec.rank, "ready": ready}))
-            watcher = threading.Thread(
-                target=_watch_stop, args=(context, spec, stop), name="fleet-stop", daemon=True
-            )
-            watcher.start()
-            beats = threading.Thread(
-                target=_beat, args=(context, spec, stop), name="fleet-beat", daemon=True
-            )
             beats.start()
             assembly["scheduler"].serve(stop)
             drain(assembly, spec.grace)
@@ -224,14 +262,17 @@ def worker_main(spec: WorkerSpec) -> None:
                 "cached_tokens": scheduler.prefill_tokens_cached,
                 "computed_tokens": scheduler.prefill_tokens_computed,
             }
-        watcher.join(timeout=1.0)
-        beats.join(timeout=1.0)
+        stop.set()
         report.send(send({"rank": spec.rank, "stats": stats}))
     except Exception as exc:
         report.send(send({"rank": spec.rank, "error": describe_error(exc)}))
         if not isinstance(exc, WiringError):  # not the wiring's fault: the stack to stderr
             traceback.print_exc()
     finally:
+        stop.set()  # the threads close their sockets within a poll of it
+        watcher.join()
+        if beats.is_alive():
+            beats.join()
         with contextlib.suppress(zmq.ZMQError):
             report.close(linger=2000)
         context.term()

@@ -4,8 +4,8 @@ each is ready, following their heartbeats, taking one out, and stopping them all
 Each worker (``schedkit.fleet.worker``) is its own process (multiprocessing spawn context,
 or a Ray actor with ``launcher="ray"``). ``LiveWorkers`` holds one DEALER connected to each
 worker's ``zmq_server``, the PULL socket they report to (ready, beats, final figures) and the
-PUB socket that tells them to stop; ``schedkit.fleet.live.LiveFleet`` routes requests over
-them.
+``StopChannel`` that tells them to stop (a worker is ready once it has reported ready and
+subscribed to its stop); ``schedkit.fleet.live.LiveFleet`` routes requests over them.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import zmq
 
 from schedkit.fleet.capacity import check_live_workers
 from schedkit.fleet.launch import LAUNCHERS, WorkerStartError, exit_reason
+from schedkit.fleet.stop_channel import StopChannel
 from schedkit.fleet.worker import LOOPBACK_ANY_PORT, WorkerSpec
 from schedkit.http.config import parse_address
 
@@ -114,7 +115,9 @@ class LiveWorkers:
         self.stats: dict[int, dict] = {}
         self._context = zmq.Context()
         self._report, self._report_endpoint = _bind(self._context, zmq.PULL)
-        self._stop, self._stop_endpoint = _bind(self._context, zmq.PUB)
+        # A worker counts as ready only once a stop sent to it will reach it.
+        self._stop = StopChannel(self._context, num_workers)
+        self._failed_to_start: set[int] = set()  # workers that reported an error: no figures
         self._dealers: list[zmq.Socket] = []
         self._decode_report = msgspec.msgpack.Decoder(dict).decode
         self._poller = zmq.Poller()
@@ -154,7 +157,7 @@ class LiveWorkers:
                 rank,
                 self.num_workers,
                 self._report_endpoint,
-                self._stop_endpoint,
+                self._stop.endpoint,
                 parent_pid=os.getpid(),
                 grace=self.grace,
                 heartbeat_interval=self.heartbeat_interval,
@@ -185,10 +188,17 @@ class LiveWorkers:
         return {**self.worker_http, "address": f"{address}:{port + rank if port else 0}"}
 
     def _wait_ready(self) -> dict[int, dict]:
+        """Each worker's ready report, once every worker has sent one and subscribed to its
+        stop."""
         ready: dict[int, dict] = {}
         deadline = time.monotonic() + self.ready_timeout
-        while len(ready) < self.num_workers:
-            if self._report.poll(100):
+        poller = zmq.Poller()
+        poller.register(self._report, zmq.POLLIN)
+        poller.register(self._stop.socket, zmq.POLLIN)
+        while len(ready) < self.num_workers or len(self._stop.subscribed) < self.num_workers:
+            poller.poll(100)
+            self._stop.take_subscriptions()
+            while self._report.poll(0):
                 self._take_ready(ready)
             gone = [r for r, h in enumerate(self.handles) if r not in ready and not h.is_alive()]
             if gone:
@@ -206,6 +216,7 @@ class LiveWorkers:
         """One start-up report: a worker's endpoints into ``ready``, or its error raised."""
         msg = self._decode_report(self._report.recv())
         if "error" in msg:
+            self._failed_to_start.add(msg["rank"])
             raise WorkerStartError(f"worker {msg['rank']}: {msg['error']}")
         if "ready" in msg:  # else a beat of a worker that is ready already
             ready[msg["rank"]] = msg["ready"]
@@ -247,12 +258,21 @@ class LiveWorkers:
         if self._closed:
             return
         self._closed = True
-        self._stop.send(b"stop")
+        self._stop.stop_all()
         deadline = time.monotonic() + self.grace + 10.0
-        pending = {r for r, h in enumerate(self.handles) if self.alive[r] and h.is_alive()}
+        pending = {
+            r
+            for r, h in enumerate(self.handles)
+            if self.alive[r] and r not in self._failed_to_start and h.is_alive()
+        }
         exited: dict[int, float] = {}
+        poller = zmq.Poller()
+        poller.register(self._report, zmq.POLLIN)
+        poller.register(self._stop.socket, zmq.POLLIN)
         while pending and time.monotonic() < deadline:
-            if self._report.poll(100):
+            poller.poll(100)
+            self._stop.take_subscriptions()  # a worker yet to subscribe: its stop goes now
+            while pending and self._report.poll(0):
                 msg = self._decode_report(self._report.recv())
                 if "stats" in msg:
                     self.stats[msg["rank"]] = msg["stats"]
@@ -273,6 +293,7 @@ class LiveWorkers:
                 _stop_front_end(self.endpoints.get(rank, {}).get("http_pid"))
         if self._launcher is not None:
             self._launcher.close()
-        for sock in [*self._dealers, self._report, self._stop]:
+        for sock in [*self._dealers, self._report]:
             sock.close(linger=0)
+        self._stop.close()
         self._context.term()

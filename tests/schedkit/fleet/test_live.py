@@ -28,7 +28,8 @@ from schedkit.core.schedule_batch import FinishLength, Req
 from schedkit.fleet import worker as worker_module
 from schedkit.fleet.launch import LAUNCHERS, ProcessLauncher
 from schedkit.fleet.live import LiveFleet, WorkerStartError
-from schedkit.fleet.worker import WorkerSpec, worker_main
+from schedkit.fleet.worker import WorkerSpec, connect_stop, worker_main
+from schedkit.fleet.workers import LiveWorkers
 from schedkit.workloads.traces import open_trace, write_mooncake_like
 from schedkit.workloads.workload import shared_prefix_workload
 from tests.components.io.test_output_sender import token_msg
@@ -162,6 +163,7 @@ def serve_garbage(spec: WorkerSpec, stop: threading.Event) -> None:
     ``GARBAGE``."""
     context = zmq.Context()
     requests, report = context.socket(zmq.ROUTER), context.socket(zmq.PUSH)
+    stop_sub = connect_stop(context, spec)  # the fleet waits for it; the stop itself is unread
     try:
         port = requests.bind_to_random_port("tcp://127.0.0.1")
         report.connect(spec.report_endpoint)
@@ -176,6 +178,7 @@ def serve_garbage(spec: WorkerSpec, stop: threading.Event) -> None:
     finally:
         requests.close(linger=0)
         report.close(linger=0)
+        stop_sub.close(linger=0)
         context.term()
 
 
@@ -357,6 +360,64 @@ def test_the_router_is_a_trusted_client_sized_to_the_worker(tmp_path):
     print(f"done {f.requests_done}, refused {f.requests_refused}, failed {f.requests_failed}")
     assert (f.requests_done, f.requests_refused, f.requests_failed) == (1200, 0, 0)
     assert max(w.peak_held_prompt_tokens for w in summary.workers) > 2**20
+
+
+def worker_on_a_thread(spec: WorkerSpec, _: threading.Event) -> None:
+    """``worker_main`` on a thread of this process, which is not the worker's parent."""
+    worker_main(attrs.evolve(spec, parent_pid=None))
+
+
+def test_workers_closed_as_soon_as_they_started_stop_at_once(monkeypatch):
+    """A stop sent the moment ``start()`` returns reaches the worker: it counts as ready only
+    once the fleet has its subscription to the stop, not when it reports ready (the stop sent
+    before it subscribed was lost, and ``close()`` waited out the grace + 10 s, then 5 s more
+    before it killed the worker)."""
+    monkeypatch.setattr(structlog, "configure", lambda **_: None)  # worker_main sets it
+    monkeypatch.setitem(LAUNCHERS, "thread", lambda: ThreadLauncher(worker_on_a_thread))
+    for _ in range(3):
+        workers = LiveWorkers(WIRING, 1, launcher="thread", grace=10.0, cap_workers=False)
+        workers.start()
+        started = time.monotonic()
+        workers.close()
+        took = time.monotonic() - started
+        assert took < workers.grace / 2, f"close() took {took:.1f} s"
+        assert list(workers.stats) == [0]  # it stopped by itself and reported
+
+
+def test_a_worker_that_subscribes_to_its_stop_after_the_fleet_gave_up_still_gets_it(monkeypatch):
+    """Worker 0 fails while worker 1 is still starting: ``start()`` raises and ``close()``
+    sends worker 1 its stop as soon as its subscription arrives."""
+    closing, got = threading.Event(), {}
+
+    def worker(spec: WorkerSpec, _: threading.Event) -> None:
+        context = zmq.Context()
+        report = context.socket(zmq.PUSH)
+        report.connect(spec.report_endpoint)
+        try:
+            if spec.rank == 0:
+                report.send(msgspec.msgpack.encode({"rank": 0, "error": "no device"}))
+                return
+            closing.wait(10)
+            sub = connect_stop(context, spec)
+            got["stop"] = sub.poll(10_000) and sub.recv()
+            sub.close(linger=0)
+            report.send(msgspec.msgpack.encode({"rank": 1, "stats": {"uptime_seconds": 0}}))
+        finally:
+            report.close(linger=1000)
+            context.term()
+
+    class Watched(LiveWorkers):
+        def close(self) -> None:
+            closing.set()
+            super().close()
+
+    monkeypatch.setitem(LAUNCHERS, "thread", lambda: ThreadLauncher(worker))
+    workers = Watched(WIRING, 2, launcher="thread", grace=10.0, cap_workers=False)
+    started = time.monotonic()
+    with pytest.raises(WorkerStartError, match=r"^worker 0: no device$"):
+        workers.start()
+    assert got["stop"] == b"stop 1\n" and workers.stats == {1: {"uptime_seconds": 0}}
+    assert time.monotonic() - started < workers.grace / 2
 
 
 def test_a_worker_that_cannot_start_is_reported(tmp_path):
