@@ -6,9 +6,11 @@ from __future__ import annotations
 import errno
 import socket
 import time
+import types
 
 import pytest
 
+from schedkit.components.io import edge_connections
 from schedkit.components.io.edge_connections import Connection, ConnectionTable
 from schedkit.components.io.edge_listen import listen
 from schedkit.components.io.zmtp import GREETING, command, frame_header
@@ -140,7 +142,11 @@ class OutOfDescriptorsOnce:
         self.sock.close()
 
 
-def test_out_of_descriptors_it_stops_accepting_for_a_while_instead_of_spinning():
+def test_out_of_descriptors_it_stops_accepting_for_a_while_instead_of_spinning(monkeypatch):
+    # The table's clock stands still until moved on: how many polls fall within the pause
+    # is then up to the test, not to how long the machine's load holds this process.
+    now = [1000.0]
+    monkeypatch.setattr(edge_connections, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
     sock, endpoint = listen("tcp://127.0.0.1:0", backlog=4)
     listener = OutOfDescriptorsOnce(sock)
     table = ConnectionTable(
@@ -158,11 +164,15 @@ def test_out_of_descriptors_it_stops_accepting_for_a_while_instead_of_spinning()
     )
     peer = socket.create_connection(("127.0.0.1", int(endpoint.rsplit(":", 1)[1])))
     try:
-        table.poll(1.0)  # the pending connection: accept fails
-        polled = time.monotonic()
-        while time.monotonic() - polled < 0.05:
+        deadline = time.monotonic() + 10
+        while not listener.accepts:  # the pending connection: accept fails
+            assert time.monotonic() < deadline, "the connection never reached the backlog"
+            table.poll(0.1)
+        now[0] += edge_connections._ACCEPT_PAUSE - 0.001
+        for _ in range(100):
             table.poll(0)
         assert listener.accepts == 1  # the backlog stays readable, and is not polled
+        now[0] += 0.001  # the pause is over
         settle(table, lambda: len(table) == 1)
         assert listener.accepts >= 2
     finally:
