@@ -28,6 +28,7 @@ from schedkit.core.schedule_batch import FinishLength, Req
 from schedkit.fleet import worker as worker_module
 from schedkit.fleet.launch import LAUNCHERS, ProcessLauncher
 from schedkit.fleet.live import LiveFleet, WorkerStartError
+from schedkit.fleet.stop_channel import StopChannel
 from schedkit.fleet.worker import WorkerSpec, connect_stop, worker_main
 from schedkit.fleet.workers import LiveWorkers
 from schedkit.workloads.traces import open_trace, write_mooncake_like
@@ -442,6 +443,35 @@ def test_any_exception_of_a_starting_worker_is_reported_with_its_type_and_place(
     assert re.fullmatch(
         rf"worker 0: RuntimeError: the device is gone \(at .*{here}:\d+\)", str(raised.value)
     )
+
+
+def test_a_worker_on_a_main_thread_restores_the_signal_handlers_it_replaced(monkeypatch):
+    """While it runs, a worker on a main thread ignores SIGINT (Ctrl-C is its parent's) and
+    stops on SIGTERM; the process it returns to gets its own handlers back."""
+    seen = {}
+
+    def broken_build(wiring):
+        seen["sigint"] = signal.getsignal(signal.SIGINT)
+        raise RuntimeError("the device is gone")
+
+    monkeypatch.setattr(worker_module, "build", broken_build)
+    monkeypatch.setattr(structlog, "configure", lambda **_: None)  # worker_main sets it
+    context = zmq.Context()
+    report = context.socket(zmq.PULL)
+    port = report.bind_to_random_port("tcp://127.0.0.1")
+    stop = StopChannel(context, 1)
+    spec = WorkerSpec(str(WIRING), (), 0, 1, f"tcp://127.0.0.1:{port}", stop.endpoint)
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        worker_main(spec)
+        assert report.poll(10_000)
+        assert "the device is gone" in msgspec.msgpack.decode(report.recv())["error"]
+    finally:
+        report.close(linger=0)
+        stop.close()
+        context.term()
+    assert seen["sigint"] is signal.SIG_IGN
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
 def test_a_worker_that_exits_without_a_report_is_said_to_with_its_exit_code(monkeypatch):
