@@ -262,7 +262,6 @@ def _serve(spec: WorkerSpec, stop: threading.Event) -> None:
                 "cached_tokens": scheduler.prefill_tokens_cached,
                 "computed_tokens": scheduler.prefill_tokens_computed,
             }
-        stop.set()
         report.send(send({"rank": spec.rank, "stats": stats}))
     except Exception as exc:
         report.send(send({"rank": spec.rank, "error": describe_error(exc)}))
