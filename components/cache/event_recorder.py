@@ -15,6 +15,8 @@ recorder and does no hashing at all.
 
 from __future__ import annotations
 
+import sys
+from array import array
 from collections.abc import Callable
 from struct import Struct
 from struct import error as struct_error
@@ -31,6 +33,9 @@ from schedkit.kv_events.page_chain import chain_ids, chain_packed, pack_u32
 from schedkit.kv_events.structs import MEDIUM_GPU, AllBlocksCleared, BlockRemoved, BlockStored
 
 __all__ = ["EventRecorder"]
+
+# A packed key (``array('I')``) is the hash input as it is on a little-endian machine.
+_PACKED_IS_HASH_INPUT = sys.byteorder == "little" and array("I").itemsize == 4
 
 
 class EventRecorder:
@@ -67,10 +72,15 @@ class EventRecorder:
         self._pack: dict[int, Callable[..., bytes]] = {}
         self._seeds: dict[tuple[str | None, str | None], bytes | None] = {}
 
-    def pack(self, token_ids: list[int]) -> bytes | tuple[int, ...]:
+    def pack(self, token_ids: list[int] | array) -> bytes | tuple[int, ...]:
         """The token ids as the hash input: 4-byte little-endian each, or the ids themselves as
         a tuple when one exceeds 2**32 - 1 (hashed in SGLang's wide encoding); ValueError if an
-        id is not hashable. A cache packs an insert's new tokens once, before changing state."""
+        id is not hashable. A cache packs an insert's new tokens once, before changing state;
+        packed tokens (``array('I')``) are copied as they are."""
+        if type(token_ids) is array:
+            if _PACKED_IS_HASH_INPUT:
+                return token_ids.tobytes()
+            token_ids = token_ids.tolist()
         if pack_u32 is not None:  # the native packing, for plain ids in [0, 2**32 - 1]
             raw = pack_u32(token_ids)
             if raw is not None:
@@ -149,6 +159,8 @@ class EventRecorder:
 
     def _queue_stored(self, node: Any, medium: str) -> None:
         hashes, key, namespace = node.hashes, node.key, node.namespace
+        if type(key) is not list:  # packed: the event carries the ids as a list
+            key = key.tolist()
         salt = None if namespace is None else namespace[1]
         parent_hashes = node.parent.hashes
         queue = self._queue

@@ -26,7 +26,6 @@ in ``hiradix_host``, device eviction and its heap in ``hiradix_eviction``, the n
 
 from __future__ import annotations
 
-from array import array
 from typing import Any, Literal
 
 import attrs
@@ -43,7 +42,7 @@ from schedkit.components.cache.hiradix_eviction import DeviceEviction
 from schedkit.components.cache.hiradix_host import HostTier
 from schedkit.components.cache.introspection import device_values_flatten, hicache_sanity_check
 from schedkit.components.cache.radix_cache import MatchResult, RadixCache
-from schedkit.components.cache.tree_node import TreeNode
+from schedkit.components.cache.tree_node import TreeNode, tokens_of
 from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.kv_events.structs import MEDIUM_GPU
 
@@ -116,12 +115,8 @@ class HiRadixCache(HostTier, DeviceEviction, RadixCache):
         if self.disable:
             return MatchResult([], node)
         namespace = getattr(key, "namespace", None)
-        child_of = self._child
-        if type(key) is array:  # a packed prompt: tokens converted only where they match
-            child_of = self._child_packed
-        elif type(key) is not list:
-            key = list(key)
-        tick = self._tick
+        key = tokens_of(key)
+        child_of, tick = self._child, self._tick
         end = len(key) - len(key) % self.page_size
         pos = host = 0
         indices: list[int] = []

@@ -18,13 +18,13 @@ are namespaced (``schedkit.kv_events.hashing``).
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Sequence
 from itertools import chain
 
 from schedkit.components.cache.allocator import OutOfKVSlotsError
 from schedkit.components.cache.cache_keys import fill_ids_slice, req_namespace
 from schedkit.components.cache.radix_tree import MatchResult, RadixKey, RadixTree, TreeNode
+from schedkit.components.cache.tree_node import Tokens, tokens_of
 from schedkit.core.component import component
 from schedkit.core.schedule_batch import Req
 
@@ -60,12 +60,8 @@ class RadixCache(RadixTree):
         if self.disable:
             return MatchResult([], node)
         namespace = getattr(key, "namespace", None)
-        child_of = self._child
-        if type(key) is array:  # a packed prompt: tokens converted only where they match
-            child_of = self._child_packed
-        elif type(key) is not list:  # a RadixKey or another sequence: its plain tokens
-            key = list(key)
-        tick = self._tick
+        key = tokens_of(key)  # a RadixKey or another sequence: its plain tokens
+        child_of, tick = self._child, self._tick
         end = len(key) - len(key) % self.page_size
         pos = 0
         indices: list[int] = []
@@ -91,8 +87,7 @@ class RadixCache(RadixTree):
         (the inserting request's) raises the eviction priority of every node on the path.
         """
         namespace = getattr(key, "namespace", None)
-        if type(key) is not list:  # a RadixKey or another sequence: its plain tokens
-            key = list(key)
+        key = tokens_of(key)  # a RadixKey or another sequence: its plain tokens
         if value is not None:
             if type(value) is not list:
                 value = list(value)
@@ -172,7 +167,7 @@ class RadixCache(RadixTree):
     def _insert_below(
         self,
         node: TreeNode,
-        key: list[int],
+        key: Tokens,
         end: int,
         value: list[int] | None,
         priority: int,

@@ -15,7 +15,6 @@ read best together; the introspection SGLang's tests use is in ``introspection``
 from __future__ import annotations
 
 import itertools
-from array import array
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush
 from typing import Any, TextIO
@@ -32,7 +31,14 @@ from schedkit.components.cache.introspection import (
     sanity_check,
 )
 from schedkit.components.cache.req_locks import unlock_req
-from schedkit.components.cache.tree_node import MatchResult, RadixKey, TreeNode, match_len
+from schedkit.components.cache.tree_node import (
+    MatchResult,
+    RadixKey,
+    Tokens,
+    TreeNode,
+    as_list,
+    match_len,
+)
 from schedkit.core.component import at_least
 from schedkit.core.schedule_batch import Req
 from schedkit.kv_events.hashing import check_hash_format
@@ -47,7 +53,7 @@ EVICTION_POLICIES: dict[str, Callable[[Any], object]] = {
 }
 
 
-def _page_key(key: list[int], pos: int, page_size: int) -> object:
+def _page_key(key: Tokens, pos: int, page_size: int) -> object:
     """The children-dict key of the page of ``key`` that starts at ``pos``: its token with
     ``page_size`` 1, else the page's tokens as a tuple."""
     if page_size == 1:
@@ -177,9 +183,12 @@ class RadixTree:
         req.prefix_len = len(match.device_indices)
         req.last_node = match.last_node
 
-    def _child(self, node: TreeNode, key: list[int], pos: int, end: int, namespace: Any):
+    def _child(self, node: TreeNode, key: Tokens, pos: int, end: int, namespace: Any):
         """The child of ``node`` that ``key[pos:end]`` enters and how many tokens it matches
-        there (whole pages); a child matched only in part is split first. (None, 0) if none."""
+        there (whole pages); a child matched only in part is split first. (None, 0) if none.
+
+        ``key`` and the child's key may each be a list or packed (``array('I')``): tokens are
+        compared as stored, and converted to ints only where the two differ in kind."""
         page_size = self.page_size
         ckey = _page_key(key, pos, page_size)
         if namespace is not None and node is self.root:
@@ -187,30 +196,15 @@ class RadixTree:
         child = node.children.get(ckey)
         if child is None:
             return None, 0
-        m = len(child.key)
+        stored = child.key
+        m = len(stored)
         if m == page_size and pos + m <= end:
             return child, m  # the child's whole key is its dict key: it matched already
-        if pos + m > end or key[pos : pos + m] != child.key:
-            m = match_len(child.key, key, pos, page_size)
-            child = self._split(child, m)
-        return child, m
-
-    def _child_packed(self, node: TreeNode, key: array, pos: int, end: int, namespace: Any):
-        """``_child`` for a packed key (``array('I')``): only the tokens compared with a
-        child's key are converted to ints, so a match costs what it matches, not the key."""
-        page_size = self.page_size
-        ckey = _page_key(key, pos, page_size)
-        if namespace is not None and node is self.root:
-            ckey = (namespace, ckey)
-        child = node.children.get(ckey)
-        if child is None:
-            return None, 0
-        m = len(child.key)
-        if m == page_size and pos + m <= end:
-            return child, m
-        span = key[pos : pos + m].tolist()
-        if pos + m > end or span != child.key:
-            m = match_len(child.key, span, 0, page_size)
+        span = key[pos : pos + m]
+        if type(span) is not type(stored):
+            span, stored = as_list(span), as_list(stored)
+        if pos + m > end or span != stored:
+            m = match_len(stored, span, 0, page_size)
             child = self._split(child, m)
         return child, m
 
@@ -244,7 +238,7 @@ class RadixTree:
     def _split_extra(self, upper: TreeNode, lower: TreeNode, m: int) -> None:
         """Split what a subclass keeps on its nodes besides the shared fields."""
 
-    def _pack(self, tokens: list[int]) -> bytes | None:
+    def _pack(self, tokens: Tokens) -> bytes | None:
         """The hash input of tokens about to be stored (None with events off); raises
         ValueError for token ids that cannot be hashed, before the cache changes anything."""
         return self._events.pack(tokens) if self._events is not None else None

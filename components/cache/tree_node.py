@@ -1,14 +1,36 @@
 """The parts of a radix tree both prefix caches share: keys with their namespace, nodes, match
-results, and comparing a key with a node's tokens in whole pages."""
+results, and comparing a key with a node's tokens in whole pages.
+
+Token runs (``Tokens``) are plain lists of ints or packed, 4 bytes a token (``array('I')``, as
+a request's prompt arrives): a node keeps its key in the form its insert gave it, so a packed
+prompt is stored, compared, hashed and freed without making an int object per token.
+"""
 
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from array import array
+from typing import Any, TypeAlias
 
 import attrs
 
-__all__ = ["MatchResult", "RadixKey", "TreeNode", "match_len"]
+__all__ = ["MatchResult", "RadixKey", "Tokens", "TreeNode", "as_list", "match_len", "tokens_of"]
+
+Tokens: TypeAlias = "list[int] | array"
+
+
+def tokens_of(key: Any) -> Tokens:
+    """``key``'s tokens as a cache stores them: a plain list or an ``array('I')`` as given,
+    any other sequence (a ``RadixKey`` included) as a new list."""
+    kind = type(key)
+    if kind is list or (kind is array and key.typecode == "I"):
+        return key
+    return list(key)
+
+
+def as_list(tokens: Tokens) -> list[int]:
+    """``tokens`` as a list of ints (a list is returned as is)."""
+    return tokens if type(tokens) is list else tokens.tolist()
 
 
 class RadixKey(list):
@@ -56,6 +78,7 @@ class RadixKey(list):
 class TreeNode:
     """One edge of the radix tree: a run of whole pages of tokens and their KV slots.
 
+    ``key`` is a list of token ids, or an ``array('I')`` when the tokens were inserted packed.
     ``ckey`` is the node's key in its parent's ``children``. ``digests`` holds the pages'
     32-byte chain digests end to end and ``hashes`` their published hashes (None with events
     off). ``value`` is None once the node has left the tree (evicted, or dropped by
@@ -82,7 +105,7 @@ class TreeNode:
         "value",
     )
 
-    def __init__(self, key: list[int], value: list[int], parent: Any, namespace: Any, t: int):
+    def __init__(self, key: Tokens, value: list[int], parent: Any, namespace: Any, t: int):
         self.key = key
         self.value: list[int] | None = value
         self.parent = parent
@@ -106,7 +129,7 @@ class TreeNode:
         return self.value is None
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(key={self.key[:8]}{'...' if len(self.key) > 8 else ''})"
+        return f"{type(self).__name__}(key={as_list(self.key[:8])}{'...' if len(self.key) > 8 else ''})"
 
 
 @attrs.frozen
@@ -131,8 +154,9 @@ class MatchResult:
         return len(self.device_indices)
 
 
-def match_len(node_key: list[int], key: list[int], pos: int, page_size: int) -> int:
-    """How many leading tokens of ``node_key`` equal ``key[pos:]``, in whole pages."""
+def match_len(node_key: Tokens, key: Tokens, pos: int, page_size: int) -> int:
+    """How many leading tokens of ``node_key`` equal ``key[pos:]``, in whole pages (both of
+    one kind: lists, or packed arrays)."""
     n = min(len(node_key), len(key) - pos)
     if node_key[:n] == key[pos : pos + n]:
         return n - n % page_size

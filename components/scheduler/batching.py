@@ -234,8 +234,6 @@ class PrefillAdder:
     def add_one_req(self, req: Req) -> bool:
         """Admit ``req`` if it fits; False means stop admitting (SGLang admits in order)."""
         kv, tree_cache = self.kv, self.kv.tree_cache
-        if type(req.origin_input_ids) is not list:  # packed while it waited (array('I'))
-            req.origin_input_ids = req.origin_input_ids.tolist()
         seqlen = req.seqlen
         match = tree_cache.match_prefix(prefix_match_key(req, kv.page_size))
         device, last_node, loaded = match.device_indices, match.last_node, 0

@@ -165,7 +165,7 @@ def match_waiting_prefixes(
         if req.prefix_len > check or req.seqlen < head_len:
             continue
         origin = req.origin_input_ids
-        tokens = origin if len(origin) >= head_len else origin + req.output_ids
+        tokens = origin if len(origin) >= head_len else [*origin, *req.output_ids]
         head = (req.extra_key, req.cache_salt, *tokens[:head_len])
         if head in in_batch:
             deprioritized.add(req)

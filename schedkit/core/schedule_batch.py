@@ -97,9 +97,11 @@ class Req:
     """One generation (or embedding) request and all the state the scheduler keeps for it."""
 
     rid: str
-    # The prompt. A request that came over the network waits with it packed, 4 bytes a token
-    # (``array('I')``, see ``io_struct.GenerateReqInput.to_req``); admission into a batch
-    # unpacks it to a list (``PrefillAdder.add_one_req``), before any token is generated.
+    # The prompt: a list of token ids, or packed, 4 bytes a token (``array('I')``), as a
+    # request that came over the network or from a trace carries it (see
+    # ``io_struct.GenerateReqInput.to_req``). Packed, it stays packed for its whole life: the
+    # prefix cache matches, stores and hashes it as it is (``cache_keys``); either way it reads
+    # as a sequence of ints.
     origin_input_ids: list[int] | array
     sampling_params: SamplingParams = attrs.Factory(SamplingParams)
     arrival_time: float = 0.0

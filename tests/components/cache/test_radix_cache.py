@@ -437,12 +437,12 @@ def test_evict_takes_leaves_in_lru_order_whatever_happened_before(page_size, ops
 
 
 def tree_state(cache):
-    """Every node's key, slots, use, hits and parent key, depth-first from the root."""
+    """Every node's tokens, slots, use, hits and parent's tokens, depth-first from the root."""
     state, stack = [], [cache.root]
     while stack:
         node = stack.pop()
-        parent = None if node.parent is None else node.parent.key
-        state.append((node.key, node.value, node.last_access_time, node.hit_count, parent))
+        parent = None if node.parent is None else list(node.parent.key)
+        state.append((list(node.key), node.value, node.last_access_time, node.hit_count, parent))
         stack.extend(node.children[k] for k in sorted(node.children, key=repr))
     return state
 
@@ -450,19 +450,26 @@ def tree_state(cache):
 @settings(max_examples=40, deadline=None)
 @given(
     page_size=st.sampled_from([1, 2, 3]),
-    ops=st.lists(st.tuples(st.booleans(), st.lists(st.integers(0, 2), max_size=10)), max_size=25),
+    ops=st.lists(
+        st.tuples(st.booleans(), st.booleans(), st.lists(st.integers(0, 2), max_size=10)),
+        max_size=25,
+    ),
 )
-def test_a_packed_key_matches_and_splits_as_its_token_list(page_size, ops):
+def test_packed_keys_match_insert_and_publish_as_their_token_lists(page_size, ops):
+    # ``packed`` gets each key packed or not as drawn: its tree mixes both kinds of node key.
     lists, packed = make_cache(page_size), make_cache(page_size)
-    for insert, tokens in ops:
+    for insert, pack, tokens in ops:
+        key = array("I", tokens) if pack else tokens
         if insert:
-            assert lists.insert(tokens) == packed.insert(tokens)
+            assert lists.insert(tokens) == packed.insert(key)
+            assert packed.take_events() == lists.take_events()
             continue
         by_list = lists.match_prefix(tokens)
-        by_array = packed.match_prefix(array("I", tokens))
+        by_array = packed.match_prefix(key)
         assert by_array.device_indices == by_list.device_indices
-        assert by_array.last_node.key == by_list.last_node.key
+        assert list(by_array.last_node.key) == by_list.last_node.key
         assert tree_state(packed) == tree_state(lists)
+    assert all(type(n.key) in (list, array) for n in packed._nodes())
 
 
 def test_evict_order_across_matches_locks_and_splits():

@@ -679,7 +679,7 @@ def test_out_of_memory_with_one_request_left_aborts_it():
 
 
 @pytest.mark.parametrize("page_size", [1, 4])
-def test_packed_prompts_wait_packed_and_run_as_list_prompts_do(page_size):
+def test_packed_prompts_stay_packed_and_run_as_list_prompts_do(page_size):
     shared = tokens(24, 900)
     prompts = [tokens(5, 7000)] + [[*shared, *tokens(3 + i, 100 * i)] for i in range(6)]
 
@@ -701,9 +701,13 @@ def test_packed_prompts_wait_packed_and_run_as_list_prompts_do(page_size):
             env.s.submit(req)
         assert all(type(r.origin_input_ids) is (array if pack else list) for r in reqs)
         env.s.run_until_idle()
-        assert all(type(r.origin_input_ids) is list for r in reqs)  # unpacked at admission
+        assert all(type(r.origin_input_ids) is (array if pack else list) for r in reqs)
         assert_all_done(env, [warm, *reqs])
-        return [(b.mode, b.rids, b.prefix_lens, b.extend_lens) for b in env.runner.batches]
+        nodes = env.cache._nodes()
+        # What a packed prompt brought into the cache stays packed there.
+        assert any(type(n.key) is array for n in nodes) == pack
+        tree = sorted((tuple(n.key), tuple(n.value)) for n in nodes)
+        return [(b.mode, b.rids, b.prefix_lens, b.extend_lens) for b in env.runner.batches], tree
 
     assert run(pack=True) == run(pack=False)
 
