@@ -129,7 +129,8 @@ class TreeNode:
         return self.value is None
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(key={as_list(self.key[:8])}{'...' if len(self.key) > 8 else ''})"
+        more = "..." if len(self.key) > 8 else ""
+        return f"{type(self).__name__}(key={as_list(self.key[:8])}{more})"
 
 
 @attrs.frozen
