@@ -9,8 +9,10 @@ chain is computed and how namespaced nodes publish it (``schedkit.kv_events.hash
 events are coalesced: a ``BlockStored`` that continues the queue's last one (its parent is the
 tail's last hash, same medium, LoRA, block size, salt and session) extends it, and consecutive
 ``BlockRemoved`` merge. The first merge into an event gives it lists of its own (until then
-they are the node's), which later merges extend in place. A cache with events off has no
-recorder and does no hashing at all.
+they are the node's), which later merges extend in place. A packed node (``array('I')`` key)
+publishes its ``token_ids`` packed too (encoded as the same array of ints,
+``schedkit.kv_events.packed_ids``); a merge of packed and list ids gives a list. A cache with
+events off has no recorder and does no hashing at all.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from struct import Struct
 from struct import error as struct_error
 from typing import Any
 
+from schedkit.components.cache.tree_node import as_list
 from schedkit.kv_events.hashing import (
     check_hash_format,
     namespace_seed,
@@ -159,8 +162,6 @@ class EventRecorder:
 
     def _queue_stored(self, node: Any, medium: str) -> None:
         hashes, key, namespace = node.hashes, node.key, node.namespace
-        if type(key) is not list:  # packed: the event carries the ids as a list
-            key = key.tolist()
         salt = None if namespace is None else namespace[1]
         parent_hashes = node.parent.hashes
         queue = self._queue
@@ -173,13 +174,17 @@ class EventRecorder:
                 and tail.cache_salt == salt
                 and tail.medium == medium
             ):
+                tokens = tail.token_ids
+                if type(tokens) is not type(key):  # a list meets packed ids: join as a list
+                    tokens, key = as_list(tokens), as_list(key)
                 if tail is self._grown:
                     tail.block_hashes += hashes
-                    tail.token_ids += key
+                    tokens += key
                 else:
                     tail.block_hashes = tail.block_hashes + hashes
-                    tail.token_ids = tail.token_ids + key
+                    tokens = tokens + key
                     self._grown = tail
+                tail.token_ids = tokens
                 return
         parent_hash = parent_hashes[-1] if parent_hashes else None
         queue.append(BlockStored(hashes, parent_hash, key, self.page_size, None, medium, salt))

@@ -22,6 +22,7 @@ from typing import Literal, Union
 
 import msgspec
 
+from schedkit.kv_events import packed_ids
 from schedkit.kv_events.event_structs import (
     AllBlocksCleared,
     BlockRemoved,
@@ -240,7 +241,8 @@ class Profile:
         self.name = name
         self.convert = convert
         self.strict_decode = strict_decode or _strict_decoder(KVEventBatch)
-        encode = msgspec.msgpack.Encoder().encode
+        # Packed token ids (a cache's packed prompt) go out as the same array of ints.
+        encode = msgspec.msgpack.Encoder(enc_hook=packed_ids.enc_hook).encode
         if convert is None:
             self.encode = encode
         else:

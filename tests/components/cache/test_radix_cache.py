@@ -10,7 +10,7 @@ from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.cache.radix_tree import RadixKey, match_len
 from schedkit.core.component import component_name
 from schedkit.kv_events.hashing import digest_to_int, page_hashes, published_page_hashes
-from schedkit.kv_events.structs import AllBlocksCleared, BlockStored
+from schedkit.kv_events.structs import AllBlocksCleared, BlockStored, EventBatch, encode_batch
 from tests.components.cache.cache_events import (
     removed_hashes,
     stored_hashes,
@@ -456,19 +456,26 @@ def tree_state(cache):
     ),
 )
 def test_packed_keys_match_insert_and_publish_as_their_token_lists(page_size, ops):
-    # ``packed`` gets each key packed or not as drawn: its tree mixes both kinds of node key.
+    # ``packed`` gets each key packed or not as drawn: its tree mixes both kinds of node key,
+    # and inserts in a row coalesce their events, packed ids with packed ids or with a list.
     lists, packed = make_cache(page_size), make_cache(page_size)
+
+    def same_events_on_the_wire():
+        wire = [encode_batch(EventBatch(0.0, c.take_events())) for c in (packed, lists)]
+        assert wire[0] == wire[1]
+
     for insert, pack, tokens in ops:
         key = array("I", tokens) if pack else tokens
         if insert:
             assert lists.insert(tokens) == packed.insert(key)
-            assert packed.take_events() == lists.take_events()
             continue
+        same_events_on_the_wire()
         by_list = lists.match_prefix(tokens)
         by_array = packed.match_prefix(key)
         assert by_array.device_indices == by_list.device_indices
         assert list(by_array.last_node.key) == by_list.last_node.key
         assert tree_state(packed) == tree_state(lists)
+    same_events_on_the_wire()
     assert all(type(n.key) in (list, array) for n in packed._nodes())
 
 
