@@ -18,9 +18,9 @@ __all__ = [
 
 
 def fill_ids_prefix(req: Req, n: int) -> Tokens:
-    """``req.fill_ids[:n]`` (``n`` may be negative) as a cache key: a plain list built with a
-    single copy of the prompt, or a ``RadixKey`` in the request's namespace when it has an
-    ``extra_key`` or ``cache_salt``."""
+    """``req.fill_ids[:n]`` (``n`` may be negative) as a cache key: a plain list (packed, an
+    ``array('I')``, when the prompt is) built with a single copy of the prompt, or a
+    ``RadixKey`` in the request's namespace when it has an ``extra_key`` or ``cache_salt``."""
     if n < 0:
         n = max(0, n + len(req.origin_input_ids) + len(req.output_ids))
     key = fill_ids_slice(req, 0, n)
