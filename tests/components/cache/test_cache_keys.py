@@ -3,6 +3,7 @@
 workloads both leave the same tree, events, request slots and free pool."""
 
 import random
+from array import array
 
 import pytest
 
@@ -16,6 +17,7 @@ from schedkit.components.cache.radix_cache import RadixCache
 from schedkit.components.cache.radix_tree import RadixTree
 from schedkit.components.scheduler.batching import KVSlots
 from schedkit.core.schedule_batch import Req
+from schedkit.kv_events.structs import EventBatch, encode_batch
 
 
 def generic(cache):
@@ -131,11 +133,17 @@ def test_fill_ids_prefix_equals_slicing_fill_ids():
     assert fill_ids_prefix(req, 2) is not req.origin_input_ids
 
 
-def test_fill_ids_slice_equals_slicing_fill_ids():
-    req = Req(rid="r", origin_input_ids=[1, 2, 3], output_ids=[4, 5])
+@pytest.mark.parametrize("prompt", [[1, 2, 3], array("I", [1, 2, 3]), array("l", [1, 2, 3])])
+@pytest.mark.parametrize("output", [[4, 5], [4, 2**40]])
+def test_fill_ids_slice_equals_slicing_fill_ids(prompt, output):
+    req = Req(rid="r", origin_input_ids=prompt, output_ids=output)
+    packed = type(prompt) is array and prompt.typecode == "I"
     for start in range(6):
         for stop in range(start, 6):
-            assert fill_ids_slice(req, start, stop) == req.fill_ids[start:stop], (start, stop)
+            key = fill_ids_slice(req, start, stop)
+            assert list(key) == req.fill_ids[start:stop], (start, stop)
+            if stop <= 3:  # a packed prompt's own tokens stay packed, another kind is listed
+                assert type(key) is (array if packed else list)
 
 
 def test_unfinished_req_uses_pages_another_request_cached_meanwhile(bind):
@@ -157,10 +165,11 @@ def test_unfinished_req_uses_pages_another_request_cached_meanwhile(bind):
     assert allocator.available_size() + cache.total_size() == 32
 
 
-def run_requests(seed: int, page_size: int, implementation) -> dict:
+def run_requests(seed: int, page_size: int, implementation, pack: bool = False) -> dict:
     """Admit, prefill, decode and finish random requests (shared prefixes, two namespaces,
-    identical prompts in flight together, a pool small enough to evict) on a radix cache
-    with KV events; returns everything observable afterwards."""
+    identical prompts in flight together, a pool small enough to evict; prompts packed as
+    ``array('I')`` with ``pack``) on a radix cache with KV events; returns everything
+    observable afterwards (the events as they go on the wire)."""
     rng = random.Random(seed)
     allocator = TokenToKVPoolAllocator(size=96 * page_size, page_size=page_size)
     cache = RadixCache(
@@ -175,7 +184,8 @@ def run_requests(seed: int, page_size: int, implementation) -> dict:
             prompt = rng.choice(prefixes) + [
                 rng.randrange(1, 50) for _ in range(rng.randrange(1, 9))
             ]
-            req = Req(rid=str(step), origin_input_ids=prompt, extra_key=rng.choice([None, "x"]))
+            ids = array("I", prompt) if pack else prompt
+            req = Req(rid=str(step), origin_input_ids=ids, extra_key=rng.choice([None, "x"]))
             req.priority = rng.randrange(3)
             match = cache.match_prefix(fill_ids_prefix(req, -1))
             req.last_node, req.prefix_len = match.last_node, match.prefix_len
@@ -206,7 +216,7 @@ def run_requests(seed: int, page_size: int, implementation) -> dict:
             stack.append((child, (*path, *child.key)))
     rank = sorted(nodes, key=lambda n: n.last_access_time)
     return {
-        "events": cache.take_events(),
+        "events": encode_batch(EventBatch(0.0, cache.take_events())),
         "requests": seen,
         "tree": sorted(
             (
@@ -230,6 +240,8 @@ def test_radix_methods_leave_the_same_state_as_the_generic_functions(seed, page_
     expected = run_requests(seed, page_size, generic)
     assert any(isinstance(e, tuple) for e in expected["requests"])
     assert run_requests(seed, page_size, methods) == expected
+    assert run_requests(seed, page_size, methods, pack=True) == expected
+    assert run_requests(seed, page_size, generic, pack=True) == expected
 
 
 def test_prefix_match_key_is_the_whole_pages_of_all_but_the_last_token():
