@@ -80,6 +80,9 @@ class KvEventsPublisher:
     _metrics: zmq.Socket | None = attrs.field(init=False, default=None, repr=False)
     _encode: Callable[[Any], bytes] = attrs.field(init=False, repr=False)
     _take_events: Callable[[], list] = attrs.field(init=False, repr=False)
+    # Events taken from the cache by ``has_pending_events``, published first by the next
+    # ``publish_kv_events``.
+    _held: list = attrs.field(init=False, repr=False, factory=list)
     _discard: bool = attrs.field(init=False, default=False, repr=False)
     _shut_down: bool = attrs.field(init=False, default=False, repr=False)
 
@@ -191,8 +194,22 @@ class KvEventsPublisher:
                 self._take_events()
             return
         events = self._take_events()
+        if self._held:
+            events, self._held = self._held + events, []
         if events:
             publisher.publish(KVEventBatch(self.now(), events, self.dp_rank))
+
+    def has_pending_events(self) -> bool:
+        """Whether ``publish_kv_events`` would publish a batch now (the cache's new events
+        are kept for it, in order); False when disabled."""
+        if self._publisher is None:
+            if self._discard:
+                self._take_events()
+            return False
+        events = self._take_events()
+        if events:
+            self._held += events
+        return bool(self._held)
 
     def kv_metrics(self) -> KvMetrics:
         """The ``KvMetrics`` record for the current stats."""

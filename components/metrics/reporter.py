@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -51,6 +51,8 @@ class MetricsReporter:
     load_inquirer: LoadInquirer | None = None
     emit_kv_metrics: Callable[[], None] = _noop
     publish_kv_events: Callable[[], None] = _noop
+    # Whether ``publish_kv_events`` has anything to publish (None: assume it may).
+    kv_events_pending: Callable[[], bool] | None = None
     now: Callable[[], float] = time.monotonic
     decode_log_interval: int = attrs.field(default=40, validator=at_least(1))
     enable_metrics: bool = False
@@ -128,17 +130,37 @@ class MetricsReporter:
         self.forward_ct_decode = (self.forward_ct_decode + 1) % FORWARD_CT_MOD
 
     def decode_steps_to_report(self) -> int:
-        """Decode steps until the one whose ``report_decode_stats`` reports (that one
-        included): a run of decode steps counted by ``advance_decode_run`` ends there."""
+        """Decode steps until the first whose ``report_decode_stats`` does more than note the
+        generation throughput (that one included): a run of decode steps counted by
+        ``advance_decode_run`` ends there. With metrics off and no KV event pending
+        (``kv_events_pending``; a run of decode steps records none), a report only notes the
+        throughput, which ``advance_decode_run`` does too: the run may pass reports."""
         ct, interval = self.forward_ct_decode, self.decode_log_interval
-        return min(interval - ct % interval, FORWARD_CT_MOD - ct)
+        wrap = FORWARD_CT_MOD - ct
+        pending = self.kv_events_pending
+        if not self.enable_metrics and pending is not None and not pending():
+            return wrap
+        return min(interval - ct % interval, wrap)
 
-    def advance_decode_run(self, steps: int, tokens: int) -> None:
-        """``steps`` decode steps that generated ``tokens`` tokens in all, none of them
-        reporting but perhaps the last (see ``decode_steps_to_report``): what as many
-        ``increment_generated_tokens`` and ``advance_forward_ct_decode`` calls do."""
-        self.num_generated_tokens += tokens
-        self.forward_ct_decode = (self.forward_ct_decode + steps) % FORWARD_CT_MOD
+    def advance_decode_run(self, times: Sequence[float], batch_size: int) -> None:
+        """``len(times)`` decode steps of ``batch_size`` requests ending at ``times``, within
+        ``decode_steps_to_report``: what as many ``increment_generated_tokens`` and
+        ``advance_forward_ct_decode`` calls do, and the throughput noted by the reports of
+        the steps before the last (the last step's report is ``report_decode_stats``'s)."""
+        steps = len(times)
+        ct, interval = self.forward_ct_decode, self.decode_log_interval
+        generated = self.num_generated_tokens
+        reported = 0  # steps counted up to the last report in the run
+        for step in range(interval - ct % interval, steps, interval):
+            now = times[step - 1]
+            generated += batch_size * (step - reported)
+            gap = now - self.last_decode_stats_tic
+            self.last_decode_stats_tic = now
+            self.last_gen_throughput = generated / gap if gap > 0 else 0.0
+            self.stats.gen_throughput = self.last_gen_throughput
+            generated, reported = 0, step
+        self.num_generated_tokens = generated + batch_size * (steps - reported)
+        self.forward_ct_decode = (ct + steps) % FORWARD_CT_MOD
 
     def report_prefill_stats(self, batch: ScheduleBatch) -> None:
         """Input throughput and cache hit rate of a prefill batch; then flush KV events."""

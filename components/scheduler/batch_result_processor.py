@@ -175,7 +175,7 @@ class BatchResultProcessor:
         reqs = batch.reqs
         self._decode_tokens.advance_run(tokens, times)
         self.output_streamer.stream_decode_run(reqs, steps)
-        counter.advance_decode_run(steps, len(reqs) * steps)
+        counter.advance_decode_run(times, len(reqs))
         self.report_decode_stats(batch)
 
     def _process_decode_with_missing(

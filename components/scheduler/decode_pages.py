@@ -15,12 +15,16 @@ requests that left are written out and dropped, requests that joined are filed.
 
 from __future__ import annotations
 
+from operator import itemgetter, mul
 from typing import Protocol
 
 from schedkit.core.protocols import KVAllocator
 from schedkit.core.schedule_batch import Req
 
 __all__ = ["DecodePages", "PagedSlots"]
+
+_FIRST = itemgetter(0)
+_SECOND = itemgetter(1)
 
 
 class PagedSlots(Protocol):
@@ -70,40 +74,75 @@ class DecodePages:
         if reqs != self._members:
             return 0
         step, page_size, end = self.step, self.page_size, self.step + limit
-        counts = {}  # step -> requests that need a new page at that step
-        for at, filed in self._due.items():
-            if at < end:
-                needing = len(self._needing(filed, at))
-                if needing:
-                    counts[at] = needing
+        groups = [
+            (at, len(self._needing(filed, at))) for at, filed in self._due.items() if at < end
+        ]
+        groups = sorted((at, needing * page_size) for at, needing in groups if needing)
+        if not groups:
+            return limit
+        # A member needs a page every page_size steps: the groups repeat in cycles.
         free = self.kv.allocator.available_size()
-        while counts:
-            at = min(counts)
-            if at >= end:
+        cycle = sum(slots for _, slots in groups)
+        cycles = free // cycle  # cycles whose pages are all free
+        free -= cycles * cycle
+        shift = cycles * page_size
+        for at, slots in groups:
+            if at + shift >= end:
                 break
-            needing = counts.pop(at)
-            free -= needing * page_size
+            free -= slots
             if free < 0:
-                return at - step
-            counts[at + page_size] = counts.get(at + page_size, 0) + needing
+                return at + shift - step
         return limit
 
     def take_run(self, reqs: list[Req], steps: int) -> list[tuple[int, int]]:
         """``steps`` decode steps of ``reqs`` (at most ``steps_in_pool``), as as many
         ``take`` calls: the steps (counted from 0) that took new pages and the slots each
-        took."""
-        start, due, allocate = self.step, self._due, self._allocate
-        taken = []
-        for at in range(start, start + steps):
-            filed = due.pop(at, None)
-            if filed:
-                self.step = at
-                slots = allocate(filed, reqs)
-                if slots is None:
-                    raise RuntimeError("take_run past steps_in_pool: the pool ran short")
-                if slots:
-                    taken.append((at - start, slots))
-        self.step = start + steps
+        took. The pages of the whole run are taken in one allocation, in the order the
+        steps would have taken them."""
+        start, page_size, due = self.step, self.page_size, self._due
+        end = start + steps
+        groups = []  # (first step, members needing a page then and every page_size steps)
+        for at in [at for at in due if at < end]:
+            needing = self._needing(due.pop(at), at)
+            if needing:
+                if len(needing) > 1:
+                    if self._position is None:
+                        self._position = dict(zip(reqs, range(len(reqs)), strict=True))
+                    needing.sort(key=self._position.__getitem__)
+                groups.append((at, needing))
+        self.step = end
+        if not groups:
+            return []
+        groups.sort(key=_FIRST)
+        counts = [(end - at + page_size - 1) // page_size for at, _ in groups]
+        pages = sum(map(mul, counts, map(len, map(_SECOND, groups))))
+        slots = self.kv.allocator.alloc(pages * page_size)
+        if slots is None:
+            raise RuntimeError("take_run past steps_in_pool: the pool ran short")
+        firsts = slots[::page_size]
+        # Step by step: each group's pages, in step order.
+        taken, given, used = [], [[] for _ in groups], 0
+        for cycle in range(counts[0]):
+            shift = cycle * page_size
+            for (at, needing), count, chunks in zip(groups, counts, given, strict=True):
+                if cycle >= count:
+                    break
+                n = len(needing)
+                taken.append((at + shift - start, n * page_size))
+                chunks.append(firsts[used : used + n])
+                used += n
+        for (at, needing), count, chunks in zip(groups, counts, given, strict=True):
+            for req, pages_of_req in zip(needing, zip(*chunks, strict=True), strict=True):
+                kv = req._kv_indices
+                pending = at - req.kv_run_step  # slots taken in its last page before ``at``
+                if pending > 0:
+                    last = kv[-1]
+                    kv.extend(range(last + 1, last + 1 + pending))
+                for first in pages_of_req[:-1]:
+                    kv.extend(range(first, first + page_size))
+                kv.append(pages_of_req[-1])
+                req.kv_run_step = at + (count - 1) * page_size + 1
+            due.setdefault(at + count * page_size, []).extend(needing)
         return taken
 
     def _needing(self, filed: list[Req], step: int) -> list[Req]:

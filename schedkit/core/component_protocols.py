@@ -72,10 +72,11 @@ class MetricsReporterComponent(Protocol):
 class DecodeStepCounter(Protocol):
     """Counts a run of decode steps at once (the shipped metrics reporter does): a scheduler
     advancing an unchanging decode batch several steps in one call ends the run at the step
-    that reports and counts the steps and their tokens in one call."""
+    that reports (``decode_steps_to_report``) and counts the steps, ending at ``times``, and
+    their tokens in one call."""
 
     def decode_steps_to_report(self) -> int: ...
-    def advance_decode_run(self, steps: int, tokens: int) -> None: ...
+    def advance_decode_run(self, times: Sequence[float], batch_size: int) -> None: ...
 
 
 class LoadInquirerComponent(LoadInquirer, Protocol):

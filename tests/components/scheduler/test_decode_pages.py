@@ -45,7 +45,7 @@ def test_slots_match_the_per_request_loop_through_joins_leaves_reads_and_a_full_
         reqs.append(Req(rid=f"r{i}", origin_input_ids=[1] * length, kv_indices=list(slots)))
         refs[reqs[-1].rid] = list(slots)
     running = reqs[:8]
-    full = 0
+    full = runs = 0
     for _ in range(80):
         if rng.random() < 0.15 and len(running) > 1:  # one leaves (retracted: KV freed)
             gone = running.pop(rng.randrange(len(running)))
@@ -73,9 +73,34 @@ def test_slots_match_the_per_request_loop_through_joins_leaves_reads_and_a_full_
             allocator.free(gone.kv_indices)
             ref_alloc.free(refs[gone.rid])
             gone.kv_indices, refs[gone.rid] = [], []
+        if ours and rng.random() < 0.4:  # a run of steps of the same batch at once
+            limit = rng.randint(1, 3 * PAGE)
+            steps = kv.decode_pages.steps_in_pool(running, limit)
+            assert steps == reference_steps_in_pool(ref_alloc, running, refs, limit)
+            runs += steps > PAGE
+            taken = kv.decode_pages.take_run(running, steps)
+            expected = []
+            for step in range(steps):
+                before = ref_alloc.available_size()
+                assert reference_take(ref_alloc, [refs[r.rid] for r in running], PAGE)
+                if ref_alloc.available_size() != before:
+                    expected.append((step, before - ref_alloc.available_size()))
+            assert taken == expected
         assert allocator.available_size() == ref_alloc.available_size()
     assert {r.rid: r.kv_indices for r in reqs} == refs
     assert full > 0, "the scenario must run the pool out at least once"
+    assert runs > 0, "the scenario must take runs of more than a page of steps"
+
+
+def reference_steps_in_pool(allocator, running, refs, limit):
+    """The steps of ``running`` whose new pages the pool still has, counted slot by slot."""
+    free, lengths = allocator.available_size(), [len(refs[r.rid]) for r in running]
+    for step in range(limit):
+        free -= PAGE * sum(not length % PAGE for length in lengths)
+        if free < 0:
+            return step
+        lengths = [length + 1 for length in lengths]
+    return limit
 
 
 def test_a_list_replaced_mid_run_stops_its_bulk_slots():
