@@ -100,6 +100,9 @@ def test_a_missing_config_disables_before_any_rank_is_read(config):
     cache = ListCache()
     pub = make(cache, kv_events_config=config, parallel_state=Exploding(), get_stats=Exploding)
     cache.events.append(stored(1))
+    assert not pub.has_pending_events()  # nothing would be published: dropped
+    assert cache.events == [] and cache.takes == 1
+    cache.events.append(stored(1))
     pub.publish_kv_events()
     pub.emit_kv_metrics()
     pub.shutdown()
@@ -107,7 +110,7 @@ def test_a_missing_config_disables_before_any_rank_is_read(config):
     assert not pub.enabled and pub.endpoint is None
     assert (pub.published, pub.dropped) == (0, 0)
     # The wiring left the cache recording: its events are dropped so they cannot pile up.
-    assert cache.events == [] and cache.takes == 1
+    assert cache.events == [] and cache.takes == 2
 
 
 def test_disabled_rank_leaves_a_non_recording_cache_alone():
@@ -130,8 +133,13 @@ def test_publishes_one_batch_of_pending_events_with_time_and_rank(closing):
     sub = closing(subscribe(pub))
     published = pub.published
 
-    cache.events += [AllBlocksCleared(), stored(1), stored(2), BlockRemoved([1])]
+    assert not pub.has_pending_events()
+    cache.events += [AllBlocksCleared(), stored(1)]
+    assert pub.has_pending_events()  # kept for the next batch, in order
+    cache.events += [stored(2), BlockRemoved([1])]
+    assert pub.has_pending_events()
     pub.publish_kv_events()
+    assert not pub.has_pending_events()
     pub.publish_kv_events()  # nothing pending: no batch
     cache.events.append(stored(3))
     pub.publish_kv_events()

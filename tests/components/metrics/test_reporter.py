@@ -118,6 +118,41 @@ def test_decode_stats_fill_pool_and_queue_stats_when_metrics_are_on():
     assert reporter.collector.last_log_time == reporter.now.t
 
 
+@pytest.mark.parametrize(
+    ("enable_metrics", "pending", "passes"),
+    [(False, False, True), (False, True, False), (True, False, False), (False, None, False)],
+    ids=["passes-reports", "events-pending", "metrics-on", "not-wired"],
+)
+@pytest.mark.parametrize("steps", [10, 11])
+def test_a_decode_run_notes_the_throughput_of_the_reports_it_passes(
+    enable_metrics, pending, passes, steps
+):
+    kwargs = {"decode_log_interval": 4, "enable_metrics": enable_metrics}
+    if pending is not None:
+        kwargs["kv_events_pending"] = lambda: pending
+    stepped, run = make_reporter(**kwargs), make_reporter(**kwargs)
+    for reporter in (stepped, run):
+        run_decode_steps(reporter, 1, tokens_per_step=8, seconds_per_step=0.5)
+    bound = run.decode_steps_to_report()
+    assert bound == (FORWARD_CT_MOD - 1 if passes else 3)
+    # reports after the 3rd and 7th step inside the run, and after the 11th
+    seconds = [0.5, 0.25, 1.0, 0.5, 0.75, 2.0, 0.5, 1.0, 0.25, 0.5, 1.5][: min(steps, bound)]
+    times = []
+    for step in seconds:
+        run_decode_steps(stepped, 1, tokens_per_step=6, seconds_per_step=step)
+        times.append(stepped.now.t)
+    run.now.t = times[-1]
+    run.advance_decode_run(times, 6)  # then the last step's report, as a decode run does
+    run.report_decode_stats(decode_batch(6))
+    fields = ("num_generated_tokens", "forward_ct_decode", "last_gen_throughput")
+    fields += ("last_decode_stats_tic",)
+    assert [getattr(run, f) for f in fields] == [getattr(stepped, f) for f in fields]
+    assert run.stats.gen_throughput == stepped.stats.gen_throughput > 0
+    last_reports = len(seconds) in (3, 11)
+    assert stepped.publish_kv_events.calls == (1 + len(seconds)) // 4
+    assert run.publish_kv_events.calls == last_reports  # the last step's report only
+
+
 def test_forward_ct_decode_wraps():
     reporter = make_reporter()
     reporter.forward_ct_decode = FORWARD_CT_MOD - 1
