@@ -119,28 +119,27 @@ class DecodePages:
         slots = self.kv.allocator.alloc(pages * page_size)
         if slots is None:
             raise RuntimeError("take_run past steps_in_pool: the pool ran short")
-        firsts = slots[::page_size]
-        # Step by step: each group's pages, in step order.
+        # Step by step: each group's pages (their indices in ``slots``), in step order.
         taken, given, used = [], [[] for _ in groups], 0
         for cycle in range(counts[0]):
             shift = cycle * page_size
-            for (at, needing), count, chunks in zip(groups, counts, given, strict=True):
+            for (at, needing), count, pages_by_step in zip(groups, counts, given, strict=True):
                 if cycle >= count:
                     break
                 n = len(needing)
                 taken.append((at + shift - start, n * page_size))
-                chunks.append(firsts[used : used + n])
+                pages_by_step.append(range(used, used + n))
                 used += n
-        for (at, needing), count, chunks in zip(groups, counts, given, strict=True):
-            for req, pages_of_req in zip(needing, zip(*chunks, strict=True), strict=True):
+        for (at, needing), count, pages_by_step in zip(groups, counts, given, strict=True):
+            for req, pages_of_req in zip(needing, zip(*pages_by_step, strict=True), strict=True):
                 kv = req._kv_indices
                 pending = at - req.kv_run_step  # slots taken in its last page before ``at``
                 if pending > 0:
                     last = kv[-1]
                     kv.extend(range(last + 1, last + 1 + pending))
-                for first in pages_of_req[:-1]:
-                    kv.extend(range(first, first + page_size))
-                kv.append(pages_of_req[-1])
+                for page in pages_of_req[:-1]:  # whole pages: the allocator's slot objects
+                    kv += slots[page * page_size : (page + 1) * page_size]
+                kv.append(slots[pages_of_req[-1] * page_size])
                 req.kv_run_step = at + (count - 1) * page_size + 1
             due.setdefault(at + count * page_size, []).extend(needing)
         return taken

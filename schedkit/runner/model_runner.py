@@ -54,9 +54,10 @@ import functools
 import hashlib
 import random
 import time
+from bisect import bisect_left
 from collections.abc import Callable
-from itertools import repeat
-from operator import add, and_, attrgetter, is_
+from itertools import accumulate, repeat
+from operator import add, and_, attrgetter, is_, mul, sub
 from typing import Any, Literal
 
 import attrs
@@ -249,15 +250,7 @@ class SimulatedModelRunner:
             )
             per_kv = self.decode_per_kv_token
         context = sum(map(len, map(_PROMPT, reqs))) + sum(lengths)
-        clock = self._time
-        times: list[float] = []
-        append = times.append
-        for _ in range(max_steps):  # the same additions, in order, as a forward per step
-            if clock - origin >= until:
-                break
-            clock += base + per_kv * context if per_kv else base
-            append(clock)
-            context += n
+        times = _step_ends(self._time, base, per_kv, context, n, max_steps, until, origin)
         steps = len(times)
         if not steps:
             return [], []
@@ -349,3 +342,41 @@ class SimulatedModelRunner:
                 self._offsets.clear()
             offset = self._offsets[rid] = _offset(self.seed, rid)
         return offset
+
+
+def _step_ends(
+    clock: float,
+    base: float,
+    per_kv: float,
+    context: int,
+    n: int,
+    max_steps: int,
+    until: float,
+    origin: float,
+) -> list[float]:
+    """The end times of up to ``max_steps`` decode steps of ``n`` requests from ``clock``,
+    each taken while ``clock - origin < until`` still holds at its start: step
+    ``i`` costs ``base + per_kv * (context + n * i)`` (``base`` alone without ``per_kv``).
+    The same float operations, in the same order, as adding one step at a time, done in
+    chunks sized from the first step's cost."""
+    times: list[float] = []
+    while len(times) < max_steps and clock - origin < until:
+        first = base + per_kv * context if per_kv else base
+        chunk = max_steps - len(times)
+        estimate = (until - (clock - origin)) / first if first > 0 else chunk
+        if estimate < chunk:
+            chunk = min(chunk, max(16, int(estimate) + 2))
+        if per_kv:
+            costs = map(
+                add, repeat(base), map(mul, repeat(per_kv), range(context, context + n * chunk, n))
+            )
+        else:
+            costs = repeat(base, chunk)
+        ends = list(accumulate(costs, initial=clock))
+        # Step i (from 1) runs if the clock before it, ends[i - 1], is before ``until``.
+        runs = min(bisect_left(list(map(sub, ends, repeat(origin))), until), chunk)
+        times += ends[1 : runs + 1]
+        if runs < chunk:
+            break
+        clock, context = ends[-1], context + n * chunk
+    return times

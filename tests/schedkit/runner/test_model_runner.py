@@ -209,3 +209,39 @@ def test_transfer_seconds_are_added_to_prefill_steps_only():
     assert pending == [0.5]
     free = SimulatedModelRunner(zero_cost=True, transfer_seconds=lambda: pending.pop(0))
     assert free.forward(extend_batch([req("b", prompt_len=4)], [0], [4])).elapsed == 0.0
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"decode_per_kv_token": 0.0},
+        {"zero_cost": True},
+        {"eos_token_id": 3, "eos_probability": 0.01},
+    ],
+    ids=["default", "no-kv-term", "zero-cost", "eos"],
+)
+def test_a_decode_run_gives_the_times_and_tokens_of_a_forward_per_step(settings):
+    stop = settings.get("eos_token_id")
+    for until in (0.0, 0.0137, 0.25, 3.0, float("inf")):
+        for origin in (0.0, 1.5):
+            stepped = SimulatedModelRunner(seed=4, step_overhead=1e-4, **settings)
+            run = SimulatedModelRunner(seed=4, step_overhead=1e-4, **settings)
+            for runner in (stepped, run):
+                runner.wait_until(origin + 0.01)
+            reqs = [req(f"r{i}", prompt_len=100 * i + 7, outputs=i) for i in range(5)]
+            copies = [req(f"r{i}", prompt_len=100 * i + 7, outputs=i) for i in range(5)]
+            times, tokens = run.forward_decode_run(reqs, 300, until, origin, stop)
+            expected_times, expected_tokens = [], [[] for _ in copies]
+            while len(expected_times) < 300 and stepped.now() - origin < until:
+                step = stepped.forward(decode_batch(*copies)).next_token_ids
+                if stop in step:
+                    break
+                expected_times.append(stepped.now())
+                for column, output, token in zip(expected_tokens, copies, step, strict=True):
+                    column.append(token)
+                    output.output_ids.append(token)
+            assert times == expected_times  # the same floats
+            assert tokens == (expected_tokens if times else [])
+            assert run.now() == (times[-1] if times else origin + 0.01)
+    assert 0 < len(times) < 300 if stop is not None else len(times) == 300
