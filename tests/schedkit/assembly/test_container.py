@@ -48,6 +48,7 @@ def test_late_binding_reads_the_value_at_call_time(wiring, built):
     assert reader.get_value() == 42
     assert reader.bump(by=8) == 50
     assert counter.value == 50
+    assert reader.bump == counter.bump  # bound at assembly time: a plain attribute
 
 
 def test_references_nested_in_lists_and_mappings(wiring, built):
@@ -95,10 +96,13 @@ def test_assembly_override_swaps_within_the_block_and_restores(wiring, built):
         assert assembly["reader"].counter is fake
         assert assembly["reader"].get_value() == 99
         assert original_reader.get_value() == 99  # late references see the override too
+        assert original_reader.bump(5) == -1 and fake.calls == [5]
         assert assembly["pair"].by_name["reader"] is assembly["reader"]
     assert assembly["counter"] is original_counter
     assert assembly["reader"] is original_reader
     assert original_reader.get_value() == 1
+    assert original_reader.bump == original_counter.bump
+    assert original_reader.bump(2) == 3 and fake.calls == [5]
 
 
 def test_misspelt_override_names_raise(wiring, built):
