@@ -68,11 +68,12 @@ class DecodePages:
         return True
 
     def steps_in_pool(self, reqs: list[Req], limit: int) -> int:
-        """How many of the next ``limit`` decode steps of ``reqs`` (the batch of the last
-        step) find the pages they need free without evicting from the cache (0 if ``reqs``
-        is another batch): the steps ``take_run`` may take."""
+        """How many of the next ``limit`` decode steps of ``reqs`` (the next decode batch)
+        find the pages they need free without evicting from the cache: the steps
+        ``take_run`` may take. A batch other than the last step's is regrouped first, as
+        ``take`` would."""
         if reqs != self._members:
-            return 0
+            self._regroup(reqs)
         step, page_size, end = self.step, self.page_size, self.step + limit
         groups = [
             (at, len(self._needing(filed, at))) for at, filed in self._due.items() if at < end

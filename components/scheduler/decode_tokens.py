@@ -97,10 +97,13 @@ class DecodeTokens:
         return maybe
 
     def quiet_steps(self, reqs: list[Req]) -> int:
-        """How many decode steps of ``reqs`` from now on cannot finish a request by its
-        length (0 unless ``reqs`` is the batch of the last step, none of whose requests has
-        stop tokens or had finished): the steps ``advance_run`` may take."""
-        if self._stoppers or reqs != self._members or not self.none_finished_before:
+        """How many decode steps of ``reqs`` (the next decode batch, timed) from now on cannot
+        finish a request by its length (0 if one of its requests has stop tokens or had
+        finished): the steps ``advance_run`` may take. A batch other than the last step's is
+        regrouped first, as ``advance`` would."""
+        if reqs != self._members:
+            self._regroup(reqs, True)
+        if self._stoppers or not self.none_finished_before:
             return 0
         due = self._due
         if not due:
@@ -108,8 +111,8 @@ class DecodeTokens:
         return min(min(due) - self.step, TIME_LOG_STEPS)
 
     def advance_run(self, tokens: list[list[int]], times: list[float]) -> None:
-        """``len(times)`` decode steps of the batch of the last step (at most
-        ``quiet_steps``, none giving a request ``eos``): each request's tokens (in batch order)
+        """``len(times)`` decode steps of the batch of ``quiet_steps`` (at most as many as it
+        gave, none giving a request ``eos``): each request's tokens (in batch order)
         appended, each step's end time logged, as as many ``advance`` calls would."""
         any(map(list.extend, self._outputs, tokens))  # list.extend returns None: runs through
         log = self._times

@@ -64,6 +64,10 @@ def test_slots_match_the_per_request_loop_through_joins_leaves_reads_and_a_full_
         if rng.random() < 0.2:  # someone reads a list mid-run
             probe = rng.choice(running)
             assert probe.kv_indices == refs[probe.rid]
+        if rng.random() < 0.3:  # a decode run asks first: a changed batch is regrouped there
+            limit = rng.randint(1, 3 * PAGE)
+            expected = reference_steps_in_pool(ref_alloc, running, refs, limit)
+            assert kv.decode_pages.steps_in_pool(running, limit) == expected
         ours = take_decode_slots(kv, list(running) if rng.random() < 0.3 else running)
         theirs = reference_take(ref_alloc, [refs[r.rid] for r in running], PAGE)
         assert ours == theirs

@@ -62,6 +62,11 @@ def test_times_gaps_and_finish_candidates_match_per_request_stamping(seed, monke
             assert (probe.last_token_time, probe.itl) == tuple(state[probe.rid][1:3])
         now += rng.choice([0.01, 0.02, 0.5])
         tokens = [rng.choice([7, 8, 5, EOS]) for _ in running]
+        if rng.random() < 0.3:  # a decode run asks first: the batch is regrouped there
+            quiet = run.quiet_steps(running)
+            stoppers = any(r.sampling_params.stop_token_ids for r in running)
+            left = min(r.sampling_params.max_new_tokens - len(r.output_ids) for r in running)
+            assert quiet == (0 if stoppers else min(left - 1, decode_tokens.TIME_LOG_STEPS))
         maybe = run.advance(running, tokens, now, EOS)
         assert maybe == reference_step(state, running, tokens, now, EOS)
         for req in maybe:  # done at its length limit: it leaves, as the processor makes it
