@@ -13,6 +13,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from itertools import repeat
+from operator import sub
 
 from schedkit.assembly.container import Assembly
 from schedkit.core.schedule_batch import Req
@@ -160,7 +162,7 @@ class Stepper:
             return None
         times, taken = run
         start = self.start
-        ends = [t - start for t in times]  # elapsed(): the same subtraction
+        ends = list(map(sub, times, repeat(start)))  # elapsed(): the same subtraction
         self.tally.timeline.add_run(
             ends, len(scheduler.running_batch.reqs), len(scheduler.waiting_queue)
         )
