@@ -114,15 +114,20 @@ class OutputStreamer:
             self._steady.keep_without(columns, finished, self.force_stream_interval)
 
     def decode_run_steps(self, reqs: list[Req], limit: int) -> int:
-        """How many of the next ``limit`` decode steps of ``reqs`` (the batch of the previous
-        decode step, kept, none finished) ``stream_decode_run`` may stream at once: those
-        before a request is due (none streaming), or all when each request streams every
-        token and the sender counts runs of messages (``send_decode_run``); else 0."""
+        """How many of the next ``limit`` decode steps of ``reqs`` (the next decode batch,
+        none finished) ``stream_decode_run`` may stream at once: for the batch kept since the
+        previous decode step, those before a request is due (none streaming); all when each
+        request streams every token and the sender counts runs of messages
+        (``send_decode_run``), for another batch too when each of its requests has sent every
+        token it has (``SteadyStream.start_run``); else 0."""
         if not self.is_generation or type(self).stream_output is not OutputStreamer.stream_output:
             return 0
         columns = self._steady.kept(reqs)
         if columns is None:
-            return 0
+            if getattr(self.sender, "takes_decode_runs", False) is not True:
+                return 0
+            columns = self._steady.start_run(reqs, self.stream_interval, self.force_stream_interval)
+            return 0 if columns is None else limit
         if columns.kind == NOT_STREAMING:
             return columns.quiet_steps(limit)
         return limit if getattr(self.sender, "takes_decode_runs", False) is True else 0

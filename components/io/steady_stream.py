@@ -183,6 +183,28 @@ class SteadyStream:
         columns = self._columns
         return columns if columns is not None and reqs == columns.members else None
 
+    def start_run(
+        self, reqs: list[Req], default_interval: int, force_interval: int
+    ) -> SteadyColumns | None:
+        """Columns for ``reqs`` (not the kept batch) before a run of decode steps, when each
+        of its requests streams every token, is unfinished and has sent every token it has:
+        then each step sends one new token of each, what the columns stream. None (what was
+        kept written out and dropped, as the next ``columns`` call would) otherwise."""
+        kept = self._columns
+        if kept is not None:
+            if reqs == kept.members:
+                return kept
+            kept.settle()
+            self._columns = None
+        if _kind(reqs, default_interval) != EVERY_TOKEN:
+            return None
+        for req in reqs:
+            if req.finished_reason is not None or req.send_token_offset != len(req.output_ids):
+                return None
+        self._columns = SteadyColumns(reqs, EVERY_TOKEN, force_interval)
+        self._seen = None
+        return self._columns
+
     def keep_without(self, columns: SteadyColumns, gone: list[Req], force_interval: int) -> None:
         """Keep ``columns`` less the requests ``gone`` (finished at this step)."""
         self._columns = columns.without(gone, force_interval)

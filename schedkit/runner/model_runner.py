@@ -57,7 +57,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable
 from itertools import accumulate, repeat
-from operator import add, and_, attrgetter, is_, mul, sub
+from operator import add, and_, attrgetter, is_, mul
 from typing import Any, Literal
 
 import attrs
@@ -136,8 +136,8 @@ class SimulatedModelRunner:
     _time: float = attrs.field(init=False, default=0.0)
     _start: float = attrs.field(init=False, default=0.0)
     # rid -> _offset(seed, rid), a plain dict (its lookups are the fastest) filled on first use.
-    _offsets: dict[str, int] = attrs.field(init=False, factory=dict)
-    _table: list[int] = attrs.field(init=False, factory=list)
+    _offsets: dict[str, int] = attrs.field(init=False, factory=dict, repr=False)
+    _table: list[int] = attrs.field(init=False, factory=list, repr=False)
     # The last decode batch's output lists and table starts (see ``_starts``).
     _batch_outputs: list[list[int]] = attrs.field(init=False, factory=list, repr=False)
     _batch_starts: list[int] = attrs.field(init=False, factory=list, repr=False)
@@ -374,7 +374,7 @@ def _step_ends(
             costs = repeat(base, chunk)
         ends = list(accumulate(costs, initial=clock))
         # Step i (from 1) runs if the clock before it, ends[i - 1], is before ``until``.
-        runs = min(bisect_left(list(map(sub, ends, repeat(origin))), until), chunk)
+        runs = min(bisect_left(ends, until, key=lambda end: end - origin), chunk)
         times += ends[1 : runs + 1]
         if runs < chunk:
             break

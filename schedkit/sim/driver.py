@@ -153,8 +153,9 @@ class Stepper:
         (``Scheduler.run_decode_steps``), sampled into ``tally.timeline`` as ``step`` does:
         each step's end (seconds from the start) and the steps that took new KV pages with
         the slots each took. None, with nothing run, when the scheduler, its model runner or
-        its metrics reporter cannot (``step`` runs the next step)."""
-        if self._counter is None:
+        its metrics reporter cannot, or when requests finished outside a step (refused when
+        submitted): ``step`` runs the next step and hands them back at its end."""
+        if self._counter is None or self._finished:
             return None
         scheduler = self.scheduler
         run = scheduler.run_decode_steps(max_steps, until, self.start, self._counter)

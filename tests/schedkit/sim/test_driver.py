@@ -17,7 +17,7 @@ import pytest
 
 import schedkit
 from schedkit.core.schedule_batch import Req, SamplingParams
-from schedkit.sim.driver import drive
+from schedkit.sim.driver import Stepper, drive
 from schedkit.workloads.samples import Tally, percentiles
 from schedkit.workloads.workload import Arrival, GeneratedWorkload
 
@@ -65,6 +65,26 @@ def test_a_rid_already_in_flight_is_refused(assembly):
     workload = GeneratedWorkload(lambda: iter([Arrival(0.0, req(1)), Arrival(0.0, req(1))]))
     with pytest.raises(ValueError, match="rid 'r1' is already in flight"):
         drive(assembly, workload)
+
+
+def test_a_decode_run_leaves_a_request_refused_at_submission_to_the_next_step():
+    counted = {"components": {"output_sender": {"args": {"encode": False}}}}  # runs stream
+    assembly = schedkit.build(schedkit.load_wiring(ROOT / "wiring.yaml", QUIET, counted))
+    stepper = Stepper(assembly)
+    streaming = SamplingParams(max_new_tokens=128, stream=True)
+    stepper.submit(0.0, Req(rid="r", origin_input_ids=[3] * 64, sampling_params=streaming))
+    for _ in range(3):  # prefilled, then decoding
+        stepper.step()
+    assert stepper.run_decode(until=100.0, max_steps=4) is not None
+    too_long = Req(rid="long", origin_input_ids=[7] * 70000)  # past the pool: refused
+    stepper.submit(stepper.elapsed(), too_long)
+    assert stepper.run_decode(until=100.0) is None
+    start = stepper.elapsed()
+    ran, finished = stepper.step()  # hands it back at its end, as step by step does
+    assert ran and [r.rid for r in finished] == ["long"] and stepper.elapsed() > start
+    assert stepper.run_decode(until=100.0, max_steps=4) is not None
+    stepper.close()
+    assembly.shutdown()
 
 
 def test_finished_requests_are_let_go(assembly):
