@@ -56,11 +56,19 @@ _SHARED, _MADE_SHARED = parallel.shared_directory()
 os.environ.pop("PYTEST_ADDOPTS", None)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """xdist sends out files with the most tests first unless told otherwise: keep the order
+    pytest_collection_modifyitems gives instead."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """On xdist workers, the files whose tests may run beside others first (in file order
-    otherwise), so that both workers run those together (tests/parallel.py)."""
+    """On xdist workers, the tests that may run beside others first, so that both workers run
+    those together (tests/parallel.py)."""
     if parallel.on_a_worker():
-        items.sort(key=lambda item: parallel.file_first(item.nodeid))
+        order = parallel.run_order([item.nodeid for item in items])
+        items[:] = [items[index] for index in order]
 
 
 @pytest.hookimpl(wrapper=True)

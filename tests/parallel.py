@@ -8,7 +8,8 @@ printed format is checked, not their figures). Every other test (latency bounds,
 heartbeats, live fleets, servers) holds the suite's lock alone: the other worker waits
 before its next test, so such a test sees the machine as a serial run would. A file not
 listed is a file whose tests run alone, which is the safe default for a new one. Under
-xdist, the listed files are scheduled first, so that both workers run them together.
+xdist, the listed files are scheduled first, so that both workers run them together (in this
+order, not xdist's default of the files with the most tests first).
 
 The lock is two ``flock`` files in a directory that the first process creates and every
 worker inherits (``SCHEDKIT_TEST_SHARED``): a test alone takes the turnstile, then the lock,
@@ -38,9 +39,13 @@ BESIDE_OTHERS = (
     "tests/benchmarks/test_bench_summary_memory.py",
     "tests/benchmarks/test_nano_vllm_reference.py",
     "tests/benchmarks/test_policy_seeds.py",
+    "tests/components/cache/test_allocator.py",
+    "tests/components/cache/test_cache_events_stateful.py",
     "tests/components/cache/test_cache_keys.py",
     "tests/components/cache/test_hiradix_cache.py",
     "tests/components/cache/test_introspection.py",
+    "tests/components/cache/test_radix_cache.py",
+    "tests/components/cache/test_slot_pages.py",
     "tests/components/cache/test_swa_fine_points.py",
     "tests/components/cache/test_swa_radix_cache.py",
     "tests/components/io/test_admin_controls.py",
@@ -48,8 +53,11 @@ BESIDE_OTHERS = (
     "tests/components/io/test_edge_messages.py",
     "tests/components/io/test_fair_release.py",
     "tests/components/io/test_io_struct.py",
+    "tests/components/io/test_output_streamer.py",
+    "tests/components/metrics/test_collector.py",
     "tests/components/metrics/test_observe_many.py",
     "tests/components/metrics/test_parity.py",
+    "tests/components/metrics/test_reporter.py",
     "tests/components/scheduler/test_batch_result_processor.py",
     "tests/components/scheduler/test_batching.py",
     "tests/components/scheduler/test_cache_agnostic_policies.py",
@@ -58,26 +66,36 @@ BESIDE_OTHERS = (
     "tests/components/scheduler/test_decode_pages.py",
     "tests/components/scheduler/test_decode_tokens.py",
     "tests/components/scheduler/test_load_inquirer.py",
+    "tests/components/scheduler/test_prefill_step_bound.py",
+    "tests/components/scheduler/test_schedule_policy.py",
+    "tests/components/scheduler/test_waiting_queue.py",
     "tests/components/test_registry.py",
     "tests/docs/test_architecture.py",
     "tests/docs/test_blocks.py",
     "tests/examples/test_custom_policy.py",
     "tests/examples/test_isolated_component.py",
     "tests/examples/test_swap_for_mock.py",
+    "tests/schedkit/assembly/test_argument_checks.py",
     "tests/schedkit/assembly/test_container.py",
+    "tests/schedkit/assembly/test_overlays.py",
     "tests/schedkit/assembly/test_signatures.py",
     "tests/schedkit/assembly/test_validate.py",
     "tests/schedkit/assembly/test_wiring.py",
+    "tests/schedkit/assembly/test_wiring_safety.py",
     "tests/schedkit/cli/test_args.py",
     "tests/schedkit/cli/test_calibrate_cli.py",
     "tests/schedkit/cli/test_files.py",
+    "tests/schedkit/cli/test_fleet_args.py",
     "tests/schedkit/cli/test_help.py",
+    "tests/schedkit/cli/test_http_step_bound.py",
     "tests/schedkit/cli/test_presets_cli.py",
     "tests/schedkit/cli/test_run_traces.py",
     "tests/schedkit/cli/test_workload_args.py",
+    "tests/schedkit/core/test_component.py",
     "tests/schedkit/core/test_parallel_state.py",
     "tests/schedkit/core/test_protocols.py",
     "tests/schedkit/core/test_schedule_batch.py",
+    "tests/schedkit/fleet/test_admission.py",
     "tests/schedkit/fleet/test_control_replies.py",
     "tests/schedkit/fleet/test_events.py",
     "tests/schedkit/fleet/test_offline.py",
@@ -90,19 +108,29 @@ BESIDE_OTHERS = (
     "tests/schedkit/http/test_hostile_http.py::test_a_client_that_never_reads_its_stream_",
     "tests/schedkit/http/test_launcher.py",
     "tests/schedkit/http/test_tokenizer.py",
+    "tests/schedkit/kv_events/test_conformance.py",
     "tests/schedkit/kv_events/test_hashing.py",
     "tests/schedkit/kv_events/test_index.py",
+    "tests/schedkit/kv_events/test_index_decode.py",
+    "tests/schedkit/kv_events/test_null_publisher.py",
+    "tests/schedkit/kv_events/test_page_chain.py",
     "tests/schedkit/kv_events/test_published_hashes.py",
+    "tests/schedkit/kv_events/test_structs.py",
     "tests/schedkit/kv_events/test_wire_shape.py",
     "tests/schedkit/router/test_approx_tree.py",
     # the offline runs; the live one (test_live_...) runs alone
     "tests/schedkit/router/test_directions.py::test_cache_aware_",
     "tests/schedkit/router/test_directions.py::test_no_policy_",
+    "tests/schedkit/router/test_pending.py",
+    "tests/schedkit/router/test_policies.py",
     "tests/schedkit/runner/test_calibrate.py",
     "tests/schedkit/runner/test_calibration_csv.py",
     "tests/schedkit/runner/test_presets.py",
     "tests/schedkit/runner/test_time_scale.py",
     "tests/schedkit/sim/test_plot.py",
+    "tests/schedkit/sim/test_run_summary.py",
+    "tests/schedkit/testing/test_doubles.py",
+    "tests/schedkit/testing/test_fakes.py",
     "tests/schedkit/testing/test_isolation.py",
     "tests/schedkit/workloads/test_arrivals.py",
     "tests/schedkit/workloads/test_hostile_traces.py",
@@ -116,8 +144,11 @@ BESIDE_OTHERS = (
     "tests/schedkit/workloads/test_workload.py",
     "tests/test_first_hour.py",
     "tests/test_hicache_end_to_end.py",
+    "tests/test_layering.py",
     "tests/test_packaging.py",
+    "tests/test_parallel.py",
     "tests/test_policies_end_to_end.py",
+    "tests/test_repository.py",
     "tests/test_swa_end_to_end.py",
 )
 
@@ -128,9 +159,30 @@ def beside_others(nodeid: str) -> bool:
 
 
 def file_first(nodeid: str) -> int:
-    """Sort key: 0 for a file with a test that runs beside others, else 1."""
+    """Sort key of a test's file: 0 if every test of the file runs beside others, 1 if some
+    do, else 2."""
     file = nodeid.split("::", 1)[0]
-    return 0 if any(entry.split("::", 1)[0] == file for entry in BESIDE_OTHERS) else 1
+    if file in BESIDE_OTHERS:
+        return 0
+    return 1 if any(entry.split("::", 1)[0] == file for entry in BESIDE_OTHERS) else 2
+
+
+def run_order(nodeids: list[str]) -> list[int]:
+    """The order to run ``nodeids`` in on xdist workers, as indices into it: files whose tests
+    all run beside others, then files where some do, then the rest, each in its collection
+    order; within a file, its tests that run beside others first. A test that runs alone
+    while the other worker is in a test beside others waits for it with its own worker idle:
+    so that this happens at most once, those come last."""
+    position: dict[str, int] = {}
+    for nodeid in nodeids:
+        position.setdefault(nodeid.split("::", 1)[0], len(position))
+
+    def key(index: int) -> tuple[int, int, bool]:
+        nodeid = nodeids[index]
+        file = nodeid.split("::", 1)[0]
+        return file_first(nodeid), position[file], not beside_others(nodeid)
+
+    return sorted(range(len(nodeids)), key=key)
 
 
 def on_a_worker() -> bool:
