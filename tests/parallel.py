@@ -82,9 +82,20 @@ BESIDE_OTHERS = (
     "tests/schedkit/assembly/test_validate.py",
     "tests/schedkit/assembly/test_wiring.py",
     "tests/schedkit/assembly/test_wiring_safety.py",
+    # all but the alias expansion's, which is timed
+    "tests/schedkit/assembly/test_yaml_values.py::test_deep_nesting_",
+    "tests/schedkit/assembly/test_yaml_values.py::test_non_utf8_",
     "tests/schedkit/cli/test_args.py",
     "tests/schedkit/cli/test_calibrate_cli.py",
     "tests/schedkit/cli/test_files.py",
+    # the offline runs; the live one (test_live_json_summary) runs alone
+    "tests/schedkit/cli/test_fleet.py::test_a_speedup_sweep_",
+    "tests/schedkit/cli/test_fleet.py::test_bad_workload_file_",
+    "tests/schedkit/cli/test_fleet.py::test_closed_loop_admission_",
+    "tests/schedkit/cli/test_fleet.py::test_failed_requests_exit_",
+    "tests/schedkit/cli/test_fleet.py::test_kv_settings_reach_",
+    "tests/schedkit/cli/test_fleet.py::test_offline_",
+    "tests/schedkit/cli/test_fleet.py::test_router_names_and_settings_",
     "tests/schedkit/cli/test_fleet_args.py",
     "tests/schedkit/cli/test_help.py",
     "tests/schedkit/cli/test_http_step_bound.py",
@@ -123,12 +134,15 @@ BESIDE_OTHERS = (
     "tests/schedkit/router/test_directions.py::test_no_policy_",
     "tests/schedkit/router/test_pending.py",
     "tests/schedkit/router/test_policies.py",
+    # the offline fleet only
+    "tests/schedkit/router/test_router.py::test_an_offline_fleet_",
     "tests/schedkit/runner/test_calibrate.py",
     "tests/schedkit/runner/test_calibration_csv.py",
     "tests/schedkit/runner/test_presets.py",
     "tests/schedkit/runner/test_time_scale.py",
     "tests/schedkit/sim/test_plot.py",
     "tests/schedkit/sim/test_run_summary.py",
+    "tests/schedkit/test_routing_ids.py",
     "tests/schedkit/testing/test_doubles.py",
     "tests/schedkit/testing/test_fakes.py",
     "tests/schedkit/testing/test_isolation.py",
@@ -149,6 +163,8 @@ BESIDE_OTHERS = (
     "tests/test_parallel.py",
     "tests/test_policies_end_to_end.py",
     "tests/test_repository.py",
+    # a refusal before the run; the runs and the servers run alone
+    "tests/test_scheduler_end_to_end.py::test_schedkit_run_reports_bad_workload_lines",
     "tests/test_swa_end_to_end.py",
 )
 

@@ -1,5 +1,7 @@
 """The order tests/parallel.py gives the suite's tests on xdist workers."""
 
+from pathlib import Path
+
 from tests import parallel
 
 BESIDE = "tests/schedkit/core/test_schedule_batch.py"  # every test beside others
@@ -28,3 +30,11 @@ def test_files_all_beside_others_then_mixed_then_alone_each_beside_others_first(
         f"{ALONE}::test_c",
     ]
     assert [parallel.file_first(nodeids[i]) for i in (3, 1, 0)] == [0, 1, 2]
+
+
+def test_every_entry_names_a_test_file_and_a_test_in_it():
+    root = Path(__file__).resolve().parents[1]
+    for entry in parallel.BESIDE_OTHERS:
+        file, _, name = entry.partition("::")
+        assert (root / file).is_file(), entry
+        assert not name or f"def {name}" in (root / file).read_text(), entry
