@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests import parallel
-from tests.wheel import WheelBuild, build_wheel, install_wheel
+from tests.wheel import WheelBuild, build_wheel, install_wheel, published
 
 _EARLY_WHEEL = pytest.StashKey[WheelBuild]()
+_SHARED_WHEEL: list[WheelBuild] = []  # on an xdist worker, the build it started if it did
 
 
 def _compile_once() -> str | None:
@@ -83,14 +84,30 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start building the wheel as soon as the tests that need it are known: the build (pip
     in a process of its own) runs beside the tests that come before them."""
-    if session.config.option.collectonly or parallel.on_a_worker():
-        return  # on xdist workers the first to need it builds it (see the wheel fixture)
+    if session.config.option.collectonly:
+        return
     if any("wheel" in getattr(item, "fixturenames", ()) for item in session.items):
+        if parallel.on_a_worker():
+            _start_shared_wheel()
+            return
         where = Path(tempfile.mkdtemp(prefix="schedkit-wheel-"))
         session.config.stash[_EARLY_WHEEL] = WheelBuild(where)
 
 
+def _start_shared_wheel() -> None:
+    """On xdist workers: start the one build of the wheel that both share, unless the other
+    worker has; it appears as ``wheel`` in the shared directory (tests/wheel.py)."""
+    with parallel.one_at_a_time(_SHARED / "wheel.lock"):
+        started = _SHARED / "wheel.started"
+        if not started.exists():
+            started.touch()
+            where = Path(tempfile.mkdtemp(dir=_SHARED))
+            _SHARED_WHEEL.append(WheelBuild(where, publish=_SHARED / "wheel"))
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    for shared in _SHARED_WHEEL:
+        shared.join()  # not stopped: the other worker's tests may still wait for it
     build = session.config.stash.get(_EARLY_WHEEL, None)
     if build is not None:
         build.cancel()
@@ -110,13 +127,8 @@ def wheel(request, tmp_path_factory):
         return build.wait()
     if not parallel.on_a_worker():
         return build_wheel(tmp_path_factory.mktemp("wheel"))
-    where = _SHARED / "wheel"  # one build for both workers
-    with parallel.one_at_a_time(_SHARED / "wheel.lock"):
-        if not where.is_dir():
-            built = build_wheel(Path(tempfile.mkdtemp(dir=_SHARED)))
-            built.parent.rename(where)
-    (built,) = where.glob("schedkit-*.whl")
-    return built
+    _start_shared_wheel()  # one build for both workers, most often started at collection
+    return published(_SHARED / "wheel")
 
 
 @pytest.fixture(scope="session")
