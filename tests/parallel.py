@@ -125,6 +125,7 @@ BESIDE_OTHERS = (
     "tests/schedkit/kv_events/test_index.py",
     "tests/schedkit/kv_events/test_index_decode.py",
     "tests/schedkit/kv_events/test_null_publisher.py",
+    "tests/schedkit/kv_events/test_packed_ids.py",
     "tests/schedkit/kv_events/test_page_chain.py",
     "tests/schedkit/kv_events/test_published_hashes.py",
     "tests/schedkit/kv_events/test_wire_profiles.py",
