@@ -16,8 +16,10 @@ answers go out in the order of its requests.
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
+import time
 from collections import deque
 
 import structlog
@@ -32,6 +34,30 @@ EPOCH_REQUEST = b"epoch"
 MAX_PER_CLIENT = 2  # replays one client may have pending; more are refused
 _REPLAY_SLICE = 256  # frames sent to one client before serving the next
 _END = object()  # marks a queued end marker: [_END, payload, how many]
+
+
+def _wait_until_released(endpoint: str, deadline: float) -> bool:
+    """Wait until nothing listens on ``endpoint``'s TCP port (True), or until ``deadline``
+    (``time.monotonic()``) passes (False). libzmq closes a socket in its I/O thread after
+    ``close()`` returns; the replay ROUTER's context is never terminated, so nothing else
+    waits for that. Other transports are not waited on."""
+    if not endpoint.startswith("tcp://"):
+        return True
+    host, _, port = endpoint[len("tcp://") :].rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    while True:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as libzmq binds
+            try:
+                probe.bind((host, int(port)))
+                return True
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    return True  # not a port held by a listener: nothing to wait for
+                if time.monotonic() >= deadline:
+                    return False
+        time.sleep(0.002)
 
 
 def replay_send_hwm(buffer_steps: int) -> int:
@@ -149,7 +175,10 @@ class ReplayServer:
         self._thread.start()
 
     def stop(self, timeout: float) -> bool:
-        """Stop serving and close the socket; False if the thread did not end in time."""
+        """Stop serving, close the socket and wait until its TCP port is free again (so a
+        publisher restarted on the same endpoint can bind); False if either took longer
+        than ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
         if self._thread is None:
             self._router.close(linger=0)
         else:
@@ -159,7 +188,7 @@ class ReplayServer:
                 return False
         self._stop_r.close()
         self._stop_w.close()
-        return True
+        return _wait_until_released(self.endpoint, deadline)
 
     def _loop(self) -> None:
         router = self._router
