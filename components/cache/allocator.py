@@ -34,11 +34,12 @@ class TokenToKVPoolAllocator:
     SGLang). Freeing a slot whose page is not allocated, a slot outside the pool, or the same
     slot twice in one call raises ``ValueError`` and leaves the allocator unchanged.
 
-    Allocated pages are kept in a set updated with bulk set operations, and whole-page slot
-    lists are built and recognised in one call (``slot_pages``: native when built, else a list
-    comparison), so ``alloc`` and ``free`` run no Python code per slot (other slot lists, such
-    as a trailing partial page, take a per-slot path). The checks
-    that say what was wrong with a rejected ``free`` run only when it is rejected.
+    Allocated pages are kept in a set updated with bulk set operations (``free`` removes its
+    pages in one pass and tells a page not allocated or listed twice by the count removed),
+    and whole-page slot lists are built and recognised in one call (``slot_pages``: native
+    when built, else a list comparison), so ``alloc`` and ``free`` run no Python code per slot
+    (other slot lists, such as a trailing partial page, take a per-slot path). The checks that
+    say what was wrong with a rejected ``free`` run only when it is rejected.
     """
 
     size: int = attrs.field(validator=at_least(0))
@@ -102,13 +103,16 @@ class TokenToKVPoolAllocator:
             if pages is None:
                 raise ValueError(self._free_error(indices))
         held = self._held_pages
-        if held.issuperset(pages):
-            before = len(held)
+        before = len(held)
+        try:
             held.difference_update(pages)
-            if before - len(held) == len(pages):
-                self._free_pages.extend(pages)
-                return
-            held.update(pages)  # a page was listed twice: undo
+        except BaseException:
+            self._restore_held()  # an unhashable item: undo what went before it
+            raise
+        if before - len(held) == len(pages):
+            self._free_pages.extend(pages)
+            return
+        self._restore_held()  # a page not allocated or listed twice: undo
         raise ValueError(self._free_error(indices))
 
     def available_size(self) -> int:
@@ -121,6 +125,12 @@ class TokenToKVPoolAllocator:
         # Pages are taken from the end of the list: keep it descending so slot 0 goes first.
         self._free_pages = list(range(num_pages - 1, -1, -1))
         self._held_pages = set()
+
+    def _restore_held(self) -> None:
+        """Rebuild the held pages after a rejected ``free``: every page is either on the free
+        list or held."""
+        free = set(self._free_pages)
+        self._held_pages = {p for p in range(self.size // self.page_size) if p not in free}
 
     def _pages_of(self, indices: Sequence[int]) -> list[int] | None:
         """The distinct pages of ``indices`` in first-seen order; None if a slot is repeated.

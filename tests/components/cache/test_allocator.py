@@ -176,9 +176,10 @@ def test_rejected_paged_frees_change_nothing(bad, message):
     pool = TokenToKVPoolAllocator(size=32, page_size=4)
     slots = pool.alloc(28)
     pages = [slots[i : i + 4] for i in range(0, 28, 4)] + [list(range(28, 32))]
+    state = (list(pool._free_pages), set(pool._held_pages))
     with pytest.raises(ValueError, match=message):
         pool.free(bad(pages))
-    assert pool.available_size() == 4
+    assert (pool._free_pages, pool._held_pages) == state
     pool.free(slots)
     assert pool.available_size() == 32
 
@@ -218,3 +219,14 @@ def test_alloc_and_free_agree_with_a_model_of_held_pages(page_size, data):
                 with pytest.raises(ValueError):
                     pool.free(slots)
         assert pool.available_size() == (16 - len(held)) * page_size
+        assert pool._held_pages == held and not held & set(pool._free_pages)
+
+
+def test_a_free_stopped_by_an_unhashable_slot_changes_nothing():
+    pool = TokenToKVPoolAllocator(size=4)
+    slots = pool.alloc(3)
+    with pytest.raises(TypeError):
+        pool.free([slots[0], slots[1], [slots[2]]])
+    assert pool._held_pages == set(slots) and pool.available_size() == 1
+    pool.free(slots)
+    assert pool.available_size() == 4
