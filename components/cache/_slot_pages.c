@@ -54,14 +54,15 @@ changed:
     return NULL;
 }
 
-/* whole_pages(indices, table, page_size) -> the pages of ``indices`` in order if it lists
- * whole pages slot by slot; False if it does not; None if an item that decides it is not an
- * exact int (the caller decides those its own way). */
+/* whole_pages(indices, table, page_size[, ids]) -> the pages of ``indices`` in order if it
+ * lists whole pages slot by slot; False if it does not; None if an item that decides it is not
+ * an exact int (the caller decides those its own way). With ``ids`` (``ids[p] == p``), page
+ * ``p`` is given as the object ``ids[p]`` instead of a new int. */
 static PyObject *whole_pages(PyObject *self, PyObject *args) {
-    PyObject *indices, *table;
+    PyObject *indices, *table, *ids = NULL;
     Py_ssize_t page_size;
-    if (!PyArg_ParseTuple(args, "O!O!n", &PyList_Type, &indices, &PyList_Type, &table,
-                          &page_size))
+    if (!PyArg_ParseTuple(args, "O!O!n|O!", &PyList_Type, &indices, &PyList_Type, &table,
+                          &page_size, &PyList_Type, &ids))
         return NULL;
     if (page_size < 1) {
         PyErr_SetString(PyExc_ValueError, "page_size must be at least 1");
@@ -93,7 +94,13 @@ static PyObject *whole_pages(PyObject *self, PyObject *args) {
             long long value = PyLong_AsLongLongAndOverflow(slots[r], &overflow);
             if (overflow || value != first + r) goto no;
         }
-        PyObject *page = PyLong_FromSsize_t(p);
+        PyObject *page;
+        if (ids != NULL && p < PyList_GET_SIZE(ids)) {
+            page = PyList_GET_ITEM(ids, p);
+            Py_INCREF(page);
+        } else {
+            page = PyLong_FromSsize_t(p);
+        }
         if (page == NULL) {
             Py_DECREF(pages);
             return NULL;
@@ -110,7 +117,8 @@ static PyMethodDef methods[] = {
     {"slots_of", slots_of, METH_VARARGS,
      "slots_of(table, pages) -> the slots of the pages in order, as one list"},
     {"whole_pages", whole_pages, METH_VARARGS,
-     "whole_pages(indices, table, page_size) -> the pages if indices lists whole pages, "
+     "whole_pages(indices, table, page_size[, ids]) -> the pages if indices lists whole "
+     "pages, "
      "False if not, None if an item is not an exact int"},
     {NULL, NULL, 0, NULL},
 };

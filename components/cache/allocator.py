@@ -49,6 +49,9 @@ class TokenToKVPoolAllocator:
     # The slots of each page as one tuple per page (page_size > 1): building slot lists from
     # these copies references instead of creating a new int object per slot.
     _page_slots: list[tuple[int, ...]] = attrs.field(init=False, repr=False, factory=list)
+    # Page p as one int object (page_size > 1): the free list, the held set and the pages a
+    # free recognises share these instead of each making its own.
+    _page_ids: list[int] = attrs.field(init=False, repr=False, factory=list)
 
     @classmethod
     def check_arguments(cls, args: Any) -> None:
@@ -67,6 +70,7 @@ class TokenToKVPoolAllocator:
             self._page_slots = [
                 tuple(slots[i : i + self.page_size]) for i in range(0, self.size, self.page_size)
             ]
+            self._page_ids = list(range(self.size // self.page_size))
         self.clear()
 
     def alloc(self, n: int) -> list[int] | None:
@@ -123,7 +127,7 @@ class TokenToKVPoolAllocator:
         """Mark every slot free (slots handed out before become invalid)."""
         num_pages = self.size // self.page_size
         # Pages are taken from the end of the list: keep it descending so slot 0 goes first.
-        self._free_pages = list(range(num_pages - 1, -1, -1))
+        self._free_pages = self._page_ids[::-1] or list(range(num_pages - 1, -1, -1))
         self._held_pages = set()
 
     def _restore_held(self) -> None:
@@ -140,7 +144,7 @@ class TokenToKVPoolAllocator:
         """
         page_size = self.page_size
         if isinstance(indices, list) and not len(indices) % page_size:
-            pages = whole_pages(indices, self._page_slots, page_size)
+            pages = whole_pages(indices, self._page_slots, page_size, self._page_ids)
             if pages is None:  # not plain ints: the Python version decides
                 pages = whole_pages_py(indices, self._page_slots, page_size)
             if pages:

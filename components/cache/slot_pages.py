@@ -6,7 +6,9 @@ A page's slots are one tuple of the allocator's page table (``table[p]`` holds s
 pages' tuples into one list. ``whole_pages(indices, table, page_size)`` says whether a list of
 slots is whole pages listed slot by slot (in any page order): their pages in order if it is,
 False if it is not, and None (native version only) if an item that decides it is not a plain
-int, which ``whole_pages_py`` then decides. ``NATIVE`` says whether the C extension
+int, which ``whole_pages_py`` then decides. Given ``ids`` (``ids[p] == p``, the allocator's
+page numbers), the native version hands out page ``p`` as ``ids[p]`` rather than a new int
+object; the Python version gives equal ints. ``NATIVE`` says whether the C extension
 ``schedkit.components.cache._slot_pages`` (built by ``pip install`` from ``_slot_pages.c``
 when a C compiler is present) is in use; the ``_py`` functions are the pure-Python versions it
 falls back to, with the same results.
@@ -29,7 +31,9 @@ def slots_of_py(table: Table, pages: list[int]) -> list[int]:
     return reduce(iadd, map(table.__getitem__, pages), [])
 
 
-def whole_pages_py(indices: list[int], table: Table, page_size: int) -> list[int] | bool:
+def whole_pages_py(
+    indices: list[int], table: Table, page_size: int, ids: list[int] | None = None
+) -> list[int] | bool:
     """The pages of ``indices`` in order if it lists whole pages slot by slot, else False."""
     if not indices or len(indices) % page_size:
         return False
@@ -44,7 +48,7 @@ def whole_pages_py(indices: list[int], table: Table, page_size: int) -> list[int
 
 
 slots_of: Callable[[Table, list[int]], list[int]]
-whole_pages: Callable[[list[int], Table, int], list[int] | bool | None]
+whole_pages: Callable[..., list[int] | bool | None]
 try:
     from schedkit.components.cache._slot_pages import slots_of, whole_pages
 except ImportError:  # not built (no C compiler at install): the same results, slower

@@ -22,6 +22,7 @@ needs_native = pytest.mark.skipif(native is None, reason="the C extension is not
 
 PAGE_SIZE = 4
 TABLE = TokenToKVPoolAllocator(size=32 * PAGE_SIZE, page_size=PAGE_SIZE)._page_slots
+IDS = list(range(32))
 
 
 def slot_lists():
@@ -58,6 +59,22 @@ def test_native_whole_pages_answers_as_the_python_version(case):
         assert any(type(i) is not int for i in indices)
     else:
         assert native_answer == slot_pages.whole_pages_py(indices, TABLE, PAGE_SIZE)
+    assert native.whole_pages(indices, TABLE, PAGE_SIZE, IDS) == native_answer  # with ids
+
+
+@needs_native
+def test_native_whole_pages_gives_the_page_id_objects():
+    """Pages past the small-int cache come back as the given id objects, not new ints."""
+    pool = TokenToKVPoolAllocator(size=400 * PAGE_SIZE, page_size=PAGE_SIZE)
+    ids = list(range(400))
+    pages = [300, 399, 257, 0]
+    indices = slot_pages.slots_of_py(pool._page_slots, pages)
+    got = native.whole_pages(indices, pool._page_slots, PAGE_SIZE, ids)
+    assert got == pages and all(page is ids[page] for page in got)
+    assert native.whole_pages(indices, pool._page_slots, PAGE_SIZE)[0] is not ids[300]
+    short = ids[:350]  # an ids list too short for page 399: a new int for it
+    got = native.whole_pages(indices, pool._page_slots, PAGE_SIZE, short)
+    assert got == pages and got[0] is ids[300] and got[1] is not ids[399]
 
 
 @needs_native
