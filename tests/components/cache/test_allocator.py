@@ -191,8 +191,11 @@ def test_alloc_and_free_agree_with_a_model_of_held_pages(page_size, data):
     size = 16 * page_size
     pool = TokenToKVPoolAllocator(size=size, page_size=page_size)
     held: set[int] = set()  # the model: pages handed out
+    free_order = list(range(15, -1, -1))  # the model: free pages, the next taken from the end
+    handed_out: list[list[int]] = []
     for _ in range(data.draw(st.integers(1, 25))):
-        if data.draw(st.booleans()):
+        action = data.draw(st.sampled_from(["alloc", "free", "free whole"]))
+        if action == "alloc":
             n = data.draw(st.integers(0, 6)) * page_size
             slots = pool.alloc(n)
             if n // page_size > 16 - len(held):
@@ -203,9 +206,18 @@ def test_alloc_and_free_agree_with_a_model_of_held_pages(page_size, data):
             for i in range(0, n, page_size):  # whole aligned pages
                 assert slots[i] % page_size == 0
                 assert slots[i : i + page_size] == list(range(slots[i], slots[i] + page_size))
+            taken = free_order[len(free_order) - n // page_size :]
+            assert [s // page_size for s in slots[::page_size]] == taken[::-1]
+            del free_order[len(free_order) - len(taken) :]
             held |= got
+            handed_out.append(slots)
         else:
-            slots = data.draw(st.lists(st.integers(-2, size + 2), max_size=8))
+            if action == "free whole" and handed_out:  # what alloc handed out, pages reordered
+                whole = handed_out.pop(data.draw(st.integers(0, len(handed_out) - 1)))
+                runs = [whole[i : i + page_size] for i in range(0, len(whole), page_size)]
+                slots = [s for run in data.draw(st.permutations(runs)) for s in run]
+            else:
+                slots = data.draw(st.lists(st.integers(-2, size + 2), max_size=8))
             pages = {s // page_size for s in slots}
             valid = (
                 len(set(slots)) == len(slots)
@@ -215,11 +227,12 @@ def test_alloc_and_free_agree_with_a_model_of_held_pages(page_size, data):
             if valid:
                 pool.free(slots)
                 held -= pages
+                free_order += dict.fromkeys(s // page_size for s in slots)
             else:
                 with pytest.raises(ValueError):
                     pool.free(slots)
         assert pool.available_size() == (16 - len(held)) * page_size
-        assert pool._held_pages == held and not held & set(pool._free_pages)
+        assert pool._held_pages == held and pool._free_pages == free_order
 
 
 def test_a_free_stopped_by_an_unhashable_slot_changes_nothing():
