@@ -76,17 +76,7 @@ def decode_for_index(payload: bytes) -> KVEventBatch:
                 if type(e) is _StoredHashes:
                     if memoryview(e.token_ids)[0] not in _ARRAY_HEADS:
                         return decode_any(payload)  # raises, naming what is wrong
-                    e = BlockStored(
-                        e.block_hashes,
-                        e.parent_block_hash,
-                        [],
-                        e.block_size,
-                        e.lora_id,
-                        e.medium,
-                        e.cache_salt,
-                        e.session_id,
-                        e.lora_name,
-                    )
+                    e = _without_tokens(e, e.block_hashes)
                 events.append(e)
             return KVEventBatch(raw.ts, events, raw.attn_dp_rank)
     batch = decode_any(payload)
@@ -94,6 +84,21 @@ def decode_for_index(payload: bytes) -> KVEventBatch:
         if type(event) is BlockStored:
             event.token_ids = []
     return batch
+
+
+def _without_tokens(e: BlockStored | _StoredHashes, hashes: list[int]) -> BlockStored:
+    """``e`` as a ``BlockStored`` with ``hashes`` and no token ids (what the index reads)."""
+    return BlockStored(
+        hashes,
+        e.parent_block_hash,
+        [],
+        e.block_size,
+        e.lora_id,
+        e.medium,
+        e.cache_salt,
+        e.session_id,
+        e.lora_name,
+    )
 
 
 # Bounds on the msgpack encoding: an int takes at most 9 bytes, a str at most 5 + 4 per
@@ -124,17 +129,7 @@ def index_viewer(profile: str) -> Callable[[EventBatch], KVEventBatch]:
         for e in batch.events:
             kind = type(e)
             if kind is BlockStored:
-                e = BlockStored(
-                    list(e.block_hashes),
-                    e.parent_block_hash,
-                    [],
-                    e.block_size,
-                    e.lora_id,
-                    e.medium,
-                    e.cache_salt,
-                    e.session_id,
-                    e.lora_name,
-                )
+                e = _without_tokens(e, list(e.block_hashes))
                 for name in dropped:
                     setattr(e, name, None)
             elif kind is BlockRemoved:
