@@ -7,11 +7,12 @@ from __future__ import annotations
 import ctypes
 import ipaddress
 import os
+import socket
 import threading
 
 import structlog
 
-__all__ = ["check_endpoint", "unpredictable_routing_ids"]
+__all__ = ["check_endpoint", "tcp_address", "unpredictable_routing_ids"]
 
 log = structlog.get_logger(__name__)
 
@@ -48,6 +49,14 @@ def check_endpoint(endpoint: str, *, bind: bool, allow_remote: bool = False) -> 
             "[::1], or set allow_remote: true to listen on other interfaces"
         )
     return endpoint
+
+
+def tcp_address(endpoint: str) -> tuple[socket.AddressFamily, str, str]:
+    """The address family, host (an IPv6 literal without its brackets) and port text of a
+    ``tcp://host:port`` endpoint."""
+    host, _, port = endpoint[len("tcp://") :].rpartition(":")
+    host = host.strip("[]")
+    return (socket.AF_INET6 if ":" in host else socket.AF_INET), host, port
 
 
 def _is_loopback(host: str) -> bool:

@@ -146,6 +146,7 @@ BESIDE_OTHERS = (
     "tests/schedkit/sim/test_plot.py",
     "tests/schedkit/sim/test_run_summary.py",
     "tests/schedkit/test_routing_ids.py",
+    "tests/schedkit/test_endpoints.py",
     "tests/schedkit/testing/test_doubles.py",
     "tests/schedkit/testing/test_fake_interface.py",
     "tests/schedkit/testing/test_fakes.py",

@@ -7,6 +7,8 @@ import os
 import resource
 import socket
 
+from schedkit.endpoints import tcp_address
+
 __all__ = ["descriptor_headroom", "listen"]
 
 
@@ -18,9 +20,7 @@ def listen(endpoint: str, backlog: int) -> tuple[socket.socket, str]:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         address: object = path
     elif endpoint.startswith("tcp://"):
-        host, _, port = endpoint[len("tcp://") :].rpartition(":")
-        host = host.strip("[]")
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        family, host, port = tcp_address(endpoint)
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         # Inherited by accepted connections (Linux): without it Nagle's algorithm holds a

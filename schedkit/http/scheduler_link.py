@@ -17,6 +17,7 @@ import socket
 from collections.abc import Callable
 
 from schedkit.components.io.zmtp import GREETING, ZmtpReader, command, frame_header
+from schedkit.endpoints import tcp_address
 
 __all__ = ["MAX_MESSAGE_BYTES", "SchedulerLink", "connect_endpoint"]
 
@@ -38,10 +39,10 @@ def connect_endpoint(endpoint: str) -> socket.socket:
                 sock.close()
                 raise
         elif endpoint.startswith("tcp://"):
-            host, _, port = endpoint[len("tcp://") :].rpartition(":")
+            _, host, port = tcp_address(endpoint)
             if not host or not port.isdigit():
                 raise ValueError(f"scheduler endpoint {endpoint!r}: expected tcp://HOST:PORT")
-            sock = socket.create_connection((host.strip("[]"), int(port)))
+            sock = socket.create_connection((host, int(port)))
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         else:
             raise ValueError(

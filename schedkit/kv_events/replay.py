@@ -25,6 +25,8 @@ from collections import deque
 import structlog
 import zmq
 
+from schedkit.endpoints import tcp_address
+
 __all__ = ["END_SEQ", "EPOCH_REQUEST", "MAX_PER_CLIENT", "ReplayServer", "replay_send_hwm"]
 
 log = structlog.get_logger(__name__)
@@ -43,9 +45,7 @@ def _wait_until_released(endpoint: str, deadline: float) -> bool:
     waits for that. Other transports are not waited on."""
     if not endpoint.startswith("tcp://"):
         return True
-    host, _, port = endpoint[len("tcp://") :].rpartition(":")
-    host = host.strip("[]")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    family, host, port = tcp_address(endpoint)
     while True:
         with socket.socket(family, socket.SOCK_STREAM) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as libzmq binds
