@@ -24,7 +24,7 @@ from collections.abc import Callable, Hashable, Iterable
 
 import attrs
 
-from schedkit.components.scheduler.batching import PrefillAdder
+from schedkit.components.scheduler.prefill_adder import PrefillAdder
 from schedkit.core.schedule_batch import Req
 
 __all__ = ["ClientShare", "context_tokens"]

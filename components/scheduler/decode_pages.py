@@ -28,7 +28,7 @@ _SECOND = itemgetter(1)
 
 
 class PagedSlots(Protocol):
-    """What ``DecodePages`` needs of the scheduler's KV slots (``batching.KVSlots``)."""
+    """What ``DecodePages`` needs of the scheduler's KV slots (``kv_slots.KVSlots``)."""
 
     allocator: KVAllocator
     page_size: int

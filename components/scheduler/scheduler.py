@@ -17,7 +17,8 @@ aborted ("out of memory").
 
 The request lifecycle (submit, abort, requeue) and control (pause, continue, flush) are in
 ``scheduler_requests``; forming the next batch and retracting in ``scheduler_batches``, on top
-of ``batching``'s admission and decode slots. Both are mixed into ``Scheduler``.
+of ``prefill_adder``'s admission and ``decode_slots``; several decode steps of an unchanging
+batch in one call in ``scheduler_decode_runs``. All three are mixed into ``Scheduler``.
 """
 
 from __future__ import annotations
@@ -31,19 +32,17 @@ from typing import Any
 import attrs
 import structlog
 
-from schedkit.components.scheduler.batching import (
-    KVSlots,
-    NewTokenRatio,
-)
 from schedkit.components.scheduler.client_share import ClientShare
+from schedkit.components.scheduler.kv_slots import KVSlots
+from schedkit.components.scheduler.new_token_ratio import NewTokenRatio
 from schedkit.components.scheduler.prefill_step_bound import PrefillStepBound
 from schedkit.components.scheduler.scheduler_batches import SchedulerBatches
+from schedkit.components.scheduler.scheduler_decode_runs import SchedulerDecodeRuns
 from schedkit.components.scheduler.scheduler_requests import SchedulerRequests
 from schedkit.components.scheduler.waiting_queue import WaitingQueue
 from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.core.protocols import (
     BatchResultProcessor,
-    DecodeStepCounter,
     KVAllocator,
     ModelRunner,
     PrefixCache,
@@ -68,7 +67,7 @@ def _ignore(_req: Req) -> None:
 
 
 @component("scheduler")
-class Scheduler(SchedulerRequests, SchedulerBatches):
+class Scheduler(SchedulerRequests, SchedulerBatches, SchedulerDecodeRuns):
     """Admits, batches, runs and retracts requests; see the module docstring.
 
     ``chunked_prefill_size`` None disables chunking. ``now`` stamps arrival times. The
@@ -224,57 +223,6 @@ class Scheduler(SchedulerRequests, SchedulerBatches):
                 self._submit_guarded(item)
             else:
                 self._handle_control(item)
-
-    def run_decode_steps(
-        self, max_steps: int, until: float, origin: float, counter: DecodeStepCounter
-    ) -> tuple[list[float], list[tuple[int, int]]] | None:
-        """Up to ``max_steps`` loop iterations at once, when each would only run the
-        unchanging decode batch: nothing arrives, no prefill can be formed, no request
-        finishes, the pages they need are free without evicting, each step starts before
-        ``until`` seconds after ``origin`` on the model runner's clock and none is a step
-        ``counter`` (the metrics reporter) reports at but the last. Every figure is what as
-        many ``step`` calls give: tokens, token times, KV slots, the new-token ratio, streamed
-        messages, counters. Returns each step's end time on the runner's clock and the steps
-        (counted from 0) that took new KV pages with the slots each took; None, with nothing
-        run, when the next iteration is not such a step (``step`` runs it). Needs a model
-        runner with ``forward_decode_run``, a batch result processor with
-        ``process_decode_run`` and pages of more than one slot."""
-        forward_run, pages = self._forward_decode_run, self._kv.decode_pages
-        if forward_run is None or pages is None:
-            return None
-        received = self.request_receiver.recv_requests()
-        if received:
-            self._take_received(received)  # what step() does first; it runs the rest
-            return None
-        reqs = self.running_batch.reqs
-        if (
-            self.paused
-            or not reqs
-            or self.chunked_req is not None
-            or (
-                self.waiting_queue
-                and not self._prefill_blocked
-                # a client share may retract running requests for a waiting one
-                and (len(reqs) < self.max_running_requests or self._client_share is not None)
-            )
-        ):
-            return None
-        processor = self.batch_result_processor
-        limit = min(max_steps, counter.decode_steps_to_report())
-        limit = processor.decode_run_steps(reqs, limit, self.model_runner.now())
-        if limit > 0:
-            limit = pages.steps_in_pool(reqs, limit)
-        if limit <= 0:
-            return None
-        eos = getattr(processor, "eos_token_id", None)
-        times, tokens = forward_run(reqs, limit, until, origin, eos)
-        if not times:
-            return None
-        steps = len(times)
-        taken = pages.take_run(reqs, steps)
-        self._ratio.decay_run(steps)
-        processor.process_decode_run(self.running_batch, tokens, times, counter)
-        return times, taken
 
     def run_until_idle(self, max_steps: int | None = None) -> int:
         """Step until a step runs nothing (idle, or paused) or ``max_steps`` batches ran;

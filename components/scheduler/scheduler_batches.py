@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import structlog
 
-from schedkit.components.scheduler.batching import PrefillAdder, retract_decode, take_decode_slots
+from schedkit.components.scheduler.decode_slots import retract_decode, take_decode_slots
+from schedkit.components.scheduler.prefill_adder import PrefillAdder
 from schedkit.core.schedule_batch import Req, ScheduleBatch
 
 __all__ = ["SchedulerBatches"]

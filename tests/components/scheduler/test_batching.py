@@ -1,17 +1,15 @@
-"""What fits in the next batch, alone on a real allocator and radix cache: KVSlots,
-NewTokenRatio, PrefillAdder (admission), take_decode_slots and retract_decode (a decode step)."""
+"""What fits in the next batch (``batching``), alone on a real allocator and radix cache:
+KVSlots, NewTokenRatio, PrefillAdder (admission), take_decode_slots and retract_decode (a
+decode step)."""
 
 import pytest
 
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.cache.radix_cache import RadixCache
-from schedkit.components.scheduler.batching import (
-    KVSlots,
-    NewTokenRatio,
-    PrefillAdder,
-    retract_decode,
-    take_decode_slots,
-)
+from schedkit.components.scheduler.decode_slots import retract_decode, take_decode_slots
+from schedkit.components.scheduler.kv_slots import KVSlots
+from schedkit.components.scheduler.new_token_ratio import NewTokenRatio
+from schedkit.components.scheduler.prefill_adder import PrefillAdder
 from schedkit.core.schedule_batch import FinishLength, Req, SamplingParams
 
 

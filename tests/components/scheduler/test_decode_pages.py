@@ -6,7 +6,8 @@ import pytest
 
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
 from schedkit.components.cache.radix_cache import RadixCache
-from schedkit.components.scheduler.batching import KVSlots, take_decode_slots
+from schedkit.components.scheduler.decode_slots import take_decode_slots
+from schedkit.components.scheduler.kv_slots import KVSlots
 from schedkit.core.schedule_batch import Req
 
 PAGE = 4
