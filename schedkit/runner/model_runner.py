@@ -1,36 +1,8 @@
 """A simulated model runner: deterministic tokens and a cost model instead of a GPU.
 
-Step time (seconds)::
-
-    prefill = prefill_fixed + prefill_per_token * sum(new_tokens)
-              + attention_coeff * sum(new_tokens * prefix_len + new_tokens * (new_tokens + 1) / 2)
-              + overhead
-    decode  = decode_fixed + decode_per_seq * batch_size + decode_per_kv_token * total_context
-              + overhead
-    overhead = step_overhead + request_overhead * batch_size
-
-The attention term counts causal (query, key) pairs: each new token attends to the request's
-cached prefix and to the new tokens up to itself. ``total_context`` is the sum of the decoding
-requests' lengths. The defaults are the ``llama3-8b`` / ``h100`` preset's coefficients
-(``schedkit.runner.presets``): Llama-3-8B in bf16 on one H100 SXM, fitted to step times built
-from measured kernel times (Vidur's H100 operator profile, FlashAttention-3's published rates);
-``benchmarks/presets_vs_measured.py`` prints the comparison, within 15% from prefills of 1k to
-32k tokens and decode batches of 1 to 256:
-
-- ``prefill_fixed`` 2.36 ms per prefill step, ``prefill_per_token`` 21.3 us (the layers'
-  matmuls at 66% of the BF16 peak), ``attention_coeff`` 8.14e-10 s per causal pair (65% of it);
-- ``decode_fixed`` 6.14 ms (all weights read once at 2.82 TB/s, plus the LM head),
-  ``decode_per_seq`` 14.1 us, ``decode_per_kv_token`` 46.5 ns (one token's 128 KiB of KV read
-  once per step).
-
-``step_overhead`` and ``request_overhead`` are the scheduler's own CPU time around each forward
-pass (batch building, sampling, bookkeeping), per step and per request in the batch; they
-default to 0 here, and the presets (``schedkit.runner.presets``) set them to BLIS's fitted 126 us
-per step and 4.4 us per request. Presets for other models and GPUs scale the fitted
-coefficients by shape and datasheet; ``schedkit calibrate`` fits them to your own measured
-step times.
-
-``zero_cost`` (or all coefficients 0) makes every step free, for measuring the scheduler itself.
+Each step's time comes from the cost model (``step_costs``: fixed, per-token, attention and
+per-request terms whose defaults are Llama-3-8B on one H100). ``zero_cost`` (or all
+coefficients 0) makes every step free, for measuring the scheduler itself.
 ``transfer_seconds`` (the host-tier cache's ``take_transfer_seconds``) adds the time of KV copied
 back from host memory to the prefill step that uses it.
 With ``clock="virtual"`` ``now()`` advances by each step's modelled time and nothing sleeps;
@@ -38,26 +10,21 @@ with ``clock="wall"`` each step sleeps its modelled time and ``now()`` is ``time
 relative to construction. ``wait_until(t)`` lets an idle driver move the clock to the next
 arrival (a jump for the virtual clock, a sleep for the wall clock).
 
-Tokens: a seeded table of ``TOKEN_TABLE_SIZE`` pseudo-random tokens is built at construction;
-request ``rid`` reads it from an offset derived from ``(seed, rid)``, so the token at output
-position ``p`` depends on ``(seed, rid, p)`` only and does not change when a request is retracted
-and recomputed. A fraction ``eos_probability`` of the table's entries (chosen by the seed) is
-``eos_token_id``; no other entry is, so with the default 0 every request runs to
-``max_new_tokens``. Token ids are drawn from ``[0, vocab_size)``; the default 32,000 is a
-Llama-2-sized vocabulary, not Llama-3's 128,256 (the cost defaults above take Llama-3-8B's
-layer shape, which the vocabulary does not affect); ``--model`` presets set the model's own.
+Tokens come from a seeded table (``token_table``): the token at output position ``p`` of
+request ``rid`` depends on ``(seed, rid, p)`` only, so a retracted request recomputes the same
+tokens. A fraction ``eos_probability`` of the table is ``eos_token_id``; with the default 0
+every request runs to ``max_new_tokens``. Token ids are drawn from ``[0, vocab_size)``; the
+default 32,000 is a Llama-2-sized vocabulary, not Llama-3's 128,256 (the cost defaults take
+Llama-3-8B's layer shape, which the vocabulary does not affect); ``--model`` presets set the
+model's own.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import random
 import time
-from bisect import bisect_left
 from collections.abc import Callable
-from itertools import accumulate, repeat
-from operator import add, and_, attrgetter, is_, mul
+from itertools import repeat
+from operator import add, and_, attrgetter, is_
 from typing import Any, Literal
 
 import attrs
@@ -69,51 +36,18 @@ from schedkit.core.schedule_batch import (
     Req,
     ScheduleBatch,
 )
+from schedkit.runner.step_costs import TIME_TERMS, StepCosts, decode_context, decode_step_ends
+from schedkit.runner.token_table import TABLE_MASK, TOKEN_TABLE_SIZE, request_offset, token_table
 
 __all__ = ["TIME_TERMS", "TOKEN_TABLE_SIZE", "SimulatedModelRunner"]
 
-# The cost model's arguments that are seconds (or seconds per unit).
-TIME_TERMS = (
-    "prefill_fixed",
-    "prefill_per_token",
-    "attention_coeff",
-    "decode_fixed",
-    "decode_per_seq",
-    "decode_per_kv_token",
-    "step_overhead",
-    "request_overhead",
-)
-
-TOKEN_TABLE_SIZE = 1 << 16
-_TABLE_MASK = TOKEN_TABLE_SIZE - 1
+# How many requests' table offsets are kept before the cache starts afresh.
 _MAX_CACHED_RIDS = 1 << 16
 _OUTPUT_IDS = attrgetter("output_ids")
-_PROMPT = attrgetter("origin_input_ids")
-
-
-def _offset(seed: int, rid: str) -> int:
-    """Where request ``rid`` starts reading the token table."""
-    digest = hashlib.blake2b(f"{seed}:{rid}".encode(), digest_size=4).digest()
-    return int.from_bytes(digest, "little")
-
-
-@functools.lru_cache(maxsize=16)
-def _token_table(
-    seed: int, vocab_size: int, eos_token_id: int | None, eos_probability: float
-) -> list[int]:
-    """The token table of runners built with these arguments (shared: nothing writes it)."""
-    rng = random.Random(seed)
-    table = rng.choices(range(vocab_size), k=TOKEN_TABLE_SIZE)
-    if eos_token_id is not None:
-        table = [(t + 1) % vocab_size if t == eos_token_id else t for t in table]
-        num_eos = round(eos_probability * TOKEN_TABLE_SIZE)
-        for i in rng.sample(range(TOKEN_TABLE_SIZE), num_eos):
-            table[i] = eos_token_id
-    return table
 
 
 @component("simulated_model_runner")
-class SimulatedModelRunner:
+class SimulatedModelRunner(StepCosts):
     """Runs a batch by computing the modelled step time and deterministic next tokens."""
 
     seed: int = 0
@@ -135,7 +69,8 @@ class SimulatedModelRunner:
 
     _time: float = attrs.field(init=False, default=0.0)
     _start: float = attrs.field(init=False, default=0.0)
-    # rid -> _offset(seed, rid), a plain dict (its lookups are the fastest) filled on first use.
+    # rid -> request_offset(seed, rid), a plain dict (its lookups are the fastest), filled on
+    # first use.
     _offsets: dict[str, int] = attrs.field(init=False, factory=dict, repr=False)
     _table: list[int] = attrs.field(init=False, factory=list, repr=False)
     # The last decode batch's output lists and table starts (see ``_starts``).
@@ -169,7 +104,7 @@ class SimulatedModelRunner:
 
     def __attrs_post_init__(self) -> None:
         self.check_arguments(self)
-        self._table = _token_table(
+        self._table = token_table(
             self.seed, self.vocab_size, self.eos_token_id, self.eos_probability
         )
         self._start = time.monotonic()
@@ -200,7 +135,7 @@ class SimulatedModelRunner:
             lengths = list(map(len, outputs))
             # table[start + length & mask] for each request, in C.
             starts = self._starts(reqs, outputs)
-            positions = map(and_, map(add, starts, lengths), repeat(_TABLE_MASK))
+            positions = map(and_, map(add, starts, lengths), repeat(TABLE_MASK))
             tokens = list(map(table.__getitem__, positions))
             cost = 0.0 if self.zero_cost else self.decode_cost(reqs, sum(lengths))
         elif batch.forward_mode == ForwardMode.EXTEND:
@@ -243,20 +178,15 @@ class SimulatedModelRunner:
         if self.zero_cost:
             base, per_kv = 0.0, 0.0
         else:
-            base = (
-                self.decode_fixed
-                + self.step_overhead
-                + (self.decode_per_seq + self.request_overhead) * n
-            )
-            per_kv = self.decode_per_kv_token
-        context = sum(map(len, map(_PROMPT, reqs))) + sum(lengths)
-        times = _step_ends(self._time, base, per_kv, context, n, max_steps, until, origin)
+            base, per_kv = self.decode_base(n), self.decode_per_kv_token
+        context = decode_context(reqs, sum(lengths))
+        times = decode_step_ends(self._time, base, per_kv, context, n, max_steps, until, origin)
         steps = len(times)
         if not steps:
             return [], []
         table, tokens = self._table, []
         for start in map(add, self._starts(reqs, outputs), lengths):
-            start &= _TABLE_MASK
+            start &= TABLE_MASK
             run = table[start : start + steps]
             if len(run) < steps:
                 run += table[: steps - len(run)]
@@ -272,49 +202,6 @@ class SimulatedModelRunner:
         if steps:
             self._time = times[-1]
         return times, tokens
-
-    def prefill_cost(self, batch: ScheduleBatch) -> float:
-        """Modelled time of an extend batch."""
-        new_tokens = sum(batch.extend_lens)
-        pairs = sum(
-            ext * pre + ext * (ext + 1) // 2
-            for pre, ext in zip(batch.prefix_lens, batch.extend_lens, strict=True)
-        )
-        return (
-            self.prefill_fixed
-            + self.prefill_per_token * new_tokens
-            + self.attention_coeff * pairs
-            + self.step_overhead
-            + self.request_overhead * len(batch.reqs)
-        )
-
-    def prefill_seconds(self, tokens: int, prefix: int) -> float:
-        """Modelled time of a prefill step of one request's ``tokens`` fresh tokens after
-        ``prefix`` tokens with KV (0 with ``zero_cost``)."""
-        if self.zero_cost:
-            return 0.0
-        return (
-            self.prefill_fixed
-            + self.prefill_per_token * tokens
-            + self.attention_coeff * (tokens * prefix + tokens * (tokens + 1) // 2)
-            + self.step_overhead
-            + self.request_overhead
-        )
-
-    def decode_cost(self, reqs: list[Req], output_tokens: int | None = None) -> float:
-        """Modelled time of a decode step over ``reqs`` (``output_tokens``: their output
-        lengths' sum, when the caller has it)."""
-        cost = (
-            self.decode_fixed
-            + self.step_overhead
-            + (self.decode_per_seq + self.request_overhead) * len(reqs)
-        )
-        if self.decode_per_kv_token:
-            if output_tokens is None:
-                output_tokens = sum(map(len, map(_OUTPUT_IDS, reqs)))
-            context = sum(map(len, map(_PROMPT, reqs))) + output_tokens
-            cost += self.decode_per_kv_token * context
-        return cost
 
     def _starts(self, reqs: list[Req], outputs: list[list[int]]) -> list[int]:
         """Where each request of a decode batch reads the token table: kept while the batch
@@ -332,7 +219,7 @@ class SimulatedModelRunner:
 
     def token(self, rid: str, position: int) -> int:
         """The token at output ``position`` of request ``rid`` (deterministic for the seed)."""
-        return self._table[self.token_offset(rid) + position & _TABLE_MASK]
+        return self._table[self.token_offset(rid) + position & TABLE_MASK]
 
     def token_offset(self, rid: str) -> int:
         """Where request ``rid`` starts reading the token table."""
@@ -340,43 +227,5 @@ class SimulatedModelRunner:
         if offset is None:
             if len(self._offsets) >= _MAX_CACHED_RIDS:
                 self._offsets.clear()
-            offset = self._offsets[rid] = _offset(self.seed, rid)
+            offset = self._offsets[rid] = request_offset(self.seed, rid)
         return offset
-
-
-def _step_ends(
-    clock: float,
-    base: float,
-    per_kv: float,
-    context: int,
-    n: int,
-    max_steps: int,
-    until: float,
-    origin: float,
-) -> list[float]:
-    """The end times of up to ``max_steps`` decode steps of ``n`` requests from ``clock``,
-    each taken while ``clock - origin < until`` still holds at its start: step
-    ``i`` costs ``base + per_kv * (context + n * i)`` (``base`` alone without ``per_kv``).
-    The same float operations, in the same order, as adding one step at a time, done in
-    chunks sized from the first step's cost."""
-    times: list[float] = []
-    while len(times) < max_steps and clock - origin < until:
-        first = base + per_kv * context if per_kv else base
-        chunk = max_steps - len(times)
-        estimate = (until - (clock - origin)) / first if first > 0 else chunk
-        if estimate < chunk:
-            chunk = min(chunk, max(16, int(estimate) + 2))
-        if per_kv:
-            costs = map(
-                add, repeat(base), map(mul, repeat(per_kv), range(context, context + n * chunk, n))
-            )
-        else:
-            costs = repeat(base, chunk)
-        ends = list(accumulate(costs, initial=clock))
-        # Step i (from 1) runs if the clock before it, ends[i - 1], is before ``until``.
-        runs = min(bisect_left(ends, until, key=lambda end: end - origin), chunk)
-        times += ends[1 : runs + 1]
-        if runs < chunk:
-            break
-        clock, context = ends[-1], context + n * chunk
-    return times

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import math
 
-from schedkit.runner.model_runner import TIME_TERMS
+from schedkit.runner.step_costs import TIME_TERMS
 
 __all__ = ["TIME_TERMS", "faster_model"]
 
