@@ -167,6 +167,10 @@ def test_the_old_paths_of_the_request_and_message_types_still_import():
         ("schedkit.kv_events.structs", "schedkit.kv_events.event_structs"),
         ("schedkit.kv_events.structs", "schedkit.kv_events.wire_profiles"),
         ("schedkit.runner.presets", "schedkit.runner.specs"),
+        ("schedkit.components.scheduler.batching", "schedkit.components.scheduler.kv_slots"),
+        ("schedkit.components.scheduler.batching", "schedkit.components.scheduler.new_token_ratio"),
+        ("schedkit.components.scheduler.batching", "schedkit.components.scheduler.prefill_adder"),
+        ("schedkit.components.scheduler.batching", "schedkit.components.scheduler.decode_slots"),
     ],
 )
 def test_a_split_module_still_names_everything_its_parts_export(old, new):
@@ -174,3 +178,55 @@ def test_a_split_module_still_names_everything_its_parts_export(old, new):
     for name in new_module.__all__:
         assert getattr(old_module, name) is getattr(new_module, name), name
         assert name in old_module.__all__, name
+
+
+@pytest.mark.parametrize(
+    ("old", "name", "new"),
+    [
+        ("schedkit.runner.model_runner", "TIME_TERMS", "schedkit.runner.step_costs"),
+        ("schedkit.runner.model_runner", "TOKEN_TABLE_SIZE", "schedkit.runner.token_table"),
+        ("schedkit.runner.time_scale", "TIME_TERMS", "schedkit.runner.step_costs"),
+        (
+            "schedkit.assembly.container",
+            "ComponentBuildError",
+            "schedkit.assembly.component_resources",
+        ),
+        ("schedkit", "ComponentBuildError", "schedkit.assembly.component_resources"),
+    ],
+)
+def test_a_name_moved_out_of_a_module_is_still_exported_there(old, name, new):
+    old_module = importlib.import_module(old)
+    assert getattr(old_module, name) is getattr(importlib.import_module(new), name)
+    assert name in old_module.__all__
+
+
+@pytest.mark.parametrize(
+    ("component", "part"),
+    [
+        (
+            "schedkit.components.scheduler.scheduler:Scheduler",
+            "schedkit.components.scheduler.scheduler_decode_runs:SchedulerDecodeRuns",
+        ),
+        (
+            "schedkit.components.io.output_streamer:OutputStreamer",
+            "schedkit.components.io.decode_step_stream:DecodeStepStream",
+        ),
+        (
+            "schedkit.runner.model_runner:SimulatedModelRunner",
+            "schedkit.runner.step_costs:StepCosts",
+        ),
+    ],
+)
+def test_a_component_split_into_parts_keeps_their_methods_and_its_slots(component, part):
+    def load(path):
+        module, _, name = path.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    cls, mixin = load(component), load(part)
+    assert mixin in cls.__mro__
+    for name, value in vars(mixin).items():
+        if callable(value):
+            assert getattr(cls, name) is value, name
+    # Every class it is made of declares its slots (a part without them would give each
+    # instance a __dict__).
+    assert [c.__name__ for c in cls.__mro__[:-1] if "__slots__" not in vars(c)] == []

@@ -5,15 +5,12 @@ columns' encodings (``token_wire``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from operator import attrgetter, itemgetter
 
 from schedkit.components.io.cache_hit_details import details_column
 from schedkit.components.io.io_struct import BatchTokenIDOutput, RequestTimes
-from schedkit.components.io.steady_stream import NOT_STREAMING, SteadyColumns, SteadyStream
+from schedkit.components.io.steady_stream import NOT_STREAMING, SteadyColumns
 from schedkit.components.io.token_wire import encode_columns, encode_step
-from schedkit.core.parallel_state import ParallelState
-from schedkit.core.protocols import OutputSender, PrefixCache
 from schedkit.core.schedule_batch import Req
 
 __all__ = ["DecodeStepStream"]
@@ -24,21 +21,15 @@ _FINISHED_REASON = attrgetter("finished_reason")
 
 class DecodeStepStream:
     """``stream_decode_step``, ``decode_run_steps`` and ``stream_decode_run`` of
-    ``OutputStreamer``. Mixed into it; adds no fields."""
+    ``OutputStreamer``. Mixed into it; adds no fields.
+
+    Uses the streamer's ``sender``, ``tree_cache``, ``parallel_state``, ``stream_interval``,
+    ``force_stream_interval``, ``is_generation``, ``enable_hicache_storage``, ``get_load``,
+    ``_steady``, ``_encoded``, ``_own_stream_output``, ``stream_output`` and
+    ``_stream_output_generation``.
+    """
 
     __slots__ = ()
-
-    sender: OutputSender
-    tree_cache: PrefixCache | None
-    parallel_state: ParallelState
-    stream_interval: int
-    force_stream_interval: int
-    is_generation: bool
-    enable_hicache_storage: Callable[[], bool]
-    get_load: Callable[[], dict] | None
-    _steady: SteadyStream
-    _encoded: bool
-    _own_stream_output: bool
 
     def stream_decode_step(self, reqs: list[Req], finished: list[Req]) -> None:
         """``stream_output(reqs)`` after a decode step in which each request of ``reqs`` got

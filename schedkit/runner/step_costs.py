@@ -59,19 +59,9 @@ _PROMPT = attrgetter("origin_input_ids")
 
 class StepCosts:
     """The modelled times of ``SimulatedModelRunner``'s steps, from its ``TIME_TERMS``
-    coefficients (seconds). Mixed into it; adds no fields."""
+    coefficients (seconds) and ``zero_cost``. Mixed into it; adds no fields."""
 
     __slots__ = ()
-
-    prefill_fixed: float
-    prefill_per_token: float
-    attention_coeff: float
-    decode_fixed: float
-    decode_per_seq: float
-    decode_per_kv_token: float
-    step_overhead: float
-    request_overhead: float
-    zero_cost: bool
 
     def prefill_cost(self, batch: ScheduleBatch) -> float:
         """Modelled time of an extend batch."""
