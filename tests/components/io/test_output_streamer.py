@@ -473,3 +473,38 @@ def test_kept_columns_follow_the_storage_flag_when_it_flips():
         sent.append(streamer.sender.messages[-1].cached_tokens_details)
     assert sent[0] == sent[1] == [{"device": 2, "host": 0}]
     assert sent[2] == sent[3] == [{"device": 2, "host": 0, "storage": 0, "storage_backend": "none"}]
+
+
+class RunSender(RecordingSender):
+    """Counts runs of decode steps as one call (``send_decode_run``)."""
+
+    takes_decode_runs = True
+
+    def send_decode_run(self, rids, steps):
+        self.messages.append(("run", list(rids), steps))
+
+
+def test_a_subclass_with_its_own_stream_output_gets_every_decode_step_through_it():
+    seen = []
+
+    class Watched(OutputStreamer):
+        def stream_output(self, reqs, *args, **kwargs):
+            seen.append([r.rid for r in reqs])
+            super().stream_output(reqs, *args, **kwargs)
+
+    def decode(streamer):
+        a, b = make_req(rid="a", stream=True), make_req(rid="b", stream=True)
+        for n in range(3):
+            a.output_ids.append(n)
+            b.output_ids.append(n)
+            streamer.stream_decode_step([a, b], [])
+        return [m.output_ids for m in streamer.sender.messages], streamer.decode_run_steps(
+            [a, b], 10
+        )
+
+    parts = {"tree_cache": SimpleNamespace(), "parallel_state": ParallelState()}
+    plain = decode(OutputStreamer(sender=RunSender(), **parts))
+    watched = decode(Watched(sender=RunSender(), **parts))
+    assert seen == [["a", "b"]] * 3  # every step went through the subclass's own method
+    assert watched[0] == plain[0] == [[[0], [0]], [[1], [1]], [[2], [2]]]
+    assert (plain[1], watched[1]) == (10, 0)  # no run of steps past its method either
