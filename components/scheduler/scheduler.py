@@ -30,7 +30,6 @@ from operator import attrgetter
 from typing import Any
 
 import attrs
-import structlog
 
 from schedkit.components.scheduler.client_share import ClientShare
 from schedkit.components.scheduler.kv_slots import KVSlots
@@ -53,7 +52,6 @@ from schedkit.core.schedule_batch import ForwardMode, Req, ScheduleBatch
 
 __all__ = ["Scheduler"]
 
-log = structlog.get_logger(__name__)
 
 _FINISHED_REASON = attrgetter("finished_reason")
 
