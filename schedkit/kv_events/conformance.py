@@ -13,7 +13,8 @@ with the subscriber's notices in between. The rules:
 - no history is lost for good;
 - every batch carries the stream's rank (``dp_rank``, else the first batch's);
 - parents are stored before children, removed pages were stored, no page is stored twice, a
-  BlockStored holds ``block_size`` tokens per hash.
+  BlockStored holds ``block_size`` tokens per hash; pages of each KV-cache group (vLLM's
+  ``group_idx``) on their own, since a hybrid model stores a page in several groups.
 
 Problems are reported by cause: page problems that come after lost history, after a payload
 that did not decode, or after a live anomaly the recovered stream could not undo, count under
@@ -54,7 +55,7 @@ class StreamChecker:
         self.profile = profile
         self.dp_rank = dp_rank
         self.has_replay = has_replay
-        self.held: set[int] = set()
+        self.held: set[int | tuple[int, int]] = set()  # hashes, (group, hash) in a group
         self.batches = 0
         self.events = 0
         self.findings = Findings()
@@ -124,11 +125,13 @@ class StreamChecker:
             if type(event) is BlockStored:
                 self._stored(seq, event)
             elif type(event) is BlockRemoved:
+                group = event.group_idx
                 for h in event.block_hashes:
-                    if h not in self.held:
-                        text = f"seq {seq}: removed {h}, which is not stored"
+                    page = h if group is None else (group, h)
+                    if page not in self.held:
+                        text = f"seq {seq}: removed {h}{_in(group)}, which is not stored"
                         self.findings.record("removed", seq, text)
-                    self.held.discard(h)
+                    self.held.discard(page)
             elif type(event) is AllBlocksCleared:
                 self.held.clear()
                 self.findings.known_again()
@@ -181,15 +184,17 @@ class StreamChecker:
                 f"block_size {event.block_size}"
             )
             self.findings.record("tokens", seq, text, follows=False)
+        group = event.group_idx
         parent = event.parent_block_hash
-        if parent is not None and parent not in self.held:
-            text = f"seq {seq}: parent {parent} of {hashes[0]} not stored"
+        if parent is not None and (parent if group is None else (group, parent)) not in self.held:
+            text = f"seq {seq}: parent {parent} of {hashes[0]}{_in(group)} not stored"
             self.findings.record("parent", seq, text)
         for h in hashes:
-            if h in self.held:
-                text = f"seq {seq}: {h} stored again without being removed"
+            page = h if group is None else (group, h)
+            if page in self.held:
+                text = f"seq {seq}: {h}{_in(group)} stored again without being removed"
                 self.findings.record("stored", seq, text)
-            self.held.add(h)
+            self.held.add(page)
 
     def _lost(self, notice: HistoryLost) -> str:
         first = notice.expected
@@ -279,3 +284,7 @@ class CheckedSubscriber(KvEventSubscriber):
         errors = self.decode_errors
         super()._apply(seq, payload, out, decoded)
         self.checker.apply(seq, payload, out[-1][1] if self.decode_errors == errors else None)
+
+
+def _in(group: int | None) -> str:
+    return "" if group is None else f" (group {group})"

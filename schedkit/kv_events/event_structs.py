@@ -34,7 +34,10 @@ class KVCacheEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True, tag_f
 
 class BlockStored(KVCacheEvent):
     """Pages newly held by the cache, in order, with the hash of the page before the first;
-    ``token_ids`` holds ``block_size`` tokens per hash."""
+    ``token_ids`` holds ``block_size`` tokens per hash. The last three fields are vLLM's
+    (0.33): the KV-cache group the pages belong to, that group's attention kind (e.g.
+    ``"full_attention"``, ``"sliding_window"``) and ``"LOCAL"``/``"REMOTE"``; schedkit's caches
+    leave them None, which no profile sends."""
 
     block_hashes: list[int]
     parent_block_hash: int | None
@@ -45,13 +48,18 @@ class BlockStored(KVCacheEvent):
     cache_salt: str | None = None
     session_id: str | None = None
     lora_name: str | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    locality: str | None = None
 
 
 class BlockRemoved(KVCacheEvent):
-    """Pages the cache no longer holds."""
+    """Pages the cache no longer holds (``group_idx`` and ``locality`` as in BlockStored)."""
 
     block_hashes: list[int]
     medium: str | None = None
+    group_idx: int | None = None
+    locality: str | None = None
 
 
 class AllBlocksCleared(KVCacheEvent):

@@ -9,6 +9,7 @@ from itertools import islice, repeat, takewhile
 
 import structlog
 
+from schedkit.kv_events.attention_groups import AttentionGroups
 from schedkit.kv_events.hashing import page_hashes
 from schedkit.kv_events.structs import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
 
@@ -54,7 +55,9 @@ class KvIndex:
     medium, so a router keeps one index per tier. Each event is applied to its rank's set of
     pages as a whole; a match walks each rank's set along the prompt's hashes until the first
     page it does not hold. A page's medium is kept apart only when it is not the rank's
-    usual one (that of the first page it stored).
+    usual one (that of the first page it stored). Events of a KV-cache group that is not main
+    attention (vLLM's sliding-window or Mamba groups of a hybrid model) or of remote pages are
+    not followed (``attention_groups``).
 
     A rank holds at most its pool: ``set_capacity(rank, pages)`` (from its config or its
     ``KvMetrics.kv_total_blocks``, at most ``max_pages``). A page stored past it is not kept
@@ -68,6 +71,7 @@ class KvIndex:
 
     __slots__ = (
         "_capacity",
+        "_groups",
         "_held",
         "_media",
         "_other_medium",
@@ -101,6 +105,7 @@ class KvIndex:
         self._violations: dict[int, int] = {}
         self._unindexed: dict[int, int] = {}
         self._media: dict[str, str] = {}
+        self._groups = AttentionGroups()
 
     def set_capacity(self, rank: int, pages: int) -> None:
         """The pool ``rank`` announced, in pages (clamped to 1..``max_pages``)."""
@@ -138,11 +143,18 @@ class KvIndex:
         capacity = self._capacity.get(rank, self.unannounced_pages)
         excess = 0
         only = self.medium
+        follows = self._groups.follows
         for event in batch.events:
             kind = type(event)
             if kind is BlockStored:
                 medium = event.medium
                 if only is not None and medium != only:
+                    continue
+                if (
+                    event.group_idx is not None
+                    or event.kv_cache_spec_kind is not None
+                    or event.locality is not None
+                ) and not follows(event, rank):
                     continue
                 if medium is not None:
                     medium = self._medium(medium, rank)
@@ -163,6 +175,10 @@ class KvIndex:
                 elif other:
                     _consume(map(other.pop, kept, repeat(None)))
             elif kind is BlockRemoved:
+                if (event.group_idx is not None or event.locality is not None) and not follows(
+                    event, rank
+                ):
+                    continue
                 if only is None or event.medium == only:
                     held.difference_update(event.block_hashes)
                     if other:

@@ -48,6 +48,9 @@ class _StoredHashes(msgspec.Struct, tag="BlockStored", tag_field="type", gc=Fals
     cache_salt: str | None = None
     session_id: str | None = None
     lora_name: str | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    locality: str | None = None
 
 
 class _IndexBatch(msgspec.Struct, array_like=True, gc=False):
@@ -98,16 +101,19 @@ def _without_tokens(e: BlockStored | _StoredHashes, hashes: list[int]) -> BlockS
         e.cache_salt,
         e.session_id,
         e.lora_name,
+        e.group_idx,
+        e.kv_cache_spec_kind,
+        e.locality,
     )
 
 
 # Bounds on the msgpack encoding: an int takes at most 9 bytes, a str at most 5 + 4 per
-# character, an event's keys and tag fewer than 160 bytes, a batch's own fields fewer than 32.
+# character, an event's keys and tag fewer than 192 bytes, a batch's own fields fewer than 32.
 _INT_BYTES = 9
-_EVENT_BYTES = 160
+_EVENT_BYTES = 192
 _BATCH_BYTES = 32
 _STORED_FIELDS = BlockStored.__struct_fields__
-_STRINGS = ("medium", "cache_salt", "session_id", "lora_name")
+_STRINGS = ("medium", "cache_salt", "session_id", "lora_name", "kv_cache_spec_kind", "locality")
 
 
 def index_viewer(profile: str) -> Callable[[EventBatch], KVEventBatch]:
@@ -133,7 +139,7 @@ def index_viewer(profile: str) -> Callable[[EventBatch], KVEventBatch]:
                 for name in dropped:
                     setattr(e, name, None)
             elif kind is BlockRemoved:
-                e = BlockRemoved(list(e.block_hashes), e.medium)
+                e = BlockRemoved(list(e.block_hashes), e.medium, e.group_idx, e.locality)
             elif kind is AllBlocksCleared:
                 e = AllBlocksCleared()
             else:
@@ -150,13 +156,14 @@ def _encoded_bound(batch: EventBatch) -> int:
     for e in batch.events:
         kind = type(e)
         if kind is BlockStored:
-            size += _INT_BYTES * (len(e.block_hashes) + len(e.token_ids) + 4)
+            size += _INT_BYTES * (len(e.block_hashes) + len(e.token_ids) + 5)
             for name in _STRINGS:
                 text = getattr(e, name)
                 if text is not None:
                     size += 5 + 4 * len(text)
         elif kind is BlockRemoved:
-            size += _INT_BYTES * len(e.block_hashes)
-            if e.medium is not None:
-                size += 5 + 4 * len(e.medium)
+            size += _INT_BYTES * (len(e.block_hashes) + 1)
+            for text in (e.medium, e.locality):
+                if text is not None:
+                    size += 5 + 4 * len(text)
     return size

@@ -17,8 +17,9 @@ first byte, so a subscriber follows any of these streams.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 import msgspec
 
@@ -29,6 +30,7 @@ from schedkit.kv_events.event_structs import (
     BlockStored,
     Event,
     EventBatch,
+    KVCacheEvent,
     KVEventBatch,
 )
 
@@ -77,10 +79,12 @@ class _ArrayAllBlocksCleared(_ArrayEvent, tag="AllBlocksCleared"):
 
 
 # vllm: maps tagged under "type" whose medium and lora_name have no default, so both are
-# always sent.
+# always sent; the defaulted fields vLLM 0.33 added (its KV-cache group and attention kind,
+# locality, ...) go out only when set. Block hashes are ints (vLLM's default; bytes hashes are
+# refused by ``_explain``).
 
 
-class _VllmEvent(msgspec.Struct, gc=False, tag=True, tag_field="type"):
+class _VllmEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True, tag_field="type"):
     pass
 
 
@@ -92,15 +96,54 @@ class _VllmBlockStored(_VllmEvent, tag="BlockStored"):
     lora_id: int | None
     medium: str | None
     lora_name: str | None
+    extra_keys: list[tuple[Any, ...] | None] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+    session_id: str | None = None
+    lookahead_token_ids: list[list[int]] | None = None
 
 
 class _VllmBlockRemoved(_VllmEvent, tag="BlockRemoved"):
     block_hashes: list[int]
     medium: str | None
+    group_idx: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+    remaining_copy_counts: list[int] | None = None
 
 
 class _VllmAllBlocksCleared(_VllmEvent, tag="AllBlocksCleared"):
     pass
+
+
+# sglang, for checking only (its encoder is schedkit's own structs): exactly SGLang 0.5.23's
+# fields, so that a payload with vLLM's fields is not taken for SGLang's.
+
+
+class _SglangBlockStored(KVCacheEvent, tag="BlockStored"):
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None = None
+    cache_salt: str | None = None
+    session_id: str | None = None
+    lora_name: str | None = None
+
+
+class _SglangBlockRemoved(KVCacheEvent, tag="BlockRemoved"):
+    block_hashes: list[int]
+    medium: str | None = None
+
+
+class _SglangBatch(msgspec.Struct, array_like=True, gc=False):
+    ts: float
+    events: list[Union[_SglangBlockStored, _SglangBlockRemoved, AllBlocksCleared]]  # noqa: UP007
+    attn_dp_rank: int | None = None
 
 
 class _ArrayBatch(msgspec.Struct, array_like=True, gc=False):
@@ -131,12 +174,22 @@ _decode_map_batch = msgspec.msgpack.Decoder(KVEventBatch).decode
 
 
 def _to_memory(event: msgspec.Struct) -> Event:
-    if isinstance(event, _ArrayBlockStored):
+    kind = type(event)
+    if kind is _ArrayBlockStored or kind is _SglangBlockStored:
         return BlockStored(*msgspec.structs.astuple(event))
-    if isinstance(event, _VllmBlockStored):
+    if kind is _VllmBlockStored:
         fields = msgspec.structs.astuple(event)
-        return BlockStored(*fields[:6], lora_name=event.lora_name)
-    if isinstance(event, _ArrayBlockRemoved | _VllmBlockRemoved):
+        return BlockStored(
+            *fields[:6],
+            session_id=event.session_id,
+            lora_name=event.lora_name,
+            group_idx=event.group_idx,
+            kv_cache_spec_kind=event.kv_cache_spec_kind,
+            locality=event.locality,
+        )
+    if kind is _VllmBlockRemoved:
+        return BlockRemoved(event.block_hashes, event.medium, event.group_idx, event.locality)
+    if kind is _ArrayBlockRemoved or kind is _SglangBlockRemoved:
         return BlockRemoved(event.block_hashes, event.medium)
     return AllBlocksCleared()
 
@@ -167,8 +220,27 @@ def _bounded(decode: Callable[[bytes], KVEventBatch]) -> Callable[[bytes], KVEve
             raise _not_utf8(exc) from None
         except RecursionError:
             raise msgspec.DecodeError(_TOO_DEEP) from None
+        except msgspec.ValidationError as exc:
+            raise _explain(exc) from None
 
     return bounded_decode
+
+
+# vLLM publishes its page hashes as bytes when VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0.
+_BYTES_HASH = re.compile(r"got `bytes` - at `(\$[^`]*(?:block_hashes|parent_block_hash)[^`]*)`")
+
+
+def _explain(exc: msgspec.ValidationError) -> msgspec.ValidationError:
+    """``exc``, saying what to do when it is a page hash sent as bytes."""
+    found = _BYTES_HASH.search(str(exc))
+    if found is None:
+        return exc
+    return msgspec.ValidationError(
+        f"block hashes are bytes at `{found.group(1)}` (vLLM with "
+        "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0): pages are keyed by 64-bit int hashes, as "
+        "SGLang, Dynamo's router and vLLM's default send them; run vLLM with "
+        "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1"
+    )
 
 
 def _strict_decoder(batch_type: type) -> Callable[[bytes], KVEventBatch]:
@@ -176,12 +248,16 @@ def _strict_decoder(batch_type: type) -> Callable[[bytes], KVEventBatch]:
 
     def strict_decode(payload: bytes) -> KVEventBatch:
         raw = decode(payload)
-        if batch_type is KVEventBatch:  # schedkit's structs are SGLang's declarations
-            return raw
         events = [_to_memory(e) for e in raw.events]
         return KVEventBatch(raw.ts, events, msgspec.structs.astuple(raw)[2])
 
     return _bounded(strict_decode)
+
+
+def _reencoder(batch_type: type) -> Callable[[bytes], bytes]:
+    decode = msgspec.msgpack.Decoder(batch_type).decode
+    encode = msgspec.msgpack.Encoder().encode
+    return _bounded(lambda payload: encode(decode(payload)))  # type: ignore[arg-type,return-value]
 
 
 def _decode_event(raw: msgspec.Raw) -> Event:
@@ -197,7 +273,13 @@ def _decode_any(payload: bytes) -> KVEventBatch:
         return _decode_map_batch(payload)
     except msgspec.DecodeError:
         raw = _decode_raw_batch(payload)
-    return KVEventBatch(raw.ts, [_decode_event(e) for e in raw.events], raw.attn_dp_rank)
+    events = []
+    for i, event in enumerate(raw.events):
+        try:
+            events.append(_decode_event(event))
+        except msgspec.ValidationError as exc:  # say where in the batch, as the batch decoder
+            raise msgspec.ValidationError(str(exc).replace("`$", f"`$[1][{i}]")) from None
+    return KVEventBatch(raw.ts, events, raw.attn_dp_rank)
 
 
 _bounded_decode_any = _bounded(_decode_any)
@@ -211,15 +293,16 @@ def decode_any(payload: bytes) -> KVEventBatch:
 
 
 def _converter(stored: type, removed: type, cleared: type) -> Callable[[Event], msgspec.Struct]:
-    """Converts in-memory events to one profile's structs; a BlockStored keeps the fields the
-    profile declares, by name."""
-    fields = stored.__struct_fields__
+    """Converts in-memory events to one profile's structs; an event keeps the fields the
+    profile declares, by name (those it declares and memory has not stay at their default)."""
+    stored_fields = [f for f in stored.__struct_fields__ if f in BlockStored.__struct_fields__]
+    removed_fields = [f for f in removed.__struct_fields__ if f in BlockRemoved.__struct_fields__]
 
     def convert(event: Event) -> msgspec.Struct:
         if type(event) is BlockStored:
-            return stored(*[getattr(event, f) for f in fields])
+            return stored(**{f: getattr(event, f) for f in stored_fields})
         if type(event) is BlockRemoved:
-            return removed(event.block_hashes, event.medium)
+            return removed(**{f: getattr(event, f) for f in removed_fields})
         return cleared()
 
     return convert
@@ -228,19 +311,21 @@ def _converter(stored: type, removed: type, cleared: type) -> Callable[[Event], 
 class Profile:
     """One wire format: ``encode(batch) -> bytes``; ``decode(bytes) -> KVEventBatch`` reads
     this profile and every other one; ``strict_decode`` reads only this one, with the
-    engine's own declarations (a conformance check)."""
+    engine's own declarations (a conformance check), and ``reencode`` encodes what those
+    declarations read of a payload back with them (what that engine would have sent)."""
 
-    __slots__ = ("convert", "decode", "encode", "name", "strict_decode")
+    __slots__ = ("convert", "decode", "encode", "name", "reencode", "strict_decode")
 
     def __init__(
         self,
         name: ProfileName,
+        engine_batch: type,
         convert: Callable[[Event], msgspec.Struct] | None = None,
-        strict_decode: Callable[[bytes], KVEventBatch] | None = None,
     ) -> None:
         self.name = name
         self.convert = convert
-        self.strict_decode = strict_decode or _strict_decoder(KVEventBatch)
+        self.strict_decode = _strict_decoder(engine_batch)
+        self.reencode = _reencoder(engine_batch)
         # Packed token ids (a cache's packed prompt) go out as the same array of ints.
         encode = msgspec.msgpack.Encoder(enc_hook=packed_ids.enc_hook).encode
         if convert is None:
@@ -256,16 +341,16 @@ class Profile:
 
 
 _profiles = {
-    "sglang": Profile("sglang"),
+    "sglang": Profile("sglang", _SglangBatch),
     "sglang-array": Profile(
         "sglang-array",
+        _ArrayBatch,
         _converter(_ArrayBlockStored, _ArrayBlockRemoved, _ArrayAllBlocksCleared),
-        _strict_decoder(_ArrayBatch),
     ),
     "vllm": Profile(
         "vllm",
+        _VllmBatch,
         _converter(_VllmBlockStored, _VllmBlockRemoved, _VllmAllBlocksCleared),
-        _strict_decoder(_VllmBatch),
     ),
 }
 PROFILES: tuple[str, ...] = tuple(_profiles)

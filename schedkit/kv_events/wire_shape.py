@@ -1,7 +1,7 @@
 """Which engine's encoding a KV-event payload is.
 
-A payload is what profile P sends when it decodes with P's engine declarations and P's
-encoder, given what was decoded, sends the same structure back: the same fields, None fields
+A payload is what profile P sends when it decodes with P's engine declarations and those
+declarations, given what was decoded, encode the same structure back: the same fields, None fields
 sent or left out as that engine does (SGLang leaves them out, vLLM always sends ``medium`` and
 ``lora_name``), events as maps or as tagged arrays. A vLLM payload decodes with SGLang's
 declarations too, so decoding alone would not tell them apart.
@@ -41,8 +41,7 @@ def shape_problems(payload: bytes) -> dict[str, str | None]:
 def _problem(payload: bytes, sent: Any, name: str) -> str | None:
     profile = get_profile(name)
     try:
-        batch = profile.strict_decode(payload)
-        expected = _decode_generic(profile.encode(batch))
+        expected = _decode_generic(profile.reencode(payload))
     except (msgspec.DecodeError, msgspec.EncodeError, OverflowError) as exc:
         return f"does not decode with {name}'s declarations: {exc}"
     return _difference(sent, expected, "$", name)
