@@ -9,7 +9,9 @@ profile table, ``PROFILES``, is the one place that says what each engine puts on
   first element is the tag: ``["BlockStored", hashes, parent, tokens, block_size, lora_id,
   medium]``.
 - ``vllm`` (vLLM >= 0.33): each event a map tagged under ``type``; ``BlockStored`` always carries
-  ``medium`` and ``lora_name`` and ``BlockRemoved`` always carries ``medium``, None included.
+  ``medium`` and ``lora_name`` and ``BlockRemoved`` always carries ``medium``, None included;
+  vLLM 0.33's defaulted fields (``group_idx``, ``kv_cache_spec_kind``, ``locality``,
+  ``session_id``, ...) only when set.
 
 Decoding does not need to know the profile: each event is read as a map or an array by its
 first byte, so a subscriber follows any of these streams.
@@ -19,18 +21,28 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, Literal, Union
+from typing import Literal, TypeVar, Union
 
 import msgspec
 
 from schedkit.kv_events import packed_ids
+from schedkit.kv_events.engine_wire import (
+    ArrayAllBlocksCleared,
+    ArrayBatch,
+    ArrayBlockRemoved,
+    ArrayBlockStored,
+    SglangBatch,
+    VllmAllBlocksCleared,
+    VllmBatch,
+    VllmBlockRemoved,
+    VllmBlockStored,
+    to_memory,
+)
 from schedkit.kv_events.event_structs import (
-    AllBlocksCleared,
     BlockRemoved,
     BlockStored,
     Event,
     EventBatch,
-    KVCacheEvent,
     KVEventBatch,
 )
 
@@ -53,111 +65,6 @@ MAX_BATCH_BYTES = 4 << 20
 ProfileName = Literal["sglang", "sglang-array", "vllm"]
 
 
-# sglang-array: the tagged-array layout SGLang sent before its events became maps.
-
-
-class _ArrayEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
-    pass
-
-
-class _ArrayBlockStored(_ArrayEvent, tag="BlockStored"):
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None = None
-
-
-class _ArrayBlockRemoved(_ArrayEvent, tag="BlockRemoved"):
-    block_hashes: list[int]
-    medium: str | None = None
-
-
-class _ArrayAllBlocksCleared(_ArrayEvent, tag="AllBlocksCleared"):
-    pass
-
-
-# vllm: maps tagged under "type" whose medium and lora_name have no default, so both are
-# always sent; the defaulted fields vLLM 0.33 added (its KV-cache group and attention kind,
-# locality, ...) go out only when set. Block hashes are ints (vLLM's default; bytes hashes are
-# refused by ``_explain``).
-
-
-class _VllmEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True, tag_field="type"):
-    pass
-
-
-class _VllmBlockStored(_VllmEvent, tag="BlockStored"):
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None
-    lora_name: str | None
-    extra_keys: list[tuple[Any, ...] | None] | None = None
-    group_idx: int | None = None
-    kv_cache_spec_kind: str | None = None
-    kv_cache_spec_sliding_window: int | None = None
-    locality: str | None = None
-    ownership: str | None = None
-    session_id: str | None = None
-    lookahead_token_ids: list[list[int]] | None = None
-
-
-class _VllmBlockRemoved(_VllmEvent, tag="BlockRemoved"):
-    block_hashes: list[int]
-    medium: str | None
-    group_idx: int | None = None
-    locality: str | None = None
-    ownership: str | None = None
-    remaining_copy_counts: list[int] | None = None
-
-
-class _VllmAllBlocksCleared(_VllmEvent, tag="AllBlocksCleared"):
-    pass
-
-
-# sglang, for checking only (its encoder is schedkit's own structs): exactly SGLang 0.5.23's
-# fields, so that a payload with vLLM's fields is not taken for SGLang's.
-
-
-class _SglangBlockStored(KVCacheEvent, tag="BlockStored"):
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None = None
-    cache_salt: str | None = None
-    session_id: str | None = None
-    lora_name: str | None = None
-
-
-class _SglangBlockRemoved(KVCacheEvent, tag="BlockRemoved"):
-    block_hashes: list[int]
-    medium: str | None = None
-
-
-class _SglangBatch(msgspec.Struct, array_like=True, gc=False):
-    ts: float
-    events: list[Union[_SglangBlockStored, _SglangBlockRemoved, AllBlocksCleared]]  # noqa: UP007
-    attn_dp_rank: int | None = None
-
-
-class _ArrayBatch(msgspec.Struct, array_like=True, gc=False):
-    ts: float
-    events: list[Union[_ArrayBlockStored, _ArrayBlockRemoved, _ArrayAllBlocksCleared]]  # noqa: UP007
-    attn_dp_rank: int | None = None
-
-
-class _VllmBatch(msgspec.Struct, array_like=True, gc=False):
-    ts: float
-    events: list[Union[_VllmBlockStored, _VllmBlockRemoved, _VllmAllBlocksCleared]]  # noqa: UP007
-    data_parallel_rank: int | None = None
-
-
 class _RawBatch(msgspec.Struct, array_like=True, gc=False):
     ts: float
     events: list[msgspec.Raw]
@@ -167,31 +74,10 @@ class _RawBatch(msgspec.Struct, array_like=True, gc=False):
 # A map event may come from any map profile: read it with every field any of them sends.
 _decode_map_event = msgspec.msgpack.Decoder(Event).decode
 _decode_array_event = msgspec.msgpack.Decoder(
-    Union[_ArrayBlockStored, _ArrayBlockRemoved, _ArrayAllBlocksCleared]  # noqa: UP007
+    Union[ArrayBlockStored, ArrayBlockRemoved, ArrayAllBlocksCleared]  # noqa: UP007
 ).decode
 _decode_raw_batch = msgspec.msgpack.Decoder(_RawBatch).decode
 _decode_map_batch = msgspec.msgpack.Decoder(KVEventBatch).decode
-
-
-def _to_memory(event: msgspec.Struct) -> Event:
-    kind = type(event)
-    if kind is _ArrayBlockStored or kind is _SglangBlockStored:
-        return BlockStored(*msgspec.structs.astuple(event))
-    if kind is _VllmBlockStored:
-        fields = msgspec.structs.astuple(event)
-        return BlockStored(
-            *fields[:6],
-            session_id=event.session_id,
-            lora_name=event.lora_name,
-            group_idx=event.group_idx,
-            kv_cache_spec_kind=event.kv_cache_spec_kind,
-            locality=event.locality,
-        )
-    if kind is _VllmBlockRemoved:
-        return BlockRemoved(event.block_hashes, event.medium, event.group_idx, event.locality)
-    if kind is _ArrayBlockRemoved or kind is _SglangBlockRemoved:
-        return BlockRemoved(event.block_hashes, event.medium)
-    return AllBlocksCleared()
 
 
 def _not_utf8(exc: UnicodeDecodeError) -> msgspec.DecodeError:
@@ -205,11 +91,15 @@ def _not_utf8(exc: UnicodeDecodeError) -> msgspec.DecodeError:
 _TOO_DEEP = "nested too deep to decode (deeper than Python's recursion limit, ~1,000 levels)"
 
 
-def _bounded(decode: Callable[[bytes], KVEventBatch]) -> Callable[[bytes], KVEventBatch]:
-    """``decode`` that refuses a payload over ``MAX_BATCH_BYTES`` or nested too deep, and one
-    with a string that is not UTF-8, as ``msgspec.DecodeError``."""
+_Decoded = TypeVar("_Decoded")
 
-    def bounded_decode(payload: bytes) -> KVEventBatch:
+
+def _bounded(decode: Callable[[bytes], _Decoded]) -> Callable[[bytes], _Decoded]:
+    """``decode`` that refuses a payload over ``MAX_BATCH_BYTES`` or nested too deep, and one
+    with a string that is not UTF-8, as ``msgspec.DecodeError``; a page hash sent as bytes is
+    a ``ValidationError`` that says so."""
+
+    def bounded_decode(payload: bytes) -> _Decoded:
         if len(payload) > MAX_BATCH_BYTES:
             raise msgspec.DecodeError(
                 f"a batch of {len(payload)} bytes, over the {MAX_BATCH_BYTES}-byte bound"
@@ -248,7 +138,7 @@ def _strict_decoder(batch_type: type) -> Callable[[bytes], KVEventBatch]:
 
     def strict_decode(payload: bytes) -> KVEventBatch:
         raw = decode(payload)
-        events = [_to_memory(e) for e in raw.events]
+        events = [to_memory(e) for e in raw.events]
         return KVEventBatch(raw.ts, events, msgspec.structs.astuple(raw)[2])
 
     return _bounded(strict_decode)
@@ -257,7 +147,7 @@ def _strict_decoder(batch_type: type) -> Callable[[bytes], KVEventBatch]:
 def _reencoder(batch_type: type) -> Callable[[bytes], bytes]:
     decode = msgspec.msgpack.Decoder(batch_type).decode
     encode = msgspec.msgpack.Encoder().encode
-    return _bounded(lambda payload: encode(decode(payload)))  # type: ignore[arg-type,return-value]
+    return _bounded(lambda payload: encode(decode(payload)))
 
 
 def _decode_event(raw: msgspec.Raw) -> Event:
@@ -265,7 +155,7 @@ def _decode_event(raw: msgspec.Raw) -> Event:
     first = memoryview(raw)[0]
     if 0x80 <= first <= 0x8F or first in (0xDE, 0xDF):
         return _decode_map_event(raw)
-    return _to_memory(_decode_array_event(raw))
+    return to_memory(_decode_array_event(raw))
 
 
 def _decode_any(payload: bytes) -> KVEventBatch:
@@ -341,16 +231,16 @@ class Profile:
 
 
 _profiles = {
-    "sglang": Profile("sglang", _SglangBatch),
+    "sglang": Profile("sglang", SglangBatch),
     "sglang-array": Profile(
         "sglang-array",
-        _ArrayBatch,
-        _converter(_ArrayBlockStored, _ArrayBlockRemoved, _ArrayAllBlocksCleared),
+        ArrayBatch,
+        _converter(ArrayBlockStored, ArrayBlockRemoved, ArrayAllBlocksCleared),
     ),
     "vllm": Profile(
         "vllm",
-        _VllmBatch,
-        _converter(_VllmBlockStored, _VllmBlockRemoved, _VllmAllBlocksCleared),
+        VllmBatch,
+        _converter(VllmBlockStored, VllmBlockRemoved, VllmAllBlocksCleared),
     ),
 }
 PROFILES: tuple[str, ...] = tuple(_profiles)
