@@ -13,8 +13,9 @@ with the subscriber's notices in between. The rules:
 - no history is lost for good;
 - every batch carries the stream's rank (``dp_rank``, else the first batch's);
 - parents are stored before children, removed pages were stored, no page is stored twice, a
-  BlockStored holds ``block_size`` tokens per hash; pages of each KV-cache group (vLLM's
-  ``group_idx``) on their own, since a hybrid model stores a page in several groups.
+  BlockStored holds ``block_size`` tokens per hash; a page is held per KV-cache group (vLLM's
+  ``group_idx``: a hybrid model stores a page in several) and per medium (a tier's copy of a
+  page still on the GPU is no second store), and its parent in any medium of its group.
 
 Problems are reported by cause: page problems that come after lost history, after a payload
 that did not decode, or after a live anomaly the recovered stream could not undo, count under
@@ -55,7 +56,8 @@ class StreamChecker:
         self.profile = profile
         self.dp_rank = dp_rank
         self.has_replay = has_replay
-        self.held: set[int | tuple[int, int]] = set()  # hashes, (group, hash) in a group
+        # (group, hash) -> the media holding the page (group None: the engine names none)
+        self.held: dict[tuple[int | None, int], set[str | None]] = {}
         self.batches = 0
         self.events = 0
         self.findings = Findings()
@@ -125,13 +127,16 @@ class StreamChecker:
             if type(event) is BlockStored:
                 self._stored(seq, event)
             elif type(event) is BlockRemoved:
-                group = event.group_idx
+                group, medium = event.group_idx, event.medium
                 for h in event.block_hashes:
-                    page = h if group is None else (group, h)
-                    if page not in self.held:
-                        text = f"seq {seq}: removed {h}{_in(group)}, which is not stored"
+                    media = self.held.get((group, h))
+                    if media is None or medium not in media:
+                        text = f"seq {seq}: removed {h}{_in(group, medium)}, which is not stored"
                         self.findings.record("removed", seq, text)
-                    self.held.discard(page)
+                    elif len(media) > 1:
+                        media.discard(medium)
+                    else:
+                        del self.held[group, h]
             elif type(event) is AllBlocksCleared:
                 self.held.clear()
                 self.findings.known_again()
@@ -184,17 +189,17 @@ class StreamChecker:
                 f"block_size {event.block_size}"
             )
             self.findings.record("tokens", seq, text, follows=False)
-        group = event.group_idx
+        group, medium = event.group_idx, event.medium
         parent = event.parent_block_hash
-        if parent is not None and (parent if group is None else (group, parent)) not in self.held:
-            text = f"seq {seq}: parent {parent} of {hashes[0]}{_in(group)} not stored"
+        if parent is not None and (group, parent) not in self.held:
+            text = f"seq {seq}: parent {parent} of {hashes[0]}{_in(group, None)} not stored"
             self.findings.record("parent", seq, text)
         for h in hashes:
-            page = h if group is None else (group, h)
-            if page in self.held:
-                text = f"seq {seq}: {h}{_in(group)} stored again without being removed"
+            media = self.held.setdefault((group, h), set())
+            if medium in media:
+                text = f"seq {seq}: {h}{_in(group, medium)} stored again without being removed"
                 self.findings.record("stored", seq, text)
-            self.held.add(page)
+            media.add(medium)
 
     def _lost(self, notice: HistoryLost) -> str:
         first = notice.expected
@@ -250,7 +255,7 @@ class StreamChecker:
         verdict = "conformant" if self.conformant else "NOT conformant"
         lines = [
             f"{verdict}: {self.batches} batches, {self.events} events, {problems}, "
-            f"{len(self.held)} pages held"
+            f"{sum(map(len, self.held.values()))} pages held"
         ]
         if self.batches == 0:
             lines.append("  no batch arrived")
@@ -286,5 +291,11 @@ class CheckedSubscriber(KvEventSubscriber):
         self.checker.apply(seq, payload, out[-1][1] if self.decode_errors == errors else None)
 
 
-def _in(group: int | None) -> str:
-    return "" if group is None else f" (group {group})"
+def _in(group: int | None, medium: str | None) -> str:
+    """Where a page is, when the stream names it: `` (group 1, CPU)``."""
+    where = []
+    if group is not None:
+        where.append(f"group {group}")
+    if medium is not None and medium != "GPU":
+        where.append(medium)
+    return f" ({', '.join(where)})" if where else ""

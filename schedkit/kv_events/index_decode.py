@@ -27,6 +27,7 @@ from schedkit.kv_events.structs import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
+    Event,
     EventBatch,
     KVEventBatch,
     decode_any,
@@ -112,7 +113,6 @@ def _without_tokens(e: BlockStored | _StoredHashes, hashes: list[int]) -> BlockS
 _INT_BYTES = 9
 _EVENT_BYTES = 192
 _BATCH_BYTES = 32
-_STORED_FIELDS = BlockStored.__struct_fields__
 _STRINGS = ("medium", "cache_salt", "session_id", "lora_name", "kv_cache_spec_kind", "locality")
 
 
@@ -120,13 +120,8 @@ def index_viewer(profile: str) -> Callable[[EventBatch], KVEventBatch]:
     """``view(batch)``: ``decode_for_index`` of ``batch`` encoded under ``profile``, without
     the encoding when it fits in ``MAX_BATCH_BYTES`` (see the module docstring)."""
     wire = get_profile(profile)
-    sent = wire.convert
-    kept = (
-        _STORED_FIELDS
-        if sent is None
-        else type(sent(BlockStored([], None, [], 1, None))).__struct_fields__
-    )
-    dropped = [name for name in _STORED_FIELDS if name not in kept]
+    dropped = _dropped(wire.convert, BlockStored([], None, [], 1, None))
+    dropped_removed = _dropped(wire.convert, BlockRemoved([]))
 
     def view(batch: EventBatch) -> KVEventBatch:
         if _encoded_bound(batch) > MAX_BATCH_BYTES:
@@ -140,6 +135,8 @@ def index_viewer(profile: str) -> Callable[[EventBatch], KVEventBatch]:
                     setattr(e, name, None)
             elif kind is BlockRemoved:
                 e = BlockRemoved(list(e.block_hashes), e.medium, e.group_idx, e.locality)
+                for name in dropped_removed:
+                    setattr(e, name, None)
             elif kind is AllBlocksCleared:
                 e = AllBlocksCleared()
             else:
@@ -148,6 +145,14 @@ def index_viewer(profile: str) -> Callable[[EventBatch], KVEventBatch]:
         return KVEventBatch(float(batch.ts), events, batch.attn_dp_rank)
 
     return view
+
+
+def _dropped(convert: Callable[[Event], msgspec.Struct] | None, event: Event) -> list[str]:
+    """The fields of ``event`` that a profile converting with ``convert`` does not send."""
+    if convert is None:
+        return []
+    sent = type(convert(event)).__struct_fields__
+    return [name for name in event.__struct_fields__ if name not in sent]
 
 
 def _encoded_bound(batch: EventBatch) -> int:

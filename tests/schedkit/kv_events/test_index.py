@@ -12,7 +12,11 @@ from schedkit.kv_events import (
     KvIndex,
     page_hashes,
 )
+from schedkit.kv_events.attention_groups import MAX_GROUPS
 from schedkit.kv_events.index import DEFAULT_UNANNOUNCED_PAGES
+from schedkit.kv_events.index_decode import decode_for_index
+from schedkit.kv_events.structs import decode_batch
+from tests.schedkit.kv_events.newest import H1, H2, H3, REMOTE, cleared_payload, hybrid_payloads
 
 
 def stored(tokens: list[int], page_size: int, cache_salt: str | None = None, medium="GPU"):
@@ -218,3 +222,51 @@ def test_a_page_keeps_the_medium_it_was_last_stored_in():
     index.apply(at(0, BlockStored([3], 2, [], 1, None, "CPU_PINNED"), AllBlocksCleared()))
     index.apply(at(0, BlockStored([3], None, [], 1, None, "GPU")))
     assert index.owners(3) == {0: "GPU"} and index.blocks(0) == {3}
+
+
+@pytest.mark.parametrize("decode", [decode_batch, decode_for_index])
+def test_a_hybrid_models_index_follows_its_main_attention_group(decode):
+    gpu, every_medium = KvIndex(medium="GPU"), KvIndex()
+    for payload in hybrid_payloads(rank=1):
+        gpu.apply(decode(payload))
+        every_medium.apply(decode(payload))
+    # The sliding-window group let H1 and H2 go and the remote page never was this rank's.
+    assert gpu.held(1) == {H1, H2, H3} == every_medium.held(1)
+    assert gpu.match_hashes([H1, H2, H3, REMOTE]) == {1: 3}
+    assert every_medium.owners(H1) == {1: "CPU"}  # the offload tier stored it last
+    every_medium.apply(decode_batch(cleared_payload(rank=1)))
+    assert every_medium.num_blocks(1) == 0
+
+
+def test_groups_are_followed_by_their_learned_kind():
+    def event(kind=BlockStored, group=None, attention=None, locality=None, h=1):
+        if kind is BlockRemoved:
+            return BlockRemoved([h], "GPU", group, locality)
+        fields = {"group_idx": group, "kv_cache_spec_kind": attention, "locality": locality}
+        return BlockStored([h], None, [h], 1, None, "GPU", **fields)
+
+    index = KvIndex()
+    index.apply(at(0, event(group=0), event(group=2, h=2), event(group=3, attention="mamba", h=3)))
+    assert index.blocks(0) == {1}  # group 0 is main until told; 2 is not known; 3 is Mamba
+    index.apply(at(0, event(group=2, attention="mla_attention", h=2), event(BlockRemoved, 3, h=2)))
+    assert index.blocks(0) == {1, 2}  # the removal of group 3 (Mamba) is not group 2's
+    index.apply(at(0, event(group=0, attention="sliding_window", h=4), event(BlockRemoved, 0)))
+    assert index.blocks(0) == {1, 2}  # group 0 is now known to be a sliding window
+    index.apply(at(0, event(BlockRemoved, 2, h=2), event(BlockRemoved, None, h=1)))
+    assert index.blocks(0) == set()
+    index.apply(at(1, event(group=0, h=5), event(group=0, locality="LOCAL", h=6)))
+    index.apply(at(1, event(locality="REMOTE", h=7), event(locality="elsewhere", h=8)))
+    index.apply(at(1, event(BlockRemoved, locality="REMOTE", h=5)))
+    assert index.blocks(1) == {5, 6}  # rank 1 learned nothing of rank 0's groups
+
+
+def test_the_kinds_learned_per_rank_are_bounded():
+    index = KvIndex()
+    for group in range(MAX_GROUPS + 10):  # past the bound a group stays unknown
+        kind = "sliding_window" if group % 2 else "full_attention"
+        fields = {"group_idx": group, "kv_cache_spec_kind": kind}
+        index.apply(at(0, BlockStored([group], None, [0], 1, None, None, **fields)))
+    removals = [BlockRemoved([g], None, g) for g in range(MAX_GROUPS + 10)]
+    index.apply(at(0, *removals))
+    # Learned main groups lose their pages; unknown groups (past the bound) keep theirs.
+    assert index.blocks(0) == set(range(MAX_GROUPS, MAX_GROUPS + 10, 2))

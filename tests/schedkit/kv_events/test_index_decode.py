@@ -15,6 +15,7 @@ from schedkit.kv_events import (
 )
 from schedkit.kv_events.index_decode import decode_for_index, index_viewer
 from schedkit.kv_events.structs import MAX_BATCH_BYTES, PROFILES, decode_any
+from tests.schedkit.kv_events.newest import hybrid_payloads
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -24,7 +25,10 @@ def test_a_batch_decodes_as_decode_any_without_its_tokens(profile):
         [
             BlockStored([1, -2], None, list(range(8)), 4, None, "GPU"),
             BlockStored([3], -2, [70_000, 1, 2, 3], 4, 7, None, "salt", None, "lora"),
+            BlockStored([5], 3, [1] * 4, 4, None, "CPU", None, "chat", None, 1, "sliding_window"),
+            BlockStored([6], 5, [2] * 4, 4, None, "GPU", locality="REMOTE"),
             BlockRemoved([1], "GPU"),
+            BlockRemoved([5], "CPU", 1, "LOCAL"),
             AllBlocksCleared(),
         ],
         3,
@@ -50,6 +54,15 @@ def test_a_view_past_the_wire_bound_is_refused_as_the_wire_refuses_it():
         decode_for_index(encode_batch(removed))
     with pytest.raises(msgspec.DecodeError, match="bound"):
         index_viewer("sglang")(removed)
+
+
+def test_the_newest_vllm_decodes_as_decode_any_without_its_tokens():
+    for payload in hybrid_payloads():
+        expected = decode_any(payload)
+        for event in expected.events:
+            if type(event) is BlockStored:
+                event.token_ids = []
+        assert decode_for_index(payload) == expected
 
 
 def test_what_is_not_a_batch_is_refused_as_decode_any_refuses_it():

@@ -13,7 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedkit.kv_events import event_structs as ours
+from schedkit.kv_events.index_decode import decode_for_index
 from schedkit.kv_events.wire_profiles import PROFILES, decode_batch, encode_batch, get_profile
+from schedkit.kv_events.wire_shape import shape_problems
 from tests.schedkit.kv_events.engine_structs import (
     AllBlocksCleared,
     ArrayAllBlocksCleared,
@@ -27,7 +29,14 @@ from tests.schedkit.kv_events.engine_structs import (
     VllmBatch,
     VllmBlockRemoved,
     VllmBlockStored,
+    VllmMainBatch,
+    VllmMainBlockRemoved,
+    VllmNewestAllBlocksCleared,
+    VllmNewestBatch,
+    VllmNewestBlockRemoved,
+    VllmNewestBlockStored,
 )
+from tests.schedkit.kv_events.newest import H1, H2, H3, REMOTE, bytes_hash_payload, hybrid_payloads
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -156,6 +165,56 @@ def test_we_decode_what_vllm_sends():
     assert decode_batch(msgspec.msgpack.encode(batch)) == expected
 
 
+@pytest.mark.parametrize(
+    ("removed", "batch"),
+    [(VllmNewestBlockRemoved, VllmNewestBatch), (VllmMainBlockRemoved, VllmMainBatch)],
+    ids=["vllm-0.33.0", "vllm-main"],
+)
+def test_the_newest_vllm_structs_decode_what_we_send(removed, batch):
+    payload = encode_batch(our_batch(), "vllm")
+    expected = golden_batch(
+        VllmNewestBlockStored, removed, VllmNewestAllBlocksCleared, batch, extra=(None,)
+    )
+    assert msgspec.msgpack.Decoder(batch).decode(payload) == expected
+
+
+def test_we_decode_what_the_newest_vllm_sends_with_every_field():
+    batches = [decode_batch(payload) for payload in hybrid_payloads(rank=2)]
+    assert [b.attn_dp_rank for b in batches] == [2, 2, 2, 2]
+    first, swa = batches[0].events
+    assert (first.block_hashes, first.group_idx, first.kv_cache_spec_kind) == (
+        [H1, H2],
+        0,
+        "full_attention",
+    )
+    assert (swa.group_idx, swa.kv_cache_spec_kind, swa.locality) == (1, "sliding_window", "LOCAL")
+    assert (first.lora_id, first.lora_name, first.session_id) == (1, "sql-lora", "chat-7")
+    assert first.token_ids == [7] * 8 and first.medium == "GPU"
+    removed, third = batches[1].events
+    assert (removed.block_hashes, removed.group_idx, third.parent_block_hash) == ([H1], 1, H2)
+    assert batches[2].events[1].locality == "REMOTE" and batches[2].events[0].medium == "CPU"
+    assert batches[3].events[1].block_hashes == [REMOTE] and H3 in batches[1].events[1].block_hashes
+    for payload, batch in zip(hybrid_payloads(rank=2), batches, strict=True):
+        assert get_profile("vllm").strict_decode(payload) == batch
+        problems = shape_problems(payload)
+        assert problems["vllm"] is None, problems
+        assert problems["sglang"] is not None and problems["sglang-array"] is not None
+
+
+@pytest.mark.parametrize("parent_only", [False, True])
+def test_bytes_block_hashes_are_refused_saying_what_to_do(parent_only):
+    payload = bytes_hash_payload(parent_only=parent_only)
+    where = "parent_block_hash" if parent_only else "block_hashes[0]"
+    decoders = [decode_batch, decode_for_index]
+    decoders += [get_profile(name).strict_decode for name in PROFILES if name != "sglang-array"]
+    for decode in decoders:
+        with pytest.raises(msgspec.ValidationError) as refused:
+            decode(payload)
+        assert str(refused.value).startswith(f"block hashes are bytes at `$[1][0].{where}`")
+        assert "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1" in str(refused.value)
+    assert "block hashes are bytes" in shape_problems(payload)["vllm"]
+
+
 def test_vllm_wire_shape():
     raw = msgspec.msgpack.decode(encode_batch(our_batch(), "vllm"))
     assert isinstance(raw, list)
@@ -221,6 +280,9 @@ def test_every_profile_agrees_with_engine_structs(batch):
     vllm = msgspec.msgpack.Decoder(VllmBatch).decode(encode_batch(batch, "vllm"))
     assert vllm.ts == batch.ts and vllm.data_parallel_rank == batch.attn_dp_rank
     assert decode_batch(msgspec.msgpack.encode(vllm)) == without(batch, "cache_salt", "session_id")
+    for newest in (VllmNewestBatch, VllmMainBatch):  # vLLM 0.33 declares session_id
+        vllm = msgspec.msgpack.Decoder(newest).decode(encode_batch(batch, "vllm"))
+        assert decode_batch(msgspec.msgpack.encode(vllm)) == without(batch, "cache_salt")
     older = msgspec.msgpack.Decoder(ArrayBatch).decode(encode_batch(batch, "sglang-array"))
     assert decode_batch(msgspec.msgpack.encode(older)) == without(
         batch, "cache_salt", "session_id", "lora_name"
