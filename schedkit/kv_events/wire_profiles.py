@@ -126,10 +126,9 @@ def _explain(exc: msgspec.ValidationError) -> msgspec.ValidationError:
     if found is None:
         return exc
     return msgspec.ValidationError(
-        f"block hashes are bytes at `{found.group(1)}` (vLLM with "
-        "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0): pages are keyed by 64-bit int hashes, as "
-        "SGLang, Dynamo's router and vLLM's default send them; run vLLM with "
-        "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1"
+        f"block hashes are bytes at `{found.group(1)}`: run vLLM with "
+        "VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1 (pages are keyed by 64-bit int hashes, as "
+        "SGLang, Dynamo's router and vLLM's default send them)"
     )
 
 

@@ -26,8 +26,9 @@ from schedkit.kv_events import (
     encode_batch,
 )
 from schedkit.kv_events.conformance import CheckedSubscriber, StreamChecker
-from tests.schedkit.kv_events import engine_structs as engine
+from tests.schedkit.kv_events import engine_structs
 from tests.schedkit.kv_events.hostile import RawPublisher, deep_batch
+from tests.schedkit.kv_events.newest import bytes_hash_payload, cleared_payload, hybrid_payloads
 
 
 @pytest.fixture(autouse=True)
@@ -151,23 +152,36 @@ def test_the_wrong_profile_of_replayed_history_is_said_in_one_line(capsys):
     ]
 
 
-def engine_payloads(profile: str) -> list[bytes]:
-    """The cache's batches as each engine encodes them, with its own declarations."""
+# The newest vLLM (0.33.0) sends, for a full-attention model, its group and attention kind
+# with every event, and a session, extra keys per page and locality where it has them.
+NEWEST_VLLM_STORED = {
+    "group_idx": 0,
+    "kv_cache_spec_kind": "full_attention",
+    "locality": "LOCAL",
+    "session_id": "chat-7",
+}
+
+
+def engine_payloads(engine: str) -> list[bytes]:
+    """The cache's batches as each engine encodes them, with its own declarations
+    (``vllm-newest``: vLLM 0.33.0's, every optional field set)."""
     families = {
-        "sglang": (engine.BlockStored, engine.BlockRemoved, engine.AllBlocksCleared),
-        "sglang-array": (
-            engine.ArrayBlockStored,
-            engine.ArrayBlockRemoved,
-            engine.ArrayAllBlocksCleared,
+        "sglang": (engine_structs.BlockStored, engine_structs.BlockRemoved),
+        "sglang-array": (engine_structs.ArrayBlockStored, engine_structs.ArrayBlockRemoved),
+        "vllm": (engine_structs.VllmBlockStored, engine_structs.VllmBlockRemoved),
+        "vllm-newest": (
+            engine_structs.VllmNewestBlockStored,
+            engine_structs.VllmNewestBlockRemoved,
         ),
-        "vllm": (engine.VllmBlockStored, engine.VllmBlockRemoved, engine.VllmAllBlocksCleared),
     }
-    batch_type = {
-        "sglang": engine.KVEventBatch,
-        "sglang-array": engine.ArrayBatch,
-        "vllm": engine.VllmBatch,
-    }[profile]
-    stored_type, removed_type, cleared_type = families[profile]
+    batch_type, cleared_type = {
+        "sglang": (engine_structs.KVEventBatch, engine_structs.AllBlocksCleared),
+        "sglang-array": (engine_structs.ArrayBatch, engine_structs.ArrayAllBlocksCleared),
+        "vllm": (engine_structs.VllmBatch, engine_structs.VllmAllBlocksCleared),
+        "vllm-newest": (engine_structs.VllmNewestBatch, engine_structs.VllmNewestAllBlocksCleared),
+    }[engine]
+    stored_type, removed_type = families[engine]
+    newest = engine == "vllm-newest"
     payloads = []
     for batch in cache_batches():
         events = []
@@ -175,20 +189,24 @@ def engine_payloads(profile: str) -> list[bytes]:
             if type(e) is BlockStored:
                 fields = [e.block_hashes, e.parent_block_hash, e.token_ids, e.block_size, None]
                 extra = {"medium": e.medium}
-                if profile != "sglang-array":
+                if engine != "sglang-array":
                     extra["lora_name"] = e.lora_name
+                if newest:
+                    extra.update(NEWEST_VLLM_STORED, extra_keys=[None] * len(e.block_hashes))
                 events.append(stored_type(*fields, **extra))
             elif type(e) is BlockRemoved:
-                events.append(removed_type(e.block_hashes, e.medium))
+                extra = {"group_idx": 0, "locality": "LOCAL"} if newest else {}
+                events.append(removed_type(e.block_hashes, e.medium, **extra))
             else:
                 events.append(cleared_type())
         payloads.append(msgspec.msgpack.encode(batch_type(1.0, events, 0)))
     return payloads
 
 
-@pytest.mark.parametrize("profile", PROFILES)
-def test_what_each_engine_sends_conforms_to_its_profile_only(profile, faulty_kv_publisher, capsys):
-    payloads = engine_payloads(profile)
+@pytest.mark.parametrize("engine", [*PROFILES, "vllm-newest"])
+def test_what_each_engine_sends_conforms_to_its_profile_only(engine, faulty_kv_publisher, capsys):
+    payloads = engine_payloads(engine)
+    profile = "vllm" if engine == "vllm-newest" else engine
     for asked in PROFILES:
         pub = faulty_kv_publisher()
         running = Running(pub, "--profile", asked, "--count", str(len(payloads)))
@@ -203,6 +221,27 @@ def test_what_each_engine_sends_conforms_to_its_profile_only(profile, faulty_kv_
                 f"NOT conformant: the stream decodes as profile {profile}, not {asked}; "
                 f"rerun with --profile {profile}"
             ]
+
+
+def test_a_hybrid_models_stream_conforms_and_bytes_hashes_say_what_to_do(
+    faulty_kv_publisher, capsys
+):
+    pub = faulty_kv_publisher()
+    running = Running(pub, "--profile", "vllm", "--count", "5")
+    for payload in [*hybrid_payloads(), bytes_hash_payload(), cleared_payload()]:
+        pub.publish_raw(payload)
+    code, out, err = running.result(capsys)
+    assert (code, out[0], err) == (
+        1,
+        "NOT conformant: 5 batches, 9 events, 1 problems, 0 pages held",
+        "",
+    )
+    assert out[1:] == [
+        "  seq 4: not what vllm sends: does not decode with vllm's declarations: block hashes are "
+        "bytes at `$[1][0].block_hashes[0]`: run vLLM with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1 "
+        "(pages are keyed by 64-bit int hashes, as SGLang, Dynamo's router and vLLM's default "
+        "send them)"
+    ]
 
 
 def test_broken_page_rules_are_listed(capsys):

@@ -22,6 +22,7 @@ from schedkit.kv_events import (
     encode_batch,
 )
 from schedkit.kv_events.conformance import StreamChecker
+from tests.schedkit.kv_events.newest import bytes_hash_payload, cleared_payload, hybrid_payloads
 
 INT64_MIN, UINT64_MAX = -(2**63), 2**64 - 1
 
@@ -184,6 +185,36 @@ def test_an_undecodable_payload_is_a_cause():
     assert (
         lines[2] == "    then 1 problems that follow from it, e.g. seq 2: parent 2 of 3 not stored"
     )
+
+
+def test_a_hybrid_models_groups_and_tiers_keep_their_own_pages():
+    checker = StreamChecker("vllm")
+    for seq, payload in enumerate([*hybrid_payloads(), cleared_payload()]):
+        live(checker, seq, payload)
+    assert checker.report() == ["conformant: 5 batches, 9 events, 0 problems, 0 pages held"]
+    # A tier's copy of a page the GPU still holds (SGLang's host cache) is no second store,
+    # its parent may be held in another tier, and it goes from one tier only.
+    checker = StreamChecker()
+    live(checker, 0, stored(1))
+    copy = BlockStored([2], 1, [2, 2], 2, None, "CPU_PINNED")
+    live(checker, 1, KVEventBatch(1.0, [BlockStored([2], 1, [2, 2], 2, None, "GPU"), copy], 0))
+    live(checker, 2, KVEventBatch(2.0, [BlockRemoved([2], "GPU"), copy], 0))
+    assert checker.report() == [
+        "NOT conformant: 3 batches, 5 events, 1 problems, 2 pages held",
+        "  seq 2: 2 (CPU_PINNED) stored again without being removed",
+    ]
+
+
+def test_bytes_block_hashes_are_a_cause_that_says_what_to_do():
+    checker = StreamChecker("vllm")
+    live(checker, 0, stored(1))
+    live(checker, 1, bytes_hash_payload())
+    lines = checker.report()
+    assert lines[1].startswith(
+        "  seq 1: not what vllm sends: does not decode with vllm's declarations: block hashes "
+        "are bytes at `$[1][0].block_hashes[0]`"
+    )
+    assert "run vLLM with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1" in lines[1]
 
 
 # -- fuzzing ------------------------------------------------------------------------------
