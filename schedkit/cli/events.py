@@ -103,15 +103,23 @@ def format_batch(seq: int, batch: KVEventBatch) -> str:
 
 
 def format_event(event: Any) -> str:
-    """One event as an indented line with its hashes (and tokens for a stored page)."""
+    """One event as an indented line with its hashes (and tokens for a stored page), and
+    vLLM's KV-cache group, attention kind and locality when the event has them."""
     if type(event) is BlockStored:
         return (
             f"  stored hashes={event.block_hashes} parent={event.parent_block_hash} "
-            f"block_size={event.block_size} medium={event.medium} tokens={event.token_ids}"
+            f"block_size={event.block_size} medium={event.medium}{_group(event)} "
+            f"tokens={event.token_ids}"
         )
     if type(event) is BlockRemoved:
-        return f"  removed hashes={event.block_hashes} medium={event.medium}"
+        return f"  removed hashes={event.block_hashes} medium={event.medium}{_group(event)}"
     return "  cleared"
+
+
+def _group(event: BlockStored | BlockRemoved) -> str:
+    kind = event.kv_cache_spec_kind if type(event) is BlockStored else None
+    fields = {"group": event.group_idx, "kind": kind, "locality": event.locality}
+    return "".join(f" {name}={value}" for name, value in fields.items() if value is not None)
 
 
 def format_notice(notice: Notice, has_replay: bool = True) -> str:

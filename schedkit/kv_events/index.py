@@ -55,9 +55,8 @@ class KvIndex:
     medium, so a router keeps one index per tier. Each event is applied to its rank's set of
     pages as a whole; a match walks each rank's set along the prompt's hashes until the first
     page it does not hold. A page's medium is kept apart only when it is not the rank's
-    usual one (that of the first page it stored). Events of a KV-cache group that is not main
-    attention (vLLM's sliding-window or Mamba groups of a hybrid model) or of remote pages are
-    not followed (``attention_groups``).
+    usual one (that of the first page it stored). Events of remote pages or of a KV-cache group
+    that is not main attention (a hybrid model's) are not followed (``attention_groups``).
 
     A rank holds at most its pool: ``set_capacity(rank, pages)`` (from its config or its
     ``KvMetrics.kv_total_blocks``, at most ``max_pages``). A page stored past it is not kept
@@ -175,11 +174,9 @@ class KvIndex:
                 elif other:
                     _consume(map(other.pop, kept, repeat(None)))
             elif kind is BlockRemoved:
-                if (event.group_idx is not None or event.locality is not None) and not follows(
-                    event, rank
+                if (only is None or event.medium == only) and (
+                    (event.group_idx is None and event.locality is None) or follows(event, rank)
                 ):
-                    continue
-                if only is None or event.medium == only:
                     held.difference_update(event.block_hashes)
                     if other:
                         _consume(map(other.pop, event.block_hashes, repeat(None)))

@@ -10,7 +10,7 @@ import pytest
 import structlog
 
 from schedkit.cli import main
-from schedkit.cli.events import format_notice
+from schedkit.cli.events import format_event, format_notice
 from schedkit.kv_events import (
     AllBlocksCleared,
     BlockRemoved,
@@ -111,6 +111,15 @@ def test_tail_verbose_prints_every_event(publisher, capsys):
         "seq=2 dp=0 ts=3.000000 events=1 stored=0 removed=1 cleared=0",
         "  removed hashes=[12] medium=GPU",
     ]
+
+
+def test_vllms_group_kind_and_locality_are_printed_when_an_event_has_them():
+    swa = {"group_idx": 1, "kv_cache_spec_kind": "sliding_window", "locality": "LOCAL"}
+    assert format_event(BlockStored([5], None, [1, 2], 2, None, "GPU", **swa)) == (
+        "  stored hashes=[5] parent=None block_size=2 medium=GPU group=1 kind=sliding_window "
+        "locality=LOCAL tokens=[1, 2]"
+    )
+    assert format_event(BlockRemoved([5], "CPU", 0)) == "  removed hashes=[5] medium=CPU group=0"
 
 
 def test_tail_without_replay_reports_lost_history_and_stats(publisher, capsys):
