@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Literal, TypeVar, Union
 
 import msgspec
@@ -184,17 +185,36 @@ def decode_any(payload: bytes) -> KVEventBatch:
 def _converter(stored: type, removed: type, cleared: type) -> Callable[[Event], msgspec.Struct]:
     """Converts in-memory events to one profile's structs; an event keeps the fields the
     profile declares, by name (those it declares and memory has not stay at their default)."""
-    stored_fields = [f for f in stored.__struct_fields__ if f in BlockStored.__struct_fields__]
-    removed_fields = [f for f in removed.__struct_fields__ if f in BlockRemoved.__struct_fields__]
+    stored_prefix, stored_rest = _shared_fields(stored, BlockStored)
+    removed_prefix, removed_rest = _shared_fields(removed, BlockRemoved)
 
     def convert(event: Event) -> msgspec.Struct:
-        if type(event) is BlockStored:
-            return stored(**{f: getattr(event, f) for f in stored_fields})
-        if type(event) is BlockRemoved:
-            return removed(**{f: getattr(event, f) for f in removed_fields})
-        return cleared()
+        kind = type(event)
+        if kind is BlockStored:
+            out, rest = stored(*stored_prefix(event)), stored_rest
+        elif kind is BlockRemoved:
+            out, rest = removed(*removed_prefix(event)), removed_rest
+        else:
+            return cleared()
+        for name in rest:  # fields past the shared prefix: set only when memory has a value
+            value = getattr(event, name)
+            if value is not None:
+                setattr(out, name, value)
+        return out
 
     return convert
+
+
+def _shared_fields(target: type, source: type) -> tuple[Callable[[Event], tuple], list[str]]:
+    """For the fields ``target`` and ``source`` share: a getter of the longest leading run of
+    ``target``'s fields that ``source`` has (its positional arguments), and the others."""
+    shared = [name for name in target.__struct_fields__ if name in source.__struct_fields__]
+    prefix = 0
+    while prefix < len(shared) and shared[prefix] == target.__struct_fields__[prefix]:
+        prefix += 1
+    if prefix < 2:  # attrgetter of one name returns the value, not a tuple
+        raise TypeError(f"{target.__name__} shares fewer than 2 leading fields with memory")
+    return attrgetter(*shared[:prefix]), shared[prefix:]
 
 
 class Profile:
