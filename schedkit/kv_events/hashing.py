@@ -16,8 +16,9 @@ UTF-8 salt)`` instead of from nothing (SGLang's ``compute_node_event_hash_values
   one ``b"\\x01"`` + its UTF-8 length as 8-byte little-endian + the UTF-8 bytes: the published
   hash of a page is the signed first 8 bytes of ``SHA-256(seed + hash as 8-byte big-endian
   signed)``. Requests without a namespace publish the chain as is in both formats;
-- ``vllm-sha256``: vLLM's own chain with its ``sha256`` hash function (``vllm_page_digests``),
-  as a vLLM started with PYTHONHASHSEED=0 publishes it (low 64 bits, unsigned). It costs
+- ``vllm-sha256``: vLLM 0.33's own chain with its ``sha256`` hash function
+  (``vllm_page_digests``), seeded as vLLM seeds it (``PYTHONHASHSEED`` when set, else
+  ``"vllm-none-hash"``) and published as vLLM publishes it (low 64 bits, unsigned). It costs
   several times SGLang's chain (a pickle per page); the ``vllm`` wire profile carries
   SGLang-style values unless a cache selects this format.
 """
@@ -25,6 +26,7 @@ UTF-8 salt)`` instead of from nothing (SGLang's ``compute_node_event_hash_values
 from __future__ import annotations
 
 import hashlib
+import os
 import pickle
 import sys
 from array import array
@@ -35,6 +37,7 @@ from schedkit.kv_events.page_chain import MAX_HASHABLE_TOKEN_ID, chain_ids, chai
 __all__ = [
     "HASH_FORMATS",
     "MAX_HASHABLE_TOKEN_ID",
+    "VLLM_DEFAULT_NONE_HASH_SEED",
     "VLLM_NONE_HASH",
     "check_hash_format",
     "digest_to_int",
@@ -45,12 +48,23 @@ __all__ = [
     "published_page_hashes",
     "salt_seed",
     "vllm_digest_to_int",
+    "vllm_none_hash",
     "vllm_page_digests",
 ]
 
 HASH_FORMATS = ("sglang", "dynamo", "vllm-sha256")
-# vLLM's first-block parent under PYTHONHASHSEED=0 with its ``sha256`` hash function.
-VLLM_NONE_HASH = hashlib.sha256(pickle.dumps("0", protocol=pickle.HIGHEST_PROTOCOL)).digest()
+# vLLM's seed of a sequence's first-block parent when PYTHONHASHSEED is not set (sha256 family).
+VLLM_DEFAULT_NONE_HASH_SEED = "vllm-none-hash"
+
+
+def vllm_none_hash(seed: str) -> bytes:
+    """vLLM's ``NONE_HASH`` (the first block's parent) for ``seed`` under its ``sha256``."""
+    return hashlib.sha256(pickle.dumps(seed, protocol=pickle.HIGHEST_PROTOCOL)).digest()
+
+
+# Resolved as vLLM's ``resolve_none_hash_seed`` does for ``sha256``, so that a schedkit run and a
+# vLLM started in the same environment agree.
+VLLM_NONE_HASH = vllm_none_hash(os.environ.get("PYTHONHASHSEED", VLLM_DEFAULT_NONE_HASH_SEED))
 _sha256 = hashlib.sha256
 _SALT_TAG = b"sglang-cache-salt-v1\0"
 _NAMESPACE_TAG = b"sglang-kv-event-namespace-v1"
@@ -105,11 +119,12 @@ def vllm_page_digests(
 ) -> list[bytes]:
     """vLLM's ``sha256`` block hashes of every full page: SHA-256 of the pickled tuple
     ``(parent digest, page token ids, extra keys)`` (highest pickle protocol), the first page's
-    parent being ``VLLM_NONE_HASH`` and its extra keys ``(cache_salt,)`` (None otherwise)."""
+    parent being ``VLLM_NONE_HASH`` and its extra keys ``(("cache_salt", cache_salt),)`` (None
+    otherwise), as vLLM 0.33's ``generate_block_hash_extra_keys`` tags a salt."""
     if page_size < 1:
         raise ValueError(f"page_size must be >= 1, got {page_size}")
     prev = parent_digest if parent_digest else VLLM_NONE_HASH
-    first = (cache_salt,) if parent_digest is None and cache_salt else None
+    first = (("cache_salt", cache_salt),) if parent_digest is None and cache_salt else None
     out = []
     for start in range(0, len(token_ids) - len(token_ids) % page_size, page_size):
         page = tuple(token_ids[start : start + page_size])

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import pickle
 import struct
+import subprocess
+import sys
 from array import array
 
 import pytest
@@ -103,14 +106,15 @@ def test_no_namespace_is_the_plain_chain_in_both_formats():
 
 
 def vllm_by_hand(tokens, page_size, cache_salt=None):
-    """vLLM's hash_block_tokens with its ``sha256`` (pickle, highest protocol), PYTHONHASHSEED=0."""
+    """vLLM 0.33's hash_block_tokens with its ``sha256`` (pickle, highest protocol), its
+    NONE_HASH seeded from PYTHONHASHSEED or "vllm-none-hash", a salt tagged "cache_salt"."""
 
     def sha(obj):
         return hashlib.sha256(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)).digest()
 
-    parent, out = sha("0"), []
+    parent, out = sha(os.environ.get("PYTHONHASHSEED", "vllm-none-hash")), []
     for start in range(0, len(tokens) - len(tokens) % page_size, page_size):
-        extra = (cache_salt,) if start == 0 and cache_salt else None
+        extra = (("cache_salt", cache_salt),) if start == 0 and cache_salt else None
         parent = sha((parent, tuple(tokens[start : start + page_size]), extra))
         out.append(int.from_bytes(parent, "big") & (2**64 - 1))
     return out
@@ -121,3 +125,16 @@ def test_vllm_sha256_format_is_vllms_block_hash(cache_salt):
     tokens = list(range(1, 12))
     want = vllm_by_hand(tokens, 4, cache_salt)
     assert page_hashes(tokens, 4, cache_salt=cache_salt, hash_format="vllm-sha256") == want
+
+
+@pytest.mark.parametrize("seed", [None, "0"])
+def test_vllm_none_hash_follows_pythonhashseed_as_vllm_does(seed):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+    if seed is not None:
+        env["PYTHONHASHSEED"] = seed
+    code = "from schedkit.kv_events.hashing import VLLM_NONE_HASH; print(VLLM_NONE_HASH.hex())"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    want = pickle.dumps(seed or "vllm-none-hash", protocol=pickle.HIGHEST_PROTOCOL)
+    assert out.stdout.strip() == hashlib.sha256(want).hexdigest()
