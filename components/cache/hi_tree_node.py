@@ -24,29 +24,11 @@ H100_PCIE5_HOST_BANDWIDTH = 50e9
 
 
 class HiTreeNode(TreeNode):
-    """A tree node that may also hold its KV in host memory (``host_value``)."""
+    """A node of the host-tier cache: one that may also hold its KV in host memory
+    (``host_value``, ``backuped``, ``protect_host`` / ``release_host``, kept on ``TreeNode``
+    as in SGLang, where every node has them)."""
 
-    __slots__ = ("host_ref_counter", "host_value")
-
-    def __init__(self, key: list[int], value: list[int] | None, parent, namespace, t: int):
-        super().__init__(key, value, parent, namespace, t)
-        self.host_value: list[int] | None = None
-        self.host_ref_counter = 0
-
-    @property
-    def backuped(self) -> bool:
-        """Whether the node's KV has a copy in host memory."""
-        return self.host_value is not None
-
-    def protect_host(self) -> None:
-        """Keep the host copy from host eviction until ``release_host``."""
-        self.host_ref_counter += 1
-
-    def release_host(self) -> None:
-        """Undo one ``protect_host``."""
-        if self.host_ref_counter <= 0:
-            raise ValueError(f"release_host on {self!r}, whose host copy is not protected")
-        self.host_ref_counter -= 1
+    __slots__ = ()
 
 
 def check_write_policy(instance: object, attribute: attrs.Attribute, value: object) -> None:

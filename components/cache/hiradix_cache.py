@@ -31,6 +31,7 @@ from typing import Any, Literal
 import attrs
 
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
+from schedkit.components.cache.cache_params import MatchPrefixParams
 from schedkit.components.cache.hi_tree_node import (
     H100_PCIE5_HOST_BANDWIDTH,
     LLAMA3_8B_KV_BYTES_PER_TOKEN,
@@ -42,6 +43,7 @@ from schedkit.components.cache.hiradix_eviction import DeviceEviction
 from schedkit.components.cache.hiradix_host import HostTier
 from schedkit.components.cache.introspection import device_values_flatten, hicache_sanity_check
 from schedkit.components.cache.radix_cache import MatchResult, RadixCache
+from schedkit.components.cache.sglang_api import takes_cache_init_params
 from schedkit.components.cache.tree_node import TreeNode, tokens_of
 from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.kv_events.structs import MEDIUM_GPU
@@ -49,6 +51,7 @@ from schedkit.kv_events.structs import MEDIUM_GPU
 __all__ = ["HiRadixCache", "HiTreeNode"]
 
 
+@takes_cache_init_params
 @component("hiradix_cache")
 class HiRadixCache(HostTier, DeviceEviction, RadixCache):
     """``RadixCache`` with SGLang's host-memory tier.
@@ -111,6 +114,8 @@ class HiRadixCache(HostTier, DeviceEviction, RadixCache):
         """The longest cached whole-page prefix of ``key``: ``device_indices`` and
         ``last_node`` cover its device-resident part, ``host_hit_length`` and
         ``last_host_node`` the host-only pages after it."""
+        if type(key) is MatchPrefixParams:
+            key = key.key
         node = self.root
         if self.disable:
             return MatchResult([], node)

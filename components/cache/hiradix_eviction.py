@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from heapq import heapify, heappop, heappush
 
+from schedkit.components.cache.cache_params import EvictParams, EvictResult
 from schedkit.components.cache.hi_tree_node import HiTreeNode
 from schedkit.components.cache.radix_tree import RadixTree
 from schedkit.components.cache.tree_node import TreeNode
@@ -30,7 +31,10 @@ class DeviceEviction:
     def evict(self, num_tokens: int) -> int:
         """Free at least ``num_tokens`` device slots from unlocked device leaves, LRU first (by
         ``eviction_policy``): a node with a host copy stays in the tree as host-only, one
-        without (write-back: after copying it to the host if there is room) leaves it."""
+        without (write-back: after copying it to the host if there is room) leaves it.
+        Returns the tokens evicted; given an ``EvictParams``, an ``EvictResult``."""
+        if type(num_tokens) is EvictParams:
+            return EvictResult(num_tokens_evicted=self.evict(num_tokens.num_tokens))
         if self.disable or num_tokens <= 0:
             return 0
         evicted = 0

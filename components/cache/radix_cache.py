@@ -23,14 +23,35 @@ from itertools import chain
 
 from schedkit.components.cache.allocator import OutOfKVSlotsError
 from schedkit.components.cache.cache_keys import fill_ids_slice, req_namespace
+from schedkit.components.cache.cache_params import (
+    CacheInitParams,
+    EvictParams,
+    EvictResult,
+    InsertParams,
+    InsertResult,
+    MatchPrefixParams,
+)
 from schedkit.components.cache.radix_tree import MatchResult, RadixKey, RadixTree, TreeNode
-from schedkit.components.cache.tree_node import Tokens, tokens_of
+from schedkit.components.cache.sglang_api import takes_cache_init_params
+from schedkit.components.cache.tree_node import Tokens, slot_list, tokens_of
 from schedkit.core.component import component
 from schedkit.core.schedule_batch import Req
 
-__all__ = ["MatchResult", "RadixCache", "RadixKey", "TreeNode"]
+__all__ = [
+    "CacheInitParams",
+    "EvictParams",
+    "EvictResult",
+    "InsertParams",
+    "InsertResult",
+    "MatchPrefixParams",
+    "MatchResult",
+    "RadixCache",
+    "RadixKey",
+    "TreeNode",
+]
 
 
+@takes_cache_init_params
 @component("radix_cache")
 class RadixCache(RadixTree):
     """Prefix cache over a radix tree; evicts unlocked leaves by ``eviction_policy``
@@ -56,6 +77,8 @@ class RadixCache(RadixTree):
         A match ending inside a node splits that node so that ``last_node`` ends exactly at
         the match (splitting emits no event).
         """
+        if type(key) is MatchPrefixParams:
+            key = key.key
         node = self.root
         if self.disable:
             return MatchResult([], node)
@@ -79,18 +102,22 @@ class RadixCache(RadixTree):
     def insert(
         self, key: Sequence[int], value: Sequence[int] | None = None, priority: int | None = None
     ) -> int:
-        """Store ``key`` with its KV slots; returns how many leading tokens were already cached.
+        """Store ``key`` with its KV slots; returns how many leading tokens were already cached
+        (given an ``InsertParams``: an ``InsertResult`` with that ``prefix_len``).
 
-        ``value`` holds one slot per token of ``key`` (see the module docstring for who owns
-        what afterwards); without it the cache allocates slots for the new part, evicting if
-        needed, and raises ``OutOfKVSlotsError`` if the pool cannot supply them. ``priority``
-        (the inserting request's) raises the eviction priority of every node on the path.
+        ``value`` holds one slot per token of ``key`` (a list of ints, or anything with
+        ``tolist()``; see the module docstring for who owns what afterwards); without it the
+        cache allocates slots for the new part, evicting if needed, and raises
+        ``OutOfKVSlotsError`` if the pool cannot supply them. ``priority`` (the inserting
+        request's) raises the eviction priority of every node on the path.
         """
+        if type(key) is InsertParams:
+            return InsertResult(prefix_len=self.insert(key.key, key.value, key.priority))
         namespace = getattr(key, "namespace", None)
         key = tokens_of(key)  # a RadixKey or another sequence: its plain tokens
         if value is not None:
             if type(value) is not list:
-                value = list(value)
+                value = slot_list(value)
             if len(value) != len(key):
                 raise ValueError(
                     f"value has {len(value)} slots for {len(key)} tokens; give one slot per token"
@@ -263,8 +290,11 @@ class RadixCache(RadixTree):
         """Evict unlocked leaves in eviction-policy order until ``num_tokens`` tokens are freed.
 
         Returns the number of tokens evicted (whole nodes, so possibly more than asked; fewer
-        if not enough is evictable). A parent left without children becomes a candidate.
+        if not enough is evictable); given an ``EvictParams``, an ``EvictResult``. A parent left
+        without children becomes a candidate.
         """
+        if type(num_tokens) is EvictParams:
+            return EvictResult(num_tokens_evicted=self.evict(num_tokens.num_tokens))
         if self.disable or num_tokens <= 0:
             return 0
         evicted = 0

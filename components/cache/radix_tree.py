@@ -8,8 +8,9 @@ lazily maintained eviction heap ordered by the eviction policy (SGLang's ``evict
 - ``lru``: least recently used first; ``lfu``: fewest hits first, then LRU;
 - ``fifo``: oldest node first; ``priority``: lowest request priority first, then LRU.
 
-(Over 300 lines: the node bookkeeping, locks and the lazy eviction heap share invariants that
-read best together; the introspection SGLang's tests use is in ``introspection``.)
+The node bookkeeping, locks and the lazy eviction heap share invariants and stay together
+here; sizes and introspection are in ``tree_views``, the generic request caching functions in
+``req_caching``, SGLang's ``create_simulated`` in ``sglang_api``.
 """
 
 from __future__ import annotations
@@ -17,20 +18,20 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from heapq import heapify, heappop, heappush
-from typing import Any, TextIO
+from typing import Any
 
 import attrs
 
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
-from schedkit.components.cache.cache_keys import fill_ids_prefix
 from schedkit.components.cache.event_recorder import EventRecorder
-from schedkit.components.cache.introspection import (
-    all_values_flatten,
-    available_and_evictable_str,
-    pretty_print,
-    sanity_check,
+from schedkit.components.cache.req_caching import ReqCaching
+from schedkit.components.cache.sglang_api import SGLangConstruction
+from schedkit.components.cache.tree_arguments import (
+    EVICTION_POLICIES,
+    known_hash_format,
+    known_policy,
+    make_pool,
 )
-from schedkit.components.cache.req_locks import unlock_req
 from schedkit.components.cache.tree_node import (
     MatchResult,
     RadixKey,
@@ -39,18 +40,18 @@ from schedkit.components.cache.tree_node import (
     as_list,
     match_len,
 )
+from schedkit.components.cache.tree_views import TreeViews
 from schedkit.core.component import at_least
-from schedkit.core.schedule_batch import Req
-from schedkit.kv_events.hashing import check_hash_format
 
-__all__ = ["EVICTION_POLICIES", "MatchResult", "RadixKey", "RadixTree", "TreeNode", "make_pool"]
-
-EVICTION_POLICIES: dict[str, Callable[[Any], object]] = {
-    "lru": lambda n: n.last_access_time,
-    "lfu": lambda n: (n.hit_count, n.last_access_time),
-    "fifo": lambda n: n.creation_time,
-    "priority": lambda n: (n.priority, n.last_access_time),
-}
+__all__ = [
+    "EVICTION_POLICIES",
+    "MatchResult",
+    "RadixKey",
+    "RadixTree",
+    "TreeNode",
+    "make_pool",
+    "match_len",
+]
 
 
 def _page_key(key: Tokens, pos: int, page_size: int) -> object:
@@ -63,54 +64,18 @@ def _page_key(key: Tokens, pos: int, page_size: int) -> object:
     return tuple(key[pos : pos + page_size])
 
 
-def make_pool(
-    allocator: TokenToKVPoolAllocator | None,
-    capacity: int | None,
-    page_size: int,
-    names: tuple[str, str] = ("allocator", "capacity"),
-) -> TokenToKVPoolAllocator:
-    """The pool a cache frees into: the given allocator, or a new one of ``capacity`` slots."""
-    allocator_name, capacity_name = names
-    if allocator is None:
-        if capacity is None:
-            raise ValueError(
-                f"the cache needs a KV pool: pass {allocator_name}=TokenToKVPoolAllocator(...) "
-                f"or {capacity_name}=<number of token slots>"
-            )
-        return TokenToKVPoolAllocator(size=capacity, page_size=page_size)
-    if capacity is not None:
-        raise ValueError(f"pass either {allocator_name}= or {capacity_name}=, not both")
-    if allocator.page_size != page_size:
-        raise ValueError(
-            f"{allocator_name}.page_size is {allocator.page_size} but the cache's page_size "
-            f"is {page_size}; they must match"
-        )
-    return allocator
-
-
-def _known_policy(instance: object, attribute: attrs.Attribute, value: object) -> None:
-    if value not in EVICTION_POLICIES:
-        raise ValueError(
-            f"unknown eviction_policy {value!r}; valid: {', '.join(EVICTION_POLICIES)}"
-        )
-
-
-def _known_hash_format(instance: object, attribute: attrs.Attribute, value: object) -> None:
-    check_hash_format(value)
-
-
 @attrs.define(slots=True, kw_only=True, on_setattr=attrs.setters.NO_OP)
-class RadixTree:
+class RadixTree(TreeViews, ReqCaching, SGLangConstruction):
     """The shared tree machinery; not a cache by itself (see ``RadixCache``)."""
 
     page_size: int = attrs.field(default=1, validator=at_least(1))
     enable_kv_cache_events: bool = False
     allocator: TokenToKVPoolAllocator | None = None
     capacity: int | None = None
-    eviction_policy: str = attrs.field(default="lru", validator=_known_policy)
+    eviction_policy: str = attrs.field(default="lru", validator=known_policy)
     disable: bool = False
     # How namespaced pages publish their hashes: "sglang" (SGLang's default) or "dynamo".
-    kv_event_hash_format: str = attrs.field(default="sglang", validator=_known_hash_format)
+    kv_event_hash_format: str = attrs.field(default="sglang", validator=known_hash_format)
 
     root: TreeNode | None = attrs.field(init=False, repr=False, default=None)
     _evictable_size: int = attrs.field(init=False, repr=False, default=0)
@@ -134,54 +99,6 @@ class RadixTree:
             self._events = EventRecorder(self.page_size, self.kv_event_hash_format)
         self._tick = itertools.count().__next__
         self._seq = itertools.count().__next__
-
-    def cache_finished_req(self, req: Req) -> None:
-        """SGLang's ``cache_finished_req``: hand all of the request's KV to the cache and drop
-        the request's hold on it.
-
-        Used for finished, aborted and retracted requests: the tokens with KV are inserted (the
-        cache frees slots it already holds for the same tokens, and a trailing partial page), the
-        lock on ``req.last_node`` is released and the request is left without KV state.
-        """
-        kv = req.kv_indices
-        if kv:
-            self.insert(fill_ids_prefix(req, len(kv)), kv, priority=req.priority)
-        unlock_req(self, req)
-        req.swa_uuid_for_lock = None
-        req.kv_indices = []
-        req.prefix_len = 0
-        req.last_node = None
-
-    def cache_unfinished_req(self, req: Req) -> None:
-        """SGLang's ``cache_unfinished_req``: publish a still-running request's KV in the cache
-        so that other requests can match it.
-
-        The whole pages of the tokens with KV are inserted, the request's lock moves to the node
-        that now ends its prefix, and ``req.kv_indices`` / ``req.prefix_len`` take the cache's
-        slots for that prefix (slots the cache already had replace the request's duplicates). A
-        trailing partial page stays with the request.
-        """
-        if self.disable:
-            return
-        kv = req.kv_indices
-        n = len(kv)
-        if getattr(self, "is_eagle", False):
-            # EAGLE: bigrams of the tokens with KV (n - 1 of them, as SGLang keys fill_ids); a
-            # key of ``aligned`` bigrams is ``aligned + 1`` tokens.
-            bigrams = max(0, n - 1)
-            aligned = bigrams - bigrams % self.page_size
-            key = fill_ids_prefix(req, aligned + 1 if aligned else 0)
-        else:
-            aligned = n - n % self.page_size
-            key = fill_ids_prefix(req, aligned)
-        self.insert(key, kv[:aligned], priority=req.priority)
-        match = self.match_prefix(key)
-        token = self.inc_lock_ref(match.last_node)
-        unlock_req(self, req)
-        req.swa_uuid_for_lock = token
-        req.kv_indices = match.device_indices + kv[aligned:]
-        req.prefix_len = len(match.device_indices)
-        req.last_node = match.last_node
 
     def _child(self, node: TreeNode, key: Tokens, pos: int, end: int, namespace: Any):
         """The child of ``node`` that ``key[pos:end]`` enters and how many tokens it matches
@@ -358,35 +275,3 @@ class RadixTree:
         if self._events is not None:
             self._events.cleared()
         return dropped
-
-    def pretty_print(self, file: TextIO | None = None) -> None:
-        """Print the tree as SGLang's ``pretty_print`` (``introspection.pretty_print``)."""
-        pretty_print(self, file)
-
-    def all_values_flatten(self) -> list[int]:
-        """Every cached KV slot, depth-first, as SGLang's ``all_values_flatten``."""
-        return all_values_flatten(self)
-
-    def available_and_evictable_str(self) -> str:
-        """Free plus evictable slots, worded as SGLang's."""
-        return available_and_evictable_str(self)
-
-    def sanity_check(self) -> None:
-        """Check the tree against the cache's counters (AssertionError naming a mismatch)."""
-        sanity_check(self)
-
-    def take_events(self) -> list:
-        """The KV events recorded since the last call, oldest first ([] with events off)."""
-        return self._events.take() if self._events is not None else []
-
-    def evictable_size(self) -> int:
-        """Tokens held in unlocked nodes (full KV)."""
-        return self._evictable_size
-
-    def protected_size(self) -> int:
-        """Tokens held in locked nodes (full KV)."""
-        return self._protected_size
-
-    def total_size(self) -> int:
-        """Tokens held by the cache (full KV)."""
-        return self._evictable_size + self._protected_size

@@ -5,6 +5,7 @@ none are left), eviction of full and sliding-window KV, reset and the size count
 from __future__ import annotations
 
 from schedkit.components.cache.allocator import OutOfKVSlotsError
+from schedkit.components.cache.cache_params import EvictParams, EvictResult
 from schedkit.components.cache.radix_tree import RadixTree
 from schedkit.components.cache.swa_tree_node import SWATreeNode, live_slots
 
@@ -28,8 +29,12 @@ class SWAPools:
         then any tombstoned parents left childless. Sliding-window eviction frees the SWA KV of
         nodes without a sliding-window lock, in the same order: an inner node becomes a
         tombstone (no event); an unlocked leaf is deleted outright (``BlockRemoved``), since a
-        tombstone leaf could never be matched. Returns ``(full_evicted, swa_evicted)``.
+        tombstone leaf could never be matched. Returns ``(full_evicted, swa_evicted)``; given an
+        ``EvictParams``, an ``EvictResult``.
         """
+        if type(num_tokens) is EvictParams:
+            full, swa = self.evict(num_tokens.num_tokens, num_tokens.swa_num_tokens)
+            return EvictResult(num_tokens_evicted=full, swa_num_tokens_evicted=swa)
         if self.disable:
             return 0, 0
         full_evicted = swa_evicted = 0

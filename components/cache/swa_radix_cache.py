@@ -28,11 +28,13 @@ from typing import Any
 import attrs
 
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
+from schedkit.components.cache.cache_params import InsertParams, InsertResult, MatchPrefixParams
 from schedkit.components.cache.introspection import (
     swa_available_and_evictable_str,
     swa_sanity_check,
 )
 from schedkit.components.cache.radix_tree import MatchResult, RadixTree, make_pool
+from schedkit.components.cache.sglang_api import takes_cache_init_params
 from schedkit.components.cache.swa_locks import SWALocking
 from schedkit.components.cache.swa_pools import SWAPools
 from schedkit.components.cache.swa_tree_node import (
@@ -43,11 +45,13 @@ from schedkit.components.cache.swa_tree_node import (
     live_tail_start,
     to_bigrams,
 )
+from schedkit.components.cache.tree_node import slot_list
 from schedkit.core.component import ArgumentError, component
 
 __all__ = ["SWARadixCache", "SWATreeNode", "bigram_key"]
 
 
+@takes_cache_init_params
 @component("swa_radix_cache")
 class SWARadixCache(SWALocking, SWAPools, RadixTree):
     """Radix prefix cache for hybrid full / sliding-window attention models.
@@ -121,6 +125,8 @@ class SWARadixCache(SWALocking, SWAPools, RadixTree):
         matched path are marked used, parents before children (so parents go first on SWA
         eviction). ``swa_indices`` has None for tombstoned tokens.
         """
+        if type(key) is MatchPrefixParams:
+            key = key.key
         node = self.root
         if self.disable:
             return MatchResult([], node, [])
@@ -172,10 +178,15 @@ class SWARadixCache(SWALocking, SWAPools, RadixTree):
         cache gives the new part sliding-window slots of its own (evicting sliding-window KV
         if short; if still short, only for the new part's last window of pages, the rest
         becoming a tombstone). With neither it allocates both for the new part, evicting if
-        needed. ``priority`` raises the eviction priority of every node on the path.
+        needed. ``priority`` raises the eviction priority of every node on the path. Given an
+        ``InsertParams``, returns an ``InsertResult``.
         """
+        if type(key) is InsertParams:
+            return InsertResult(prefix_len=self.insert(key.key, key.value, priority=key.priority))
         namespace = getattr(key, "namespace", None)
         key = key if type(key) is list else list(key)
+        if value is not None and type(value) is not list:
+            value = slot_list(value)
         if swa_value is not None and value is None:
             raise ValueError("swa_value= needs value= (one full slot per token)")
         free_full: list[int] = []

@@ -30,8 +30,16 @@ class SWATreeNode(TreeNode):
 
     __slots__ = ("swa_lock_ref", "swa_uuid", "swa_value")
 
-    def __init__(self, key: list[int], value: list[int], parent: Any, namespace: Any, t: int):
-        super().__init__(key, value, parent, namespace, t)
+    def __init__(
+        self,
+        key: list[int] | None = None,
+        value: list[int] | None = None,
+        parent: Any = None,
+        namespace: Any = None,
+        t: int | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(key, value, parent, namespace, t, **kwargs)
         self.swa_value: list[int] | None = None
         self.swa_lock_ref = 0
         self.swa_uuid: int | None = None

@@ -149,7 +149,7 @@ def test_protect_host_keeps_a_copy_from_host_eviction():
     assert not cache.match_prefix(C).last_node.backuped
     a_node.release_host()
     b_node.release_host()
-    with pytest.raises(ValueError, match="not protected"):
+    with pytest.raises(RuntimeError, match="not protected"):
         a_node.release_host()
     slots_accounted(cache)
 
