@@ -17,13 +17,20 @@ import attrs
 from schedkit.components.cache.cache_params import CacheInitParams
 from schedkit.core.component import at_least
 
-__all__ = ["SIMULATED_SIZE", "SimulatedSlots", "cache_arguments", "takes_cache_init_params"]
+__all__ = [
+    "SIMULATED_SIZE",
+    "SGLangConstruction",
+    "SimulatedSlots",
+    "cache_arguments",
+    "simulated_pools",
+    "takes_cache_init_params",
+]
 
 C = TypeVar("C", bound=type)
 
-# The size a cache made without a KV pool reports to the pools sized from it (the
-# sliding-window pool, the host tier): 65,536 tokens.
-SIMULATED_SIZE = 1 << 16
+# The size a cache made without a KV pool reports to the pools sized from it (the host tier's,
+# twice this by default): 4,096 tokens.
+SIMULATED_SIZE = 1 << 12
 
 
 @attrs.define(slots=True, kw_only=True)
@@ -34,7 +41,8 @@ class SimulatedSlots:
     ``alloc(n)`` hands out ``n`` new labels counting up from ``size`` (above the labels
     ``0..size - 1`` a caller is likely to pick) and never runs short; ``free`` takes back any
     labels and counts them in ``freed``; ``available_size()`` is always ``size``, the size the
-    sliding-window pool and the host tier are made from.
+    host tier's pool is made from. A sliding-window cache made this way takes its
+    sliding-window slots from a ``SimulatedSlots`` too.
     """
 
     size: int = attrs.field(default=SIMULATED_SIZE, validator=at_least(1))
@@ -75,12 +83,14 @@ def cache_arguments(params: CacheInitParams, cls: type) -> dict[str, Any]:
             f"(schedkit.components.cache.cache_params), got {type(params).__name__}"
         )
     fields = attrs.fields_dict(cls)
+    args: dict[str, Any] = {}
     allocator = params.token_to_kv_pool_allocator
     if allocator is None:
-        allocator = SimulatedSlots(page_size=params.page_size)
-    args: dict[str, Any] = {
+        args.update(simulated_pools(cls, params.page_size))
+    else:
+        args["allocator"] = allocator
+    args |= {
         "disable": params.disable,
-        "allocator": allocator,
         "page_size": params.page_size,
         "eviction_policy": params.eviction_policy.lower(),
         "enable_kv_cache_events": params.enable_kv_cache_events,
@@ -94,6 +104,15 @@ def cache_arguments(params: CacheInitParams, cls: type) -> dict[str, Any]:
             f"is_eagle=True: {cls.__name__} has no EAGLE bigram keys; swa_radix_cache has them"
         )
     return args
+
+
+def simulated_pools(cls: type, page_size: int) -> dict[str, SimulatedSlots]:
+    """The pool arguments of a ``cls`` cache without memory pools: ``allocator`` and, for the
+    sliding-window cache, ``swa_allocator``."""
+    pools = {"allocator": SimulatedSlots(page_size=page_size)}
+    if "swa_allocator" in attrs.fields_dict(cls):
+        pools["swa_allocator"] = SimulatedSlots(page_size=page_size)
+    return pools
 
 
 def takes_cache_init_params(cls: C) -> C:
@@ -130,12 +149,13 @@ class SGLangConstruction:
     ) -> Any:
         """A cache of this class whose slots come from ``mock_allocator`` (anything with
         ``free``), or, without one, from ``capacity=`` slots of a real pool, or else from
-        ``SimulatedSlots`` (slots are the caller's labels). Other keyword arguments are the
-        class's own (``sliding_window_size=``, ``eviction_policy=``...)."""
+        ``SimulatedSlots`` (slots are the caller's labels; ``simulated_pools``). Other keyword
+        arguments are the class's own (``sliding_window_size=``, ``eviction_policy=``...)."""
         if mock_allocator is not None:
             kwargs["allocator"] = mock_allocator
         elif "capacity" not in kwargs and "allocator" not in kwargs:
-            kwargs["allocator"] = SimulatedSlots(page_size=page_size)
+            for name, pool in simulated_pools(cls, page_size).items():
+                kwargs.setdefault(name, pool)
         return cls(
             disable=disable,
             page_size=page_size,

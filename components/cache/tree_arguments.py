@@ -38,7 +38,8 @@ def make_pool(
         return TokenToKVPoolAllocator(size=capacity, page_size=page_size)
     if capacity is not None:
         raise ValueError(f"pass either {allocator_name}= or {capacity_name}=, not both")
-    if isinstance(allocator.page_size, int) and allocator.page_size != page_size:
+    stated = getattr(allocator, "page_size", page_size)  # a stand-in pool may not state it
+    if isinstance(stated, int) and stated != page_size:
         raise ValueError(
             f"{allocator_name}.page_size is {allocator.page_size} but the cache's page_size "
             f"is {page_size}; they must match"
