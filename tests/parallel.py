@@ -48,6 +48,7 @@ BESIDE_OTHERS = (
     "tests/components/cache/test_slot_pages.py",
     "tests/components/cache/test_swa_fine_points.py",
     "tests/components/cache/test_swa_radix_cache.py",
+    "tests/components/cache/test_sglang_api.py",
     "tests/components/io/test_admin_controls.py",
     "tests/components/io/test_edge_backlog.py",
     "tests/components/io/test_edge_messages.py",

@@ -8,6 +8,7 @@ prompt is stored, compared, hashed and freed without making an int object per to
 
 from __future__ import annotations
 
+import itertools
 from array import array
 from typing import Any, TypeAlias
 
@@ -92,7 +93,24 @@ class RadixKey(list):
         return (self.extra_key, self.cache_salt)
 
 
-class TreeNode:
+class _NodeCounter(type):
+    """The metaclass of ``TreeNode``: ``TreeNode.counter`` reads and sets the id the next node
+    gets (SGLang's tests reset it), while nodes draw ids from ``TreeNode._ids`` (an
+    ``itertools.count``) without writing to the class on every node."""
+
+    @property
+    def counter(cls) -> int:
+        """The id the next node gets."""
+        upcoming = next(TreeNode._ids)
+        TreeNode._ids = itertools.count(upcoming)
+        return upcoming
+
+    @counter.setter
+    def counter(cls, value: int) -> None:
+        TreeNode._ids = itertools.count(value)
+
+
+class TreeNode(metaclass=_NodeCounter):
     """One edge of the radix tree: a run of whole pages of tokens and their KV slots.
 
     ``key`` is a list of token ids, or an ``array('I')`` when the tokens were inserted packed.
@@ -108,7 +126,7 @@ class TreeNode:
     and id from the counter); the caches build theirs positionally.
     """
 
-    counter = 0
+    _ids = itertools.count()
 
     __slots__ = (
         "children",
@@ -153,8 +171,7 @@ class TreeNode:
         self.hashes: list[int] | None = None
         self.host_value: list[int] | None = None
         self.host_ref_counter = 0
-        number = TreeNode.counter
-        TreeNode.counter = number + 1
+        number = next(TreeNode._ids)
         self.id = number if id is None else id
         self.last_access_time = self.creation_time = number if t is None else t
 
