@@ -43,6 +43,7 @@ from schedkit.components.cache.swa_tree_node import (
     collect_duplicates,
     live_slots,
     live_tail_start,
+    split_swa_fields,
     to_bigrams,
 )
 from schedkit.components.cache.tree_node import slot_list
@@ -276,22 +277,11 @@ class SWARadixCache(SWALocking, SWAPools, RadixTree):
                 self._split_leaf_at_window(leaf)
         return pos
 
-    def available_and_evictable_str(self) -> str:
-        """Both pools' free plus evictable slots, worded as SGLang's."""
-        return swa_available_and_evictable_str(self)
+    # Both pools' free plus evictable slots, and the sliding-window rules checked too.
+    available_and_evictable_str = swa_available_and_evictable_str
+    sanity_check = swa_sanity_check
 
-    def sanity_check(self) -> None:
-        """``RadixTree.sanity_check`` plus the sliding-window rules and sizes."""
-        swa_sanity_check(self)
-
-    def _split_extra(self, upper: SWATreeNode, lower: SWATreeNode, m: int) -> None:
-        swa = lower.swa_value
-        upper.swa_value = None if swa is None else swa[:m]
-        if swa is not None:
-            lower.swa_value = swa[m:]
-        upper.swa_lock_ref = lower.swa_lock_ref
-        # A lock whose window ended in ``lower`` now ends in the upper part.
-        upper.swa_uuid, lower.swa_uuid = lower.swa_uuid, None
+    _split_extra = staticmethod(split_swa_fields)
 
     def _add_node(
         self,

@@ -16,6 +16,7 @@ __all__ = [
     "collect_duplicates",
     "live_slots",
     "live_tail_start",
+    "split_swa_fields",
     "to_bigrams",
 ]
 
@@ -95,3 +96,15 @@ def collect_duplicates(given: list, own: list[int], out: list[int]) -> None:
     """Add to ``out`` the given slots that are not the cache's own slot at the same position."""
     if given != own:
         out += [g for g, o in zip(given, own, strict=True) if g is not None and g != o]
+
+
+def split_swa_fields(upper: SWATreeNode, lower: SWATreeNode, m: int) -> None:
+    """Split the sliding-window fields of a node cut after ``m`` tokens into ``upper`` (the
+    first ``m``) and ``lower`` (the rest)."""
+    swa = lower.swa_value
+    upper.swa_value = None if swa is None else swa[:m]
+    if swa is not None:
+        lower.swa_value = swa[m:]
+    upper.swa_lock_ref = lower.swa_lock_ref
+    # A lock whose window ended in ``lower`` now ends in the upper part.
+    upper.swa_uuid, lower.swa_uuid = lower.swa_uuid, None
