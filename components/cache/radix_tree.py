@@ -190,6 +190,23 @@ class RadixTree(TreeViews, ReqCaching, SGLangConstruction):
             self._push(parent)
         return parent
 
+    def _touch_path(self, node: TreeNode | None, priority: int, hit: bool) -> TreeNode:
+        """Mark the path from the root to ``node`` (None: the root) as just used, root first,
+        as a walk from the root would; returns ``node`` or the root."""
+        if node is None:
+            return self.root
+        path, walk, root = [], node, self.root
+        while walk is not root:
+            path.append(walk)
+            walk = walk.parent
+        tick = self._tick
+        for walk in reversed(path):
+            walk.last_access_time = tick()
+            walk.hit_count += hit
+            if priority > walk.priority:
+                walk.priority = priority
+        return node
+
     def _lock(self, node: TreeNode) -> int:
         """Add a full lock on ``node`` and its ancestors; returns the evictable-size change."""
         delta = 0

@@ -9,7 +9,7 @@ arguments, as the assembly builds it, or from SGLang's ``CacheInitParams`` (posi
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -75,8 +75,12 @@ class SimulatedSlots:
         self.freed = 0
 
 
-def cache_arguments(params: CacheInitParams, cls: type) -> dict[str, Any]:
-    """The keyword arguments of ``cls`` that SGLang's ``params`` stand for."""
+def cache_arguments(
+    params: CacheInitParams, cls: type, given: Collection[str] = ()
+) -> dict[str, Any]:
+    """The keyword arguments of ``cls`` that SGLang's ``params`` stand for, next to the
+    arguments named in ``given`` (a ``capacity=`` given there sizes a real pool instead of
+    the simulated one a None allocator stands for)."""
     if not isinstance(params, CacheInitParams):
         raise TypeError(
             f"{cls.__name__}(params) takes a CacheInitParams "
@@ -86,7 +90,10 @@ def cache_arguments(params: CacheInitParams, cls: type) -> dict[str, Any]:
     args: dict[str, Any] = {}
     allocator = params.token_to_kv_pool_allocator
     if allocator is None:
-        args.update(simulated_pools(cls, params.page_size))
+        for name, pool in simulated_pools(cls, params.page_size).items():
+            sized_by = "capacity" if name == "allocator" else "swa_capacity"
+            if sized_by not in given and name not in given:
+                args[name] = pool
     else:
         args["allocator"] = allocator
     args |= {
@@ -125,7 +132,7 @@ def takes_cache_init_params(cls: C) -> C:
         if params is None:
             params = kwargs.pop("params", None)
         if params is not None:
-            kwargs = {**cache_arguments(params, cls), **kwargs}
+            kwargs = {**cache_arguments(params, cls, kwargs.keys()), **kwargs}
         attrs_init(self, **kwargs)
 
     cls.__init__ = __init__

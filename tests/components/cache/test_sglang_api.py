@@ -111,6 +111,10 @@ def test_cache_init_params_build_the_cache(cache_kind):
         assert cache.eviction_policy == "lfu" and cache.enable_kv_cache_events
         pool.clear()
     assert cls(params, disable=True).disable
+    # A cache without SGLang's allocator: simulated, or a real pool when a capacity is given.
+    unpooled = CacheInitParams(False, None, None, 1, sliding_window_size=window)
+    assert isinstance(cls(unpooled).allocator, SimulatedSlots)
+    assert cls(unpooled, capacity=8).allocator.size == 8
     if cls is SWARadixCache:
         assert cls(params).sliding_window_size == 4
         eagle = CacheInitParams(False, None, None, 1, is_eagle=True, sliding_window_size=4)
@@ -120,15 +124,8 @@ def test_cache_init_params_build_the_cache(cache_kind):
         assert not hasattr(cls(params), "sliding_window_size")
         with pytest.raises(ValueError, match="has no EAGLE bigram keys"):
             cls(CacheInitParams(False, None, None, 1, is_eagle=True))
-    assert isinstance(
-        cls(CacheInitParams(False, None, None, 1, **_window(cls))).allocator, SimulatedSlots
-    )
     with pytest.raises(TypeError, match="takes a CacheInitParams"):
         cls({"page_size": 1})
-
-
-def _window(cls) -> dict:
-    return {"sliding_window_size": 4} if cls is SWARadixCache else {}
 
 
 def test_params_and_positional_forms_agree(cache_kind):
