@@ -36,7 +36,7 @@ import msgspec
 
 from schedkit.assembly.container import build
 from schedkit.assembly.loading import load_wiring
-from schedkit.assembly.wiring import Wiring, WiringError
+from schedkit.assembly.wiring import Wiring, WiringError, call
 from schedkit.fleet.admission import AdmissionLimits
 from schedkit.fleet.capacity import check_offline_workers, current_rss_mib
 from schedkit.fleet.offline_fleet import OfflineFleet
@@ -115,7 +115,7 @@ def run_offline(
     # A bad name or setting fails before anything is built.
     uses_prefix = make_policy(policy, **settings).uses_prefix
     endpoint = f"inproc://schedkit-fleet-{os.getpid()}-{next(_runs)}"
-    overlays, first = _first_wiring(
+    overlays, first, same = _first_wiring(
         file, overlays, num_workers, _queue_events(endpoint), count_outputs=decode_runs
     )
     found = kv_events_config(first)
@@ -124,18 +124,13 @@ def run_offline(
             f"{Path(file)}: routing by prefix needs the workers' KV events; give the "
             "kv_events_publisher a kv_events_config"
         )
-    same = []
-    if found is not None:
-        name, config = found
-        config_args = {"kv_events_config": msgspec.structs.asdict(config)}
-        same = [{"components": {name: {"args": config_args}}}]
     with contextlib.ExitStack() as stack:
         started = time.perf_counter()
         assemblies = []
         for rank in range(num_workers):
             before = current_rss_mib()
             wiring = first
-            if rank > 0:  # rank 0's KV-event config is every rank's: one reading of the files
+            if rank > 0:  # rank 0's KV-event overlay is every rank's: one reading of the files
                 wiring = load_wiring(file, *overlays, _rank_overlay(rank, num_workers), *same)
             assemblies.append(stack.enter_context(build(wiring)))
             if cap_workers and rank == 1:  # the first one also paid for imports
@@ -164,10 +159,12 @@ def _first_wiring(
     num_workers: int,
     kv_events: dict,
     count_outputs: bool,
-) -> tuple[list[str | os.PathLike | dict], Wiring]:
-    """Rank 0's wiring as ``worker_wiring`` gives it, and the overlays every rank takes: the
-    given ones, plus ``_count_outputs``'s when ``count_outputs`` (read in the same two
-    readings of the files)."""
+) -> tuple[list[str | os.PathLike | dict], Wiring, list[dict]]:
+    """Rank 0's wiring as ``worker_wiring`` gives it (its publisher on the worker's clock, see
+    ``_events_overlay``), the overlays every rank takes (the given ones, plus
+    ``_count_outputs``'s when ``count_outputs``) and the KV-event overlay every rank takes
+    after its rank's (none when events are off); read in the same two readings of the
+    files."""
     wiring = load_wiring(file, *overlays, _rank_overlay(0, num_workers))
     counting = _count_outputs(wiring) if count_outputs else None
     overlays = [*overlays] if counting is None else [*overlays, counting]
@@ -175,11 +172,23 @@ def _first_wiring(
     if found is None:
         if counting is not None:
             wiring = load_wiring(file, *overlays, _rank_overlay(0, num_workers))
-        return overlays, wiring
+        return overlays, wiring, []
     name, config = found
     merged = {**msgspec.structs.asdict(config), **kv_events}
-    events_overlay = {"components": {name: {"args": {"kv_events_config": merged}}}}
-    return overlays, load_wiring(file, *overlays, _rank_overlay(0, num_workers), events_overlay)
+    events_overlay = _events_overlay(wiring, name, merged)
+    wiring = load_wiring(file, *overlays, _rank_overlay(0, num_workers), events_overlay)
+    return overlays, wiring, [events_overlay]
+
+
+def _events_overlay(wiring: Wiring, name: str, config: dict) -> dict:
+    """An overlay giving component ``name`` (the KV-event publisher) the KV-event ``config``
+    and, unless the wiring gives it a clock, the model runner's: a batch is then stamped with
+    the worker's simulated time when the step that made it ended, and two replays of the same
+    workload publish the same bytes (the publisher's own default is the wall clock)."""
+    args: dict = {"kv_events_config": config}
+    if "now" not in wiring.components[name].args and "model_runner" in wiring.components:
+        args["now"] = call("model_runner.now")
+    return {"components": {name: {"args": args}}}
 
 
 def _count_outputs(wiring: Wiring) -> dict | None:

@@ -11,14 +11,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import schedkit
 from schedkit.assembly.wiring import WiringError
 from schedkit.fleet import run_offline
 from schedkit.fleet.admission import AdmissionLimits, QueueLimits
+from schedkit.fleet.events import QueueEventPublisher
 from schedkit.fleet.offline import OfflineFleet, kv_events_config, worker_wiring
 from schedkit.fleet.records import request_record
+from schedkit.kv_events.structs import get_profile
 from schedkit.sim.driver import DECODE_RUN_STEPS, Stepper
 from schedkit.testing import cache_page_hashes
 from schedkit.workloads.workload import shared_prefix_workload
@@ -57,10 +60,38 @@ def figures(summary) -> dict:
     return data
 
 
-def test_the_same_seed_gives_the_same_numbers():
-    first = figures(run_offline(WIRING, workload(seed=3), 3, "kv"))
+def published_on_the_wire(monkeypatch) -> list[tuple[str, bytes]]:
+    """Each batch the workers' queue publishers take from now on, as (the rank's endpoint
+    suffix, the batch encoded as the ZeroMQ publisher puts it on the wire)."""
+    wire: list[tuple[str, bytes]] = []
+    publish = QueueEventPublisher.publish
+
+    def recording(self, batch):
+        wire.append((self.endpoint.rsplit("_", 1)[1], get_profile(self.profile).encode(batch)))
+        return publish(self, batch)
+
+    monkeypatch.setattr(QueueEventPublisher, "publish", recording)
+    return wire
+
+
+def test_the_same_seed_gives_the_same_numbers_and_event_bytes(monkeypatch):
+    wire = published_on_the_wire(monkeypatch)
+    summary = run_offline(WIRING, workload(seed=3), 3, "kv")
+    first, first_wire = figures(summary), wire[:]
+    wire.clear()
     assert first == figures(run_offline(WIRING, workload(seed=3), 3, "kv"))
+    assert wire == first_wire and len(wire) > 100
+    # A batch is dated on its worker's virtual clock (seconds from the start), when the step
+    # that made it ended; the two runs took different wall-clock times.
+    stamps: dict[str, list[float]] = {}
+    for rank, payload in first_wire:
+        stamps.setdefault(rank, []).append(msgspec.msgpack.decode(payload)[0])
+    assert sorted(stamps) == ["dp0", "dp1", "dp2"]
+    for ts in stamps.values():
+        assert ts == sorted(ts) and ts[0] > 0 and ts[-1] <= summary.simulated_seconds
+    wire.clear()
     assert first != figures(run_offline(WIRING, workload(seed=4), 3, "kv"))
+    assert wire != first_wire
 
 
 @pytest.mark.parametrize("policy", ["least_loaded", "round_robin"])
