@@ -119,6 +119,18 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         parallel.remove(_SHARED)
 
 
+@pytest.fixture(autouse=True)
+def _logging_kept():
+    """Every test leaves the logging setup (structlog's configuration, the stdlib loggers) as
+    it found it: a test that configures logging, or runs a command's ``main()`` in-process,
+    would otherwise hand its setup (and the stream it wrote to, closed by then) to the tests
+    after it."""
+    from tests.logging_state import logging_kept  # schedkit imports after the rewrite hook's reset
+
+    with logging_kept():
+        yield
+
+
 @pytest.fixture(scope="session")
 def wheel(request, tmp_path_factory):
     """schedkit's wheel, built once per test session from a clean copy of the source tree."""

@@ -15,13 +15,13 @@ from typing import Any
 
 import attrs
 import msgspec
-import structlog
 import yaml
 
 from schedkit.assembly.validate import iter_refs
 from schedkit.assembly.wiring import Ref, Wiring, WiringError
 from schedkit.assembly.yaml_values import WiringDumper
 from schedkit.cli.args import add_wiring_args, print_problems, wiring_from_args
+from schedkit.logs import logs_to_stderr
 
 __all__ = ["main"]
 
@@ -243,8 +243,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     args = _parser(command).parse_args(argv)
-    # Logs go to stderr so that stdout carries only what a command prints (tables, JSON).
-    structlog.configure(logger_factory=lambda *_: structlog.PrintLogger(sys.stderr))
+    # Logs go to stderr while the command runs (schedkit.logs), the logging setup found before
+    # restored after: main() called in-process leaves none of its own behind.
+    with logs_to_stderr():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command; wiring problems and unreadable files named on the command
+    line exit with status 2."""
     try:
         return args.run(args)
     except BrokenPipeError:  # the reader went away (e.g. `schedkit graph ... | head`)

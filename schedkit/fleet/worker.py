@@ -27,7 +27,6 @@ import itertools
 import os
 import secrets
 import signal
-import sys
 import threading
 import time
 import traceback
@@ -35,7 +34,6 @@ from collections.abc import Iterator
 
 import attrs
 import msgspec
-import structlog
 import zmq
 
 from schedkit.assembly.container import build
@@ -43,6 +41,7 @@ from schedkit.assembly.wiring import Ref, Wiring, WiringError
 from schedkit.fleet.offline import worker_wiring
 from schedkit.fleet.pool import pool_pages
 from schedkit.http.launcher import front_end_overlay
+from schedkit.logs import logs_to_stderr
 from schedkit.serving import drain
 from schedkit.sim.driver import peak_rss_mb
 
@@ -176,10 +175,10 @@ def _beat(context: zmq.Context, spec: WorkerSpec, stop: threading.Event) -> None
 def worker_main(spec: WorkerSpec) -> None:
     """Build, serve until told to stop, drain, report (see the module docstring)."""
     # A spawned process starts with structlog's defaults: logs go to stderr, as in the parent,
-    # so that the parent's stdout carries only its summary.
-    structlog.configure(logger_factory=lambda *_: structlog.PrintLogger(sys.stderr))
+    # so that the parent's stdout carries only its summary; a worker run in a thread leaves the
+    # caller's logging setup as it found it.
     stop = threading.Event()
-    with _signals_stop(stop):
+    with logs_to_stderr(), _signals_stop(stop):
         _serve(spec, stop)
 
 
