@@ -31,6 +31,7 @@ from schedkit.fleet.live import LiveFleet, WorkerStartError
 from schedkit.fleet.stop_channel import StopChannel
 from schedkit.fleet.worker import WorkerSpec, connect_stop, worker_main
 from schedkit.fleet.workers import LiveWorkers
+from schedkit.kv_events import KvIndex
 from schedkit.workloads.traces import open_trace, write_mooncake_like
 from schedkit.workloads.workload import shared_prefix_workload
 from tests.components.io.test_output_sender import token_msg
@@ -253,12 +254,22 @@ def test_a_worker_that_keeps_sending_garbage_is_taken_out(monkeypatch):
     assert [e["in_a_row"] for e in bad] == [1, 2, 3]
 
 
-def test_every_request_completes_and_the_router_follows_the_kv_events():
-    seen = []
+def test_every_request_completes_and_the_router_follows_the_kv_events(monkeypatch):
+    seen, stamps = [], []
+    apply = KvIndex.apply
+
+    def applying(index, batch, rank=None):
+        stamps.append(batch.ts)
+        return apply(index, batch, rank)
+
+    monkeypatch.setattr(KvIndex, "apply", applying)
+    started = time.time()
     with LiveFleet(WIRING, 2, "kv") as fleet:
         summary = fleet.run(workload(24), progress=lambda done, t: seen.append((done, t)))
         index_ranks = fleet.router.index.ranks()
         pools = [fleet.router.index.capacity(rank) for rank in (0, 1)]
+    # Live workers stamp their KV-event batches with the wall clock (offline: simulated time).
+    assert stamps and started <= min(stamps) and max(stamps) <= time.time()
     assert summary.fleet.requests_done == 24
     assert seen[-1][0] == 24 and [d for d, _ in seen] == sorted(d for d, _ in seen)
     assert summary.setup_seconds > 0  # starting the workers, said apart from the run
