@@ -4,6 +4,7 @@ free loopback ports, a router following their KV events, and workers that die.""
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import os
 import re
@@ -384,7 +385,6 @@ def test_workers_closed_as_soon_as_they_started_stop_at_once(monkeypatch):
     once the fleet has its subscription to the stop, not when it reports ready (the stop sent
     before it subscribed was lost, and ``close()`` waited out the grace + 10 s, then 5 s more
     before it killed the worker)."""
-    monkeypatch.setattr(structlog, "configure", lambda **_: None)  # worker_main sets it
     monkeypatch.setitem(LAUNCHERS, "thread", lambda: ThreadLauncher(worker_on_a_thread))
     for _ in range(3):
         workers = LiveWorkers(WIRING, 1, launcher="thread", grace=10.0, cap_workers=False)
@@ -445,7 +445,6 @@ def test_any_exception_of_a_starting_worker_is_reported_with_its_type_and_place(
         raise RuntimeError("the device is gone")
 
     monkeypatch.setattr(worker_module, "build", broken_build)
-    monkeypatch.setattr(structlog, "configure", lambda **_: None)  # worker_main sets it
     monkeypatch.setitem(LAUNCHERS, "thread", lambda: ThreadLauncher(lambda s, _: worker_main(s)))
     fleet = LiveFleet(WIRING, 1, "round_robin", launcher="thread")
     with pytest.raises(WorkerStartError) as raised:
@@ -456,17 +455,23 @@ def test_any_exception_of_a_starting_worker_is_reported_with_its_type_and_place(
     )
 
 
-def test_a_worker_on_a_main_thread_restores_the_signal_handlers_it_replaced(monkeypatch):
-    """While it runs, a worker on a main thread ignores SIGINT (Ctrl-C is its parent's) and
-    stops on SIGTERM; the process it returns to gets its own handlers back."""
+def test_a_worker_on_a_main_thread_restores_the_signal_handlers_and_logging_it_replaced(
+    monkeypatch, capsys
+):
+    """While it runs, a worker on a main thread ignores SIGINT (Ctrl-C is its parent's),
+    stops on SIGTERM and logs to stderr; the process it returns to gets its own handlers and
+    logging setup back."""
     seen = {}
 
     def broken_build(wiring):
         seen["sigint"] = signal.getsignal(signal.SIGINT)
+        structlog.get_logger("worker").error("worker.logs_to_stderr")
         raise RuntimeError("the device is gone")
 
     monkeypatch.setattr(worker_module, "build", broken_build)
-    monkeypatch.setattr(structlog, "configure", lambda **_: None)  # worker_main sets it
+    quiet = structlog.make_filtering_bound_logger(logging.ERROR)
+    structlog.configure(wrapper_class=quiet)
+    logging_before = structlog.get_config()
     context = zmq.Context()
     report = context.socket(zmq.PULL)
     port = report.bind_to_random_port("tcp://127.0.0.1")
@@ -482,7 +487,10 @@ def test_a_worker_on_a_main_thread_restores_the_signal_handlers_it_replaced(monk
         stop.close()
         context.term()
     assert seen["sigint"] is signal.SIG_IGN
+    out, err = capsys.readouterr()
+    assert "worker.logs_to_stderr" in err and "worker.logs_to_stderr" not in out
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    assert structlog.get_config() == logging_before
 
 
 def test_a_worker_that_exits_without_a_report_is_said_to_with_its_exit_code(monkeypatch):
