@@ -116,10 +116,16 @@ def test_replayers_that_never_read_starve_no_one(closing):
     for i in range(3000):  # ~9 MB
         pub.publish(batch(i, tokens=1000))
     pub.flush()
+    server = pub._replay
     with capture_logs() as logs:
         stalled = stalled_client(pub.replay_endpoint, 16)
         try:
-            time.sleep(0.2)  # the 16 requests are read
+            # The 16 requests read (two taken, fourteen refused) and the client found stalled:
+            # its second replay met its full queue. A server that blocked there never gets here.
+            deadline = time.monotonic() + 30
+            while server.refused < 14 or server.stalled < 1:
+                assert time.monotonic() < deadline, (server.refused, server.stalled)
+                time.sleep(0.01)
             good = dealer(pub.replay_endpoint)
             try:
                 start = time.monotonic()
@@ -131,7 +137,6 @@ def test_replayers_that_never_read_starve_no_one(closing):
             stalled.close()
     assert answered_in < 1.0
     assert [int.from_bytes(f[2], "big", signed=True) for f in replies] == [*range(2990, 3000), -1]
-    assert pub._replay.stalled >= 1
     assert any(log["event"] == "kv_events.replay_client_stalled" for log in logs)
 
 
