@@ -1,5 +1,6 @@
-"""The replay side of a KV-event publisher: a ring of the last sent batches and a ROUTER
-socket, served from its own thread, that resends them to clients which missed some.
+"""The replay side of a KV-event publisher: a ring of the last sent batches (``replay_ring``)
+and a ROUTER socket, served from its own thread, that resends them to clients which missed
+some.
 
 A client (DEALER) sends ``["", start_seq as 8 bytes big-endian]``; the answer is every buffered
 batch with seq >= start as ``["", topic, seq, payload]`` and then the end marker
@@ -26,6 +27,7 @@ import structlog
 import zmq
 
 from schedkit.endpoints import tcp_address
+from schedkit.kv_events.replay_ring import ReplayRing
 
 __all__ = ["END_SEQ", "EPOCH_REQUEST", "MAX_PER_CLIENT", "ReplayServer", "replay_send_hwm"]
 
@@ -67,43 +69,6 @@ def replay_send_hwm(buffer_steps: int) -> int:
     return max(1000, buffer_steps + 4 * MAX_PER_CLIENT)
 
 
-class _Ring:
-    """The last ``size`` sent batches, addressed by their position in the sent stream (0 for
-    the first batch ever added), so a replay walks it without copying it."""
-
-    __slots__ = ("added", "items", "size")
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.items: list = [None] * size
-        self.added = 0
-
-    def add(self, item: tuple) -> None:
-        if self.size:
-            self.items[self.added % self.size] = item
-        self.added += 1
-
-    @property
-    def first(self) -> int:
-        """The position of the oldest batch still held."""
-        return max(0, self.added - self.size)
-
-    def get(self, position: int) -> tuple:
-        return self.items[position % self.size]
-
-    def find(self, seq: int) -> int:
-        """The position of the first held batch with a seq >= ``seq`` (``added`` if none);
-        seqs grow along the stream, so this is a binary search."""
-        lo, hi = self.first, self.added
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.get(mid)[0] < seq:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
-
 class ReplayServer:
     """Keeps the last ``buffer_steps`` batches and serves replays on a bound ROUTER socket.
 
@@ -112,7 +77,8 @@ class ReplayServer:
     served in turns, one slice each, so neither a slow reader nor a large replay delays the
     others or ``add``. A client may have ``max_per_client`` replays pending and all clients
     together ``max_requests``; a request over either cap is answered with a bare end marker
-    and counted in ``refused``. A pending replay holds only its client's identity and a
+    and counted in ``refused``; ``requests`` counts every replay request read, taken or
+    refused. A pending replay holds only its client's identity and a
     position in the ring, so a flood of requests costs no memory. A client whose queue is full
     (a send would block: with ``replay_send_hwm`` as the socket's SNDHWM, it left more than a
     whole replay unread) or that went away loses everything pending for it at once, counted
@@ -134,6 +100,7 @@ class ReplayServer:
         "max_per_client",
         "max_requests",
         "refused",
+        "requests",
         "stalled",
     )
 
@@ -154,10 +121,11 @@ class ReplayServer:
         self.max_requests = max_requests
         self.max_per_client = max_per_client
         self.refused = 0
+        self.requests = 0
         self.stalled = 0
         self._pending = 0  # replays pending over all clients
         self._topic = topic
-        self._ring = _Ring(buffer_steps)
+        self._ring = ReplayRing(buffer_steps)
         self._lock = threading.Lock()
         self._stop_r, self._stop_w = socket.socketpair()
         self._thread: threading.Thread | None = None
@@ -238,6 +206,7 @@ class ReplayServer:
                     expected="[identity, b'', start_seq as 8 bytes]",
                 )
                 continue
+            self.requests += 1
             queue = clients.get(frames[0])
             mine = 0 if queue is None else sum(entry[0] is not _END for entry in queue)
             if mine >= self.max_per_client or self._pending >= self.max_requests:
