@@ -4,8 +4,8 @@ A command (``schedkit ...``'s ``main``, a fleet worker's ``worker_main``) logs t
 structlog, whose configuration is process-wide. Run as a program, the process ends with the
 command; called in-process (a test, a notebook, a caller embedding a worker in a thread) the
 configuration it set would outlive it, and its loggers would keep writing to whatever
-``sys.stderr`` was then (a test's capture, closed since). So the command configures structlog
-for as long as it runs and puts back what it found.
+``sys.stderr`` was then (a test's capture, closed since). So the command sets structlog's
+logger factory for as long as it runs and puts back the one it found.
 """
 
 from __future__ import annotations
@@ -43,10 +43,19 @@ def restore_structlog(state: tuple[bool, dict[str, Any]]) -> None:
 @contextlib.contextmanager
 def logs_to_stderr() -> Iterator[None]:
     """structlog writes to stderr inside, so that stdout carries only what a command prints
-    (tables, JSON); the configuration from before is restored on the way out."""
-    state = structlog_state()
+    (tables, JSON); the logger factory from before is put back on the way out (structlog's
+    defaults, if it was not configured and nothing else changed meanwhile). Only the factory:
+    what another thread configured meanwhile (a log capture) stays, and nested or concurrent
+    uses (workers on threads) unwind to the setup found first."""
+    configured, config = structlog_state()
     structlog.configure(logger_factory=_stderr_logger)
     try:
         yield
     finally:
-        restore_structlog(state)
+        now = structlog.get_config()
+        if now["logger_factory"] is _stderr_logger:  # not replaced since
+            now["logger_factory"] = config["logger_factory"]
+            if not configured and now == config:
+                structlog.reset_defaults()
+            else:
+                structlog.configure(logger_factory=config["logger_factory"])

@@ -42,3 +42,20 @@ def test_a_command_run_in_process_leaves_the_logging_setup_as_it_found_it(capsys
     assert main(["validate", str(WIRING.with_name("no-such-wiring.yaml"))]) == 2
     assert structlog.get_config() == before
     assert "wiring is valid" in capsys.readouterr().out
+
+
+def test_nested_uses_unwind_to_the_setup_found_first_and_keep_what_others_set_inside():
+    structlog.reset_defaults()
+    first, second = logs_to_stderr(), logs_to_stderr()  # say, two workers on threads
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)  # threads end in any order
+    assert not structlog.is_configured()
+    second.__exit__(None, None, None)
+    assert not structlog.is_configured()
+
+    capture = structlog.testing.LogCapture()
+    with logs_to_stderr():
+        structlog.configure(processors=[capture])  # another thread's log capture, say
+    assert structlog.get_config()["processors"] == [capture]
+    assert isinstance(structlog.get_config()["logger_factory"], structlog.PrintLoggerFactory)
