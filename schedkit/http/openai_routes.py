@@ -82,7 +82,7 @@ class OpenAIRoutes:
             stop_token_ids=body.stop_token_ids or [],
             ignore_eos=body.ignore_eos,
             stream=body.stream,
-            min_new_tokens=min(body.min_tokens, max_new_tokens),
+            min_new_tokens=body.min_tokens,
         )
 
     def _start(self, request: Call, body, prompts: list[str | list[int]], default: int | None):
@@ -98,7 +98,9 @@ class OpenAIRoutes:
             if isinstance(body, ChatCompletionRequest):
                 param = "messages"
             ids = gen.token_ids(prompt, param)
-            jobs.append((ids, gen.max_new_tokens(requested, len(ids), default)))
+            max_new = gen.max_new_tokens(requested, len(ids), default)
+            gen.check_min_new_tokens(body.min_tokens, max_new, "min_tokens", "max_tokens")
+            jobs.append((ids, max_new))
         key = request.scope["schedkit.key"]
         states = []
         try:

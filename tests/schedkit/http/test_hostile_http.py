@@ -115,12 +115,85 @@ def test_slowloris_headers_get_408(hostile):
         assert time.monotonic() - start < 5
 
 
-def test_oversized_headers_get_431(hostile):
+@pytest.mark.parametrize("ended", [False, True], ids=["unended", "whole-in-one-read"])
+def test_oversized_headers_get_431(hostile, ended):
     _, url = hostile
     with socket.create_connection(_address(url)) as raw:
-        raw.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * (64 << 10))
-        status, _ = _status(raw)
-    assert status == 431
+        head = b"GET /health HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * (48 << 10)
+        raw.sendall(head + (b"\r\n\r\n" if ended else b""))
+        status, data = _status(raw)
+    assert status == 431, data[:200]
+    assert b"request headers over 16384 bytes" in data
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "message"),
+    [
+        (
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n"
+            b"transfer-encoding: chunked\r\n\r\n0\r\n\r\n",
+            400,
+            "not a valid HTTP/1.1 request",
+        ),
+        (b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", 400, "not a valid HTTP/1.1"),
+        (
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer alice-key\r\n"
+            b"content-encoding: gzip\r\ncontent-length: 2\r\n\r\n{}",
+            415,
+            "Content-Encoding 'gzip' is not supported",
+        ),
+        (  # no WebSocket routes: the upgrade is served as plain HTTP, keys checked
+            b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: websocket\r\n"
+            b"sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+            401,
+            "missing or wrong API key",
+        ),
+    ],
+    ids=["content-length-and-chunked", "tls-hello", "gzip-body", "websocket-upgrade"],
+)
+def test_malformed_http_gets_a_json_error(hostile, request_bytes, status, message):
+    _, url = hostile
+    with socket.create_connection(_address(url)) as raw:
+        raw.sendall(request_bytes)
+        got, data = _status(raw)
+    assert got == status, data[:300]
+    assert message in json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/completions", {"prompt": "x", "top_k": -5}, "top_k"),
+        ("/v1/completions", {"prompt": "x", "top_p": 0}, "top_p"),
+        ("/v1/completions", {"prompt": "x", "seed": 2**64}, "seed"),
+        ("/v1/completions", {"prompt": "x", "logprobs": 0}, "logprobs"),
+        ("/v1/completions", {"prompt": "x", "max_tokens": 2, "min_tokens": 3}, "min_tokens"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user"}], "min_tokens": 10**9},
+            "min_tokens",
+        ),
+        ("/generate", {"text": "x", "sampling_params": {"temperature": -1}}, "temperature"),
+        ("/generate", {"text": "x", "sampling_params": {"top_p": 7}}, "top_p"),
+        ("/generate", {"text": "x", "sampling_params": {"top_k": 0}}, "top_k"),
+        ("/generate", {"text": "x", "sampling_params": {"min_p": -1}}, "min_p"),
+        ("/generate", {"text": "x", "sampling_params": {"frequency_penalty": 100}}, "penalty"),
+        ("/generate", {"text": "x", "sampling_params": {"repetition_penalty": 0}}, "penalty"),
+        (
+            "/generate",
+            {"text": "x", "sampling_params": {"max_new_tokens": 2, "min_new_tokens": 3}},
+            "min_new_tokens",
+        ),
+        ("/abort_request", {}, "rid"),
+    ],
+)
+def test_values_out_of_range_are_refused_naming_the_field(hostile, path, body, param):
+    """What SGLang's and vLLM's own checks refuse is refused, never accepted and ignored."""
+    _, url = hostile
+    with httpx.Client(base_url=url, timeout=10) as http:
+        response = http.post(path, json=body, headers=_auth("alice"))
+    assert response.status_code == 400, response.text
+    assert param in response.json()["error"]["param"], response.text
 
 
 def test_a_1_gib_body_is_refused_before_it_is_read(hostile):
