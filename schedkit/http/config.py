@@ -13,7 +13,8 @@ import msgspec
 __all__ = ["HttpConfig", "Limits", "ModelInfo", "parse_address"]
 
 Positive = Annotated[int, msgspec.Meta(ge=1)]
-PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
+# At most a day: a limit is finite (an infinite one would hold a connection for ever).
+PositiveSeconds = Annotated[float, msgspec.Meta(gt=0, le=86400)]
 
 
 class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

@@ -77,7 +77,9 @@ class EngineClient:
 
     def start(self) -> None:
         """Connect (raises ConnectionError or ValueError) and start reading on the running
-        loop."""
+        loop; nothing once connected."""
+        if self._link is not None:
+            return
         self._loop = asyncio.get_running_loop()
         self._link = SchedulerLink(self.endpoint, self._dispatch_bytes, self._lost)
         self._link.open(self._loop)

@@ -23,6 +23,7 @@ import asyncio
 import gc
 import json
 import logging
+import os
 import socket
 import sys
 
@@ -166,7 +167,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
 def serve(config: HttpConfig, ready=None) -> None:
     """Serve until SIGINT/SIGTERM; ``ready(url)`` is called once listening."""
-    app, _engine = build_app(config)
+    app, engine = build_app(config)
     limits = config.limits
     GuardedProtocol.limits = limits
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
@@ -194,11 +195,16 @@ def serve(config: HttpConfig, ready=None) -> None:
     server = uvicorn.Server(uv_config)
     url = f"http://{host}:{port}"
 
+    parent = os.getppid()
+
     async def run() -> None:
+        engine.start()  # a scheduler that is not there: a one-line error, not the lifespan's
         task = asyncio.ensure_future(server.serve(sockets=[sock]))
         while not server.started and not task.done():
             await asyncio.sleep(0.01)
         if server.started:
+            watch = asyncio.ensure_future(_stop_when_orphaned(server, parent))
+            task.add_done_callback(lambda _: watch.cancel())
             # What startup made (modules, the app) lives as long as the process: out of the
             # collector's generations, a full collection while serving (a pause every
             # request waits through) walks only what requests made.
@@ -209,6 +215,18 @@ def serve(config: HttpConfig, ready=None) -> None:
         await task
 
     asyncio.run(run()) if not _has("uvloop") else _run_uvloop(run)
+
+
+async def _stop_when_orphaned(server: uvicorn.Server, parent: int) -> None:
+    """Stop serving once the process that started this one has gone (killed, say, with no
+    chance to stop its front end), instead of holding the port with no scheduler behind it."""
+    while os.getppid() == parent:
+        await asyncio.sleep(1.0)
+    print(
+        "schedkit http: the process that started this front end has ended; stopping",
+        file=sys.stderr,
+    )
+    server.should_exit = True
 
 
 def _has(module: str) -> bool:
@@ -239,6 +257,9 @@ def main() -> int:
 
     try:
         serve(config, ready)
+    except ConnectionError as exc:
+        print(f"schedkit http: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(
             f"schedkit http: cannot listen on {config.host}:{config.port}: {exc}", file=sys.stderr

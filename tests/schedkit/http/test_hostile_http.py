@@ -9,7 +9,10 @@ import asyncio
 import contextlib
 import json
 import selectors
+import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -379,3 +382,65 @@ def test_a_flood_from_one_key_cannot_hold_back_another_keys_small_request(hostil
     # Behind the flood it would finish last; fair, it finishes with the first windowful.
     finished_before = sum(t < small_done for t in flood_done)
     assert finished_before <= 2 * LIMITS["max_forwarded_requests"], finished_before
+
+
+_ORPHAN_SCRIPT = """
+import json, subprocess, sys
+config = json.dumps({"port": 0, "scheduler_endpoint": sys.argv[1]}).encode()
+child = subprocess.Popen([sys.executable, "-m", "schedkit.http"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+child.stdin.write(config)
+child.stdin.close()
+print(child.pid, child.stdout.readline().decode().strip(), flush=True)
+child.wait()
+"""
+
+
+def test_a_front_end_without_its_scheduler_says_so_in_one_line(tmp_path):
+    endpoint = f"ipc://{tmp_path}/nothing-listens"
+    result = subprocess.run(
+        [sys.executable, "-m", "schedkit.http"],
+        input=json.dumps({"port": 0, "scheduler_endpoint": endpoint}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"schedkit http: cannot connect to the scheduler at {endpoint}")
+    assert "Traceback" not in result.stderr
+
+
+def test_a_front_end_whose_parent_is_killed_stops_serving(tmp_path):
+    """A scheduler killed outright (no chance to stop its front end) once left the front end
+    holding its port for ever."""
+    listener = socket.socket(socket.AF_UNIX)  # stands in for the scheduler's edge
+    listener.bind(str(tmp_path / "edge"))
+    listener.listen()
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _ORPHAN_SCRIPT, f"ipc://{tmp_path}/edge"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        pid, ready = parent.stdout.readline().split(" ", 1)
+        url = json.loads(ready)["http"]
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and b"zombie" not in _state(int(pid)):
+            assert time.monotonic() < deadline, "the orphaned front end is still running"
+            time.sleep(0.1)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(url + "/ping", timeout=5)
+    finally:
+        listener.close()
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+
+
+def _state(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/status").read_bytes()
+    except FileNotFoundError:
+        return b"zombie"
