@@ -151,8 +151,14 @@ def test_oversized_headers_get_431(hostile, ended):
             401,
             "missing or wrong API key",
         ),
+        (
+            b"DELETE /v1/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer alice-key\r\n"
+            b"connection: close\r\n\r\n",
+            405,
+            "method DELETE not allowed",
+        ),
     ],
-    ids=["content-length-and-chunked", "tls-hello", "gzip-body", "websocket-upgrade"],
+    ids=["content-length-and-chunked", "tls-hello", "gzip-body", "websocket-upgrade", "method"],
 )
 def test_malformed_http_gets_a_json_error(hostile, request_bytes, status, message):
     _, url = hostile
@@ -160,7 +166,9 @@ def test_malformed_http_gets_a_json_error(hostile, request_bytes, status, messag
         raw.sendall(request_bytes)
         got, data = _status(raw)
     assert got == status, data[:300]
-    assert message in json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]["message"]
+    error = json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]
+    assert message in error["message"]
+    assert error["type"] != "server_error"  # the client's mistake, not the server's
 
 
 @pytest.mark.parametrize(
