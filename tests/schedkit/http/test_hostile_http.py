@@ -118,6 +118,24 @@ def test_slowloris_headers_get_408(hostile):
         assert time.monotonic() - start < 5
 
 
+def test_a_body_dripped_a_byte_at_a_time_gets_408(hostile):
+    _, url = hostile
+    body = b'{"prompt": "x", "max_tokens": 2}' + b" " * 100
+    with socket.create_connection(_address(url)) as raw:
+        start = time.monotonic()
+        raw.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer alice-key\r\n"
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+        )
+        with contextlib.suppress(OSError):
+            for byte in body:  # 13 s in all, were it let through
+                raw.sendall(bytes([byte]))
+                time.sleep(0.1)
+        status, data = _status(raw)
+    assert status == 408 and b"request body not received within 2 s" in data, data[:200]
+    assert time.monotonic() - start < 10
+
+
 @pytest.mark.parametrize("ended", [False, True], ids=["unended", "whole-in-one-read"])
 def test_oversized_headers_get_431(hostile, ended):
     _, url = hostile
