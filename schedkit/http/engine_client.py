@@ -148,7 +148,10 @@ class EngineClient:
         if not state.forwarded:
             self.admission.unqueue(state)
             self.states.pop(state.rid, None)
-            state.error = "aborted"
+            # Ended as the scheduler ends an aborted request, and whoever waits for it (an
+            # abort from another connection) is woken.
+            state.finish = {"type": "abort", "message": "aborted"}
+            state.wake()
             return
         self._controls.append(asyncio.get_running_loop().create_future())
         self._send(encode(ControlReq(type="abort", rid=state.rid)))

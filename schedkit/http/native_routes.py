@@ -74,7 +74,28 @@ class NativeRoutes:
     async def generate(self, request: Call) -> JsonResponse | EventStream:
         """``POST /generate``."""
         gen = self.generator
-        body = await read_json(request, _generate_decoder, self.config)
+        state, stream = self._submitted(
+            request, await read_json(request, _generate_decoder, self.config)
+        )
+        start = time.perf_counter()
+        if stream:
+            return gen.stream(request, [state], self._events(state, start))
+        await gen.finish(request, [state])
+        if state.error is not None:
+            raise ApiError(503, f"request not served: {state.error}")
+        output_ids = state.take()
+        return json_response(
+            {
+                "text": gen.tokenizer.decode(output_ids),
+                "output_ids": output_ids,
+                "meta_info": self._meta(state, start),
+            }
+        )
+
+    def _submitted(self, request: Call, body: GenerateBody) -> tuple[RequestState, bool]:
+        """Check and submit the body: its state and whether to stream (the decoded body, its
+        ids as Python ints, is let go here: a queued request holds only its message)."""
+        gen = self.generator
         params = body.sampling_params
         if (body.text is None) == (body.input_ids is None):
             raise ApiError(400, "give exactly one of text and input_ids", "text")
@@ -106,21 +127,7 @@ class NativeRoutes:
             ignore_eos=params.ignore_eos,
             stream=body.stream,
         )
-        state = gen.submit(request.scope["schedkit.key"], ids, sampling, body.rid)
-        start = time.perf_counter()
-        if body.stream:
-            return gen.stream(request, [state], self._events(state, start))
-        await gen.finish(request, [state])
-        if state.error is not None:
-            raise ApiError(503, f"request not served: {state.error}")
-        output_ids = state.take()
-        return json_response(
-            {
-                "text": gen.tokenizer.decode(output_ids),
-                "output_ids": output_ids,
-                "meta_info": self._meta(state, start),
-            }
-        )
+        return gen.submit(request.scope["schedkit.key"], ids, sampling, body.rid), body.stream
 
     def _meta(self, state: RequestState, start: float) -> dict:
         return {

@@ -368,6 +368,55 @@ def test_a_client_that_never_reads_its_stream_is_cut_off(hostile):
         raw.close()
 
 
+def _rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmRSS:", 1)[1].split()[0]) / 1024
+
+
+def test_queued_requests_hold_their_encoded_messages_not_their_decoded_bodies(hostile):
+    """240 queued prompts of 32,000 token ids: as decoded JSON (a Python int a token) they
+    held ~280 MiB in the front end; as the messages they wait to send, ~25 MiB."""
+    server, url = hostile
+    (front_end,) = _children(server.pid)
+    admin = _auth("admin")
+    body = json.dumps({"prompt": [[31999] * 32000] * 4, "max_tokens": 1}).encode()
+    assert len(body) < LIMITS["max_body_bytes"]
+
+    async def run() -> float:
+        limits = httpx.Limits(max_connections=70)
+        async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+            before = _rss_mib(front_end)
+            assert (await client.post("/pause_generation", headers=admin)).status_code == 200
+            try:
+                posts = [
+                    asyncio.ensure_future(
+                        client.post("/v1/completions", content=body, headers=_auth("alice"))
+                    )
+                    for _ in range(60)
+                ]
+                deadline = time.monotonic() + 60
+                while (await client.get("/get_load", headers=admin)).json()[0][
+                    "num_waiting_reqs"
+                ] < 240:
+                    assert time.monotonic() < deadline, "the requests were never all queued"
+                    await asyncio.sleep(0.1)
+                grown = _rss_mib(front_end) - before
+                aborted = await client.post(
+                    "/abort_request", json={"abort_all": True}, headers=admin
+                )
+                assert aborted.status_code == 200
+            finally:
+                assert (await client.post("/continue_generation", headers=admin)).status_code == 200
+            answers = await asyncio.gather(*posts)
+            assert {a.status_code for a in answers} == {400}, answers[0].text  # aborted
+            while (await client.get("/load", headers=admin)).json()["server_load"]:
+                await asyncio.sleep(0.05)
+            return grown
+
+    grown = asyncio.run(run())
+    assert grown < 100, f"the front end grew {grown:.0f} MiB"
+
+
 def test_a_flood_from_one_key_cannot_hold_back_another_keys_small_request(hostile):
     """With generation paused, one key queues a flood past the scheduler's window, then another
     key one small request: once generation continues, the small request takes the next freed
