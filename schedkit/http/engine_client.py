@@ -109,9 +109,13 @@ class EngineClient:
     # -- generation -------------------------------------------------------------------------
 
     def new_rid(self) -> str:
-        """A request id unique to this front end."""
-        self._counter += 1
-        return f"{self._prefix}-{self._counter}"
+        """A request id unique to this front end: past any in flight, since a client may
+        choose a rid of this form (``/generate``'s ``rid``) before the counter reaches it."""
+        while True:
+            self._counter += 1
+            rid = f"{self._prefix}-{self._counter}"
+            if rid not in self.states:
+                return rid
 
     def submit(
         self,

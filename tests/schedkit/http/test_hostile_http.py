@@ -99,6 +99,35 @@ def test_keys_guard_every_route_and_the_admin_routes(hostile):
         }
 
 
+def test_a_rid_chosen_ahead_of_the_servers_own_takes_nobody_elses_request(hostile):
+    """A client that chose the rid the server would give next once had another key's request
+    refused (already in flight), and its own stream left hanging."""
+    _, url = hostile
+    with httpx.Client(base_url=url, timeout=30) as http:
+        last = http.post(
+            "/v1/completions", json={"prompt": "x", "max_tokens": 1}, headers=_auth("alice")
+        )
+        prefix, number = last.json()["id"].removeprefix("cmpl-").rsplit("-", 1)
+        squat = {
+            "input_ids": [1, 2],
+            "rid": f"{prefix}-{int(number) + 1}",
+            "sampling_params": {"max_new_tokens": 40},
+            "stream": True,
+        }
+        with http.stream("POST", "/generate", json=squat, headers=_auth("alice")) as stream:
+            lines = stream.iter_lines()
+            assert json.loads(next(lines).removeprefix("data: "))["meta_info"]["id"] == squat["rid"]
+            other = http.post(
+                "/v1/completions", json={"prompt": "y", "max_tokens": 2}, headers=_auth("bob")
+            )
+            assert other.status_code == 200, other.text
+            assert other.json()["id"] != f"cmpl-{squat['rid']}"
+            lines = [line for line in lines if line]
+        assert lines[-1] == "data: [DONE]"
+        finish = json.loads(lines[-2].removeprefix("data: "))["meta_info"]["finish_reason"]
+        assert finish == {"type": "length", "length": 40}
+
+
 def test_slowloris_headers_get_408(hostile):
     _, url = hostile
     with socket.create_connection(_address(url)) as raw:
