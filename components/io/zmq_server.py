@@ -112,16 +112,20 @@ class ZmqServer(RequestIntake):
         """Argument checks that need no build (``schedkit validate`` runs them too): the
         endpoint is one it can listen on (tcp or ipc; tcp on loopback unless ``allow_remote``)."""
         endpoint = args.endpoint
+        if not endpoint.startswith(("tcp://", "ipc://")):
+            why = (
+                " (it speaks ZMTP on its own sockets; inproc:// belongs to libzmq)"
+                if endpoint.startswith("inproc://")
+                else ""
+            )
+            raise ArgumentError(
+                "endpoint",
+                f"zmq_server listens on tcp://HOST:PORT or ipc://PATH, got {endpoint!r}{why}",
+            )
         try:
             check_endpoint(endpoint, bind=True, allow_remote=args.allow_remote)
         except ValueError as exc:
             raise ArgumentError("endpoint", str(exc)) from None
-        if endpoint.startswith("inproc://"):
-            raise ArgumentError(
-                "endpoint",
-                f"zmq_server listens on tcp://HOST:PORT or ipc://PATH, got {endpoint!r} "
-                "(it speaks ZMTP on its own sockets; inproc:// belongs to libzmq)",
-            )
 
     def __attrs_post_init__(self) -> None:
         self.check_arguments(self)

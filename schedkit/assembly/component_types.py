@@ -67,6 +67,11 @@ def resolve_type(type_name: str, plugins: Collection[str] = ()) -> tuple[type | 
 
 def import_plugin(module: str) -> str | None:
     """Import a wiring's plugin module; None, or the problem with a hint at its cause."""
+    if not all(part.isidentifier() for part in module.split(".")):
+        return (
+            f"cannot import {module!r}: a plugin is an absolute module name, dotted Python "
+            "identifiers such as my_package.components"
+        )
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as exc:

@@ -78,6 +78,12 @@ def _make_ref(kind: RefKind, text: str, file: str = "<mapping>", line: int | Non
             f"!{kind} component.attribute"
         )
     target, *attributes = text.split(".")
+    private = [a for a in attributes if a.startswith("_")]
+    if private:
+        raise ValueError(
+            f"!{kind} {text}: {private[0]!r} is private (it starts with an underscore); a "
+            f"reference reaches a component's public attributes only"
+        )
     if kind == "call" and not attributes:
         raise ValueError(f"!call {text} names no method; write !call {text}.method_name")
     return Ref(kind, target, tuple(attributes), file, line)

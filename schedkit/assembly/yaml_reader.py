@@ -62,6 +62,8 @@ def _merge_document(wiring: Wiring, root: yaml.Node | None, reader: DocumentRead
                 continue
             wiring.plugins += [(p, file, line) for p in plugins]
         elif key == "components":
+            if not reader.plain_mapping(value_node, "components"):
+                continue
             if not isinstance(value_node, yaml.MappingNode):
                 errors.add(
                     file, line, "components", "expected a mapping of component name -> {type, args}"
@@ -89,9 +91,20 @@ def _merge_entry(
         )
         return
     if isinstance(entry_node, yaml.ScalarNode) and entry_node.tag == "tag:yaml.org,2002:null":
+        if not reader.overlay:
+            errors.add(
+                file,
+                line,
+                path,
+                "an empty entry; give {type: ..., args: ...} (an empty entry removes a "
+                "component only in an overlay)",
+            )
+            return
         wiring.components.pop(name, None)  # an overlay removes the component
         return
     replace = entry_node.tag == "!replace"
+    if not replace and not reader.plain_mapping(entry_node, path):
+        return
     if not isinstance(entry_node, yaml.MappingNode):
         errors.add(file, line, path, "expected a mapping with the keys 'type' and 'args'")
         return
@@ -118,6 +131,8 @@ def _merge_entry(
             spec.type, spec.type_loc = value, (file, key_line)
         elif key == "args":
             if isinstance(value_node, yaml.ScalarNode) and value_node.value in ("", "null", "~"):
+                continue
+            if not reader.plain_mapping(value_node, f"{path}.args"):
                 continue
             if not isinstance(value_node, yaml.MappingNode):
                 errors.add(

@@ -102,6 +102,19 @@ class DocumentReader:
         )
         return None
 
+    def plain_mapping(self, node: yaml.Node, path: str) -> bool:
+        """False (reported) for a mapping or list carrying a tag, such as ``!!set`` or
+        ``!ref``: read as a plain one, its tag would be silently ignored."""
+        if isinstance(node, yaml.ScalarNode) or node.tag in _PLAIN_TAGS:
+            return True
+        self.errors.add(
+            self.file,
+            node.start_mark.line + 1,
+            path,
+            f"unknown tag {node.tag} here; write a plain mapping",
+        )
+        return False
+
     def items(self, node: yaml.MappingNode, path: str) -> list[tuple[str, int, yaml.Node]]:
         """The ``(key, line, value node)`` entries of a mapping; bad or repeated keys are
         reported and left out."""

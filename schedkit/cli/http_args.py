@@ -75,7 +75,7 @@ def add_http_args(
     )
     g.add_argument(
         "--admin-api-key",
-        default=os.environ.get("SCHEDKIT_ADMIN_API_KEY"),
+        default=os.environ.get("SCHEDKIT_ADMIN_API_KEY") or None,
         help="key for pause/continue/flush and for aborting other keys' requests "
         "(default: $SCHEDKIT_ADMIN_API_KEY)",
     )
@@ -122,10 +122,17 @@ def http_limits(args: argparse.Namespace, command: str) -> dict[str, int | float
                 f"of {', '.join(Limits.__struct_fields__)}"
             )
         try:
-            limits[name] = int(value) if value.isdigit() else float(value)
+            limits[name] = _number(value)
         except ValueError:
             raise SystemExit(f"schedkit {command}: --http-limit {item!r}: not a number") from None
     return limits
+
+
+def _number(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
 
 
 def http_server_args(args: argparse.Namespace, command: str) -> dict:

@@ -63,7 +63,8 @@ class FastRoutes:
 
 
 class Guard:
-    """ASGI middleware: API keys, the fairness key, and ``Content-Length`` over the limit."""
+    """ASGI middleware: API keys, the fairness key, ``Content-Length`` over the limit and a
+    compressed body (refused: bodies are read as they come)."""
 
     def __init__(self, app: ASGIApp, config: HttpConfig) -> None:
         self.app = app
@@ -77,11 +78,14 @@ class Guard:
             return
         token = None
         length = None
+        encoding = None
         for name, value in scope["headers"]:
             if name == b"authorization":
                 token = value[7:].strip() if value[:7].lower() == b"bearer " else b""
             elif name == b"content-length":
                 length = value
+            elif name == b"content-encoding":
+                encoding = value
         admin = self.admin_key is not None and token is not None and _same(token, self.admin_key)
         user = admin or not self.api_keys or (token is not None and self._known(token))
         error = None
@@ -91,6 +95,10 @@ class Guard:
             error = ApiError(403, f"{scope['path']} needs the admin API key")
         elif length is not None and (not length.isdigit() or int(length) > self.max_body):
             error = ApiError(413, f"request body over {self.max_body} bytes (max_body_bytes)")
+        elif encoding is not None and encoding.strip().lower() != b"identity":
+            shown = encoding.decode("latin-1")[:40]
+            message = f"Content-Encoding {shown!r} is not supported; send the body uncompressed"
+            error = ApiError(415, message)
         if error is not None:
             await error_response(error, {"connection": "close"})(scope, receive, send)
             return

@@ -13,7 +13,8 @@ import msgspec
 __all__ = ["HttpConfig", "Limits", "ModelInfo", "parse_address"]
 
 Positive = Annotated[int, msgspec.Meta(ge=1)]
-PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
+# At most a day: a limit is finite (an infinite one would hold a connection for ever).
+PositiveSeconds = Annotated[float, msgspec.Meta(gt=0, le=86400)]
 
 
 class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -46,6 +47,8 @@ class Limits(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     load_poll_seconds: PositiveSeconds = 0.01
     max_queued_per_key: Positive = 1024
     max_queued: Positive = 8192
+    # Prompt tokens queued here, held as encoded messages (1-5 bytes a token): at most ~80 MiB.
+    max_queued_tokens: Positive = 1 << 24
     retry_after_seconds: Positive = 1
 
 

@@ -168,6 +168,8 @@ class ControlRoutes:
             if not admin:
                 raise ApiError(403, "abort_all needs the admin API key", "abort_all")
             states = list(self.engine.states.values())
+        elif not body.rid:
+            raise ApiError(400, "give the rid of a request to abort (or abort_all: true)", "rid")
         else:
             state = self.engine.states.get(body.rid)
             if state is None:

@@ -77,7 +77,9 @@ class EngineClient:
 
     def start(self) -> None:
         """Connect (raises ConnectionError or ValueError) and start reading on the running
-        loop."""
+        loop; nothing once connected."""
+        if self._link is not None:
+            return
         self._loop = asyncio.get_running_loop()
         self._link = SchedulerLink(self.endpoint, self._dispatch_bytes, self._lost)
         self._link.open(self._loop)
@@ -107,9 +109,13 @@ class EngineClient:
     # -- generation -------------------------------------------------------------------------
 
     def new_rid(self) -> str:
-        """A request id unique to this front end."""
-        self._counter += 1
-        return f"{self._prefix}-{self._counter}"
+        """A request id unique to this front end: past any in flight, since a client may
+        choose a rid of this form (``/generate``'s ``rid``) before the counter reaches it."""
+        while True:
+            self._counter += 1
+            rid = f"{self._prefix}-{self._counter}"
+            if rid not in self.states:
+                return rid
 
     def submit(
         self,
@@ -146,7 +152,10 @@ class EngineClient:
         if not state.forwarded:
             self.admission.unqueue(state)
             self.states.pop(state.rid, None)
-            state.error = "aborted"
+            # Ended as the scheduler ends an aborted request, and whoever waits for it (an
+            # abort from another connection) is woken.
+            state.finish = {"type": "abort", "message": "aborted"}
+            state.wake()
             return
         self._controls.append(asyncio.get_running_loop().create_future())
         self._send(encode(ControlReq(type="abort", rid=state.rid)))

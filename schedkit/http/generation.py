@@ -136,6 +136,16 @@ class Generator:
             )
         return min(wanted, room)
 
+    def check_min_new_tokens(self, min_new: int, max_new: int, field: str, max_field: str) -> None:
+        """Refuse a minimum output longer than the maximum (SGLang and vLLM refuse it too)."""
+        if min_new > max_new:
+            raise ApiError(
+                400,
+                f"{field}={min_new} is more than {max_field}={max_new} (the maximum output, "
+                "given or what the context leaves); give a minimum no larger than the maximum",
+                field,
+            )
+
     def submit(
         self, key: str, ids: list[int], params: SamplingParamsInput, rid: str | None = None
     ) -> RequestState:

@@ -55,6 +55,7 @@ class KeyAdmission:
         self.forwarded = 0
         self.forwarded_tokens = 0
         self.queued = 0
+        self.queued_tokens = 0
         # What the scheduler has not admitted yet: its last report plus what was sent since.
         self.scheduler_waiting = 0
         self.scheduler_waiting_tokens = 0
@@ -104,11 +105,18 @@ class KeyAdmission:
                 503,
                 f"the server has {self.queued} requests queued (max_queued={limits.max_queued})",
             )
+        if self.queued and self.queued_tokens + state.prompt_tokens > limits.max_queued_tokens:
+            raise Overloaded(
+                503,
+                f"the server has {self.queued_tokens} prompt tokens queued (max_queued_tokens="
+                f"{limits.max_queued_tokens})",
+            )
         if queue is None:
             queue = self._queues[key] = deque()
             self._turns.append(key)
         queue.append(state)
         self.queued += 1
+        self.queued_tokens += state.prompt_tokens
         self._pump()
 
     def unqueue(self, state: RequestState) -> None:
@@ -117,6 +125,7 @@ class KeyAdmission:
         if queue is not None and state in queue:
             queue.remove(state)
             self.queued -= 1
+            self.queued_tokens -= state.prompt_tokens
             if not queue:
                 del self._queues[state.key]
                 self._turns.remove(state.key)
@@ -193,6 +202,7 @@ class KeyAdmission:
                 break
             state = queue.popleft()
             self.queued -= 1
+            self.queued_tokens -= state.prompt_tokens
             turns.remove(key)
             if queue:
                 turns.append(key)

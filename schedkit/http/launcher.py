@@ -56,6 +56,17 @@ def front_end_overlay(http_args: dict, admin_token: str, model_name: str) -> dic
     }
 
 
+def _check_key(argument: str, name: str, key: object) -> None:
+    """An API key is what a client can send after ``Bearer ``: printable ASCII without spaces
+    (an empty key would leave every route open, and the server would say nothing)."""
+    if not isinstance(key, str) or not key or not all("!" <= c <= "~" for c in key):
+        raise ArgumentError(
+            argument,
+            f"{name}: an API key is 1 or more printable ASCII characters without spaces, "
+            f"got {key!r}",
+        )
+
+
 def _address(instance: object, attribute: attrs.Attribute, value: str) -> None:
     parse_address(value)
 
@@ -98,6 +109,10 @@ class HttpServer:
                 f"refusing to listen on {args.address!r}: not a loopback address; use "
                 "127.0.0.1, or set allow_remote: true (--http-allow-remote) to listen on others",
             )
+        for i, key in enumerate(args.api_keys):
+            _check_key("api_keys", f"api_keys[{i}]", key)
+        if args.admin_api_key is not None:
+            _check_key("admin_api_key", "admin_api_key", args.admin_api_key)
         try:
             msgspec.convert(args.limits, Limits)
         except msgspec.ValidationError as exc:
@@ -115,8 +130,8 @@ class HttpServer:
             scheduler_endpoint=self.scheduler_endpoint,
             scheduler_admin_token=self.scheduler_admin_token,
             metrics_port=self.metrics_port,
-            api_keys=[key for key in self.api_keys if key],
-            admin_api_key=self.admin_api_key or None,
+            api_keys=list(self.api_keys),
+            admin_api_key=self.admin_api_key,
             model=ModelInfo(
                 name=self.model_name,
                 vocab_size=self.vocab_size,

@@ -12,7 +12,15 @@ import msgspec
 from schedkit.components.io.io_struct import SamplingParamsInput
 from schedkit.http.engine_client import RequestState
 from schedkit.http.generation import DONE, Call, EventStream, Generator, read_json
-from schedkit.http.protocol import ApiError, TokenId
+from schedkit.http.protocol import (
+    ApiError,
+    Penalty,
+    Probability,
+    RepetitionPenalty,
+    TokenId,
+    TopK,
+    TopP,
+)
 from schedkit.http.responses import JsonResponse, json_response
 
 __all__ = ["NativeRoutes"]
@@ -27,14 +35,15 @@ class NativeSamplingParams(msgspec.Struct, frozen=True, forbid_unknown_fields=Tr
     min_new_tokens: Annotated[int, msgspec.Meta(ge=0)] = 0
     stop_token_ids: Annotated[list[TokenId], msgspec.Meta(max_length=256)] | None = None
     ignore_eos: bool = False
-    # Accepted, no effect on a simulated model.
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    frequency_penalty: float | None = None
-    presence_penalty: float | None = None
-    repetition_penalty: float | None = None
+    # Accepted, no effect on a simulated model; in the ranges SGLang's SamplingParams.verify
+    # checks (top_k: -1 or at least 1).
+    temperature: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    top_p: TopP = None
+    top_k: TopK = None
+    min_p: Probability = None
+    frequency_penalty: Penalty = None
+    presence_penalty: Penalty = None
+    repetition_penalty: RepetitionPenalty = None
     # Refused unless at their defaults.
     n: int = 1
     stop: str | list[str] | None = None
@@ -65,29 +74,11 @@ class NativeRoutes:
     async def generate(self, request: Call) -> JsonResponse | EventStream:
         """``POST /generate``."""
         gen = self.generator
-        body = await read_json(request, _generate_decoder, self.config)
-        params = body.sampling_params
-        if (body.text is None) == (body.input_ids is None):
-            raise ApiError(400, "give exactly one of text and input_ids", "text")
-        for field, refused in (
-            ("return_logprob", body.return_logprob),
-            ("sampling_params.n", params.n != 1),
-            ("sampling_params.stop", bool(params.stop)),
-        ):
-            if refused:
-                raise ApiError(400, f"{field} is not supported by this server; leave it out", field)
-        ids = gen.token_ids(body.text if body.text is not None else body.input_ids, "input_ids")
-        max_new = gen.max_new_tokens(params.max_new_tokens, len(ids), None)
-        sampling = SamplingParamsInput(
-            max_new_tokens=max_new,
-            min_new_tokens=min(params.min_new_tokens, max_new),
-            stop_token_ids=params.stop_token_ids or [],
-            ignore_eos=params.ignore_eos,
-            stream=body.stream,
+        state, stream = self._submitted(
+            request, await read_json(request, _generate_decoder, self.config)
         )
-        state = gen.submit(request.scope["schedkit.key"], ids, sampling, body.rid)
         start = time.perf_counter()
-        if body.stream:
+        if stream:
             return gen.stream(request, [state], self._events(state, start))
         await gen.finish(request, [state])
         if state.error is not None:
@@ -100,6 +91,43 @@ class NativeRoutes:
                 "meta_info": self._meta(state, start),
             }
         )
+
+    def _submitted(self, request: Call, body: GenerateBody) -> tuple[RequestState, bool]:
+        """Check and submit the body: its state and whether to stream (the decoded body, its
+        ids as Python ints, is let go here: a queued request holds only its message)."""
+        gen = self.generator
+        params = body.sampling_params
+        if (body.text is None) == (body.input_ids is None):
+            raise ApiError(400, "give exactly one of text and input_ids", "text")
+        if params.top_k == 0:
+            raise ApiError(
+                400,
+                "sampling_params.top_k must be -1 (the whole vocabulary) or at least 1, got 0",
+                "sampling_params.top_k",
+            )
+        for field, refused in (
+            ("return_logprob", body.return_logprob),
+            ("sampling_params.n", params.n != 1),
+            ("sampling_params.stop", bool(params.stop)),
+        ):
+            if refused:
+                raise ApiError(400, f"{field} is not supported by this server; leave it out", field)
+        ids = gen.token_ids(body.text if body.text is not None else body.input_ids, "input_ids")
+        max_new = gen.max_new_tokens(params.max_new_tokens, len(ids), None)
+        gen.check_min_new_tokens(
+            params.min_new_tokens,
+            max_new,
+            "sampling_params.min_new_tokens",
+            "sampling_params.max_new_tokens",
+        )
+        sampling = SamplingParamsInput(
+            max_new_tokens=max_new,
+            min_new_tokens=params.min_new_tokens,
+            stop_token_ids=params.stop_token_ids or [],
+            ignore_eos=params.ignore_eos,
+            stream=body.stream,
+        )
+        return gen.submit(request.scope["schedkit.key"], ids, sampling, body.rid), body.stream
 
     def _meta(self, state: RequestState, start: float) -> dict:
         return {

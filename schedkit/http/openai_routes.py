@@ -82,7 +82,7 @@ class OpenAIRoutes:
             stop_token_ids=body.stop_token_ids or [],
             ignore_eos=body.ignore_eos,
             stream=body.stream,
-            min_new_tokens=min(body.min_tokens, max_new_tokens),
+            min_new_tokens=body.min_tokens,
         )
 
     def _start(self, request: Call, body, prompts: list[str | list[int]], default: int | None):
@@ -98,7 +98,9 @@ class OpenAIRoutes:
             if isinstance(body, ChatCompletionRequest):
                 param = "messages"
             ids = gen.token_ids(prompt, param)
-            jobs.append((ids, gen.max_new_tokens(requested, len(ids), default)))
+            max_new = gen.max_new_tokens(requested, len(ids), default)
+            gen.check_min_new_tokens(body.min_tokens, max_new, "min_tokens", "max_tokens")
+            jobs.append((ids, max_new))
         key = request.scope["schedkit.key"]
         states = []
         try:
@@ -112,16 +114,34 @@ class OpenAIRoutes:
 
     async def completions(self, request: Call) -> JsonResponse | EventStream:
         """``POST /v1/completions``."""
-        body = await read_json(request, _completion_decoder, self.generator.config)
-        states = self._start(request, body, body.prompts(), COMPLETION_DEFAULT_MAX_TOKENS)
-        return await self._respond(request, body, states, chat=False)
+        states, stream, usage_chunk = self._submitted(
+            request, await read_json(request, _completion_decoder, self.generator.config)
+        )
+        return await self._respond(request, states, stream, usage_chunk, chat=False)
 
     async def chat_completions(self, request: Call) -> JsonResponse | EventStream:
         """``POST /v1/chat/completions`` (the chat template: ``protocol.chat_prompt``)."""
-        body = await read_json(request, _chat_decoder, self.generator.config)
-        prompt = chat_prompt(body.messages, body.add_generation_prompt)
-        states = self._start(request, body, [prompt], None)
-        return await self._respond(request, body, states, chat=True)
+        states, stream, usage_chunk = self._submitted(
+            request, await read_json(request, _chat_decoder, self.generator.config)
+        )
+        return await self._respond(request, states, stream, usage_chunk, chat=True)
+
+    def _submitted(
+        self, request: Call, body: CompletionRequest | ChatCompletionRequest
+    ) -> tuple[list[RequestState], bool, bool]:
+        """Submit the body's prompts: their states, whether to stream, whether a usage chunk
+        ends the stream. The decoded body (prompt lists of Python ints, ~36 bytes a token) is
+        let go here: a request waiting in the queue holds only its encoded message."""
+        if isinstance(body, ChatCompletionRequest):
+            prompts: list[str | list[int]] = [
+                chat_prompt(body.messages, body.add_generation_prompt)
+            ]
+            default = None
+        else:
+            prompts, default = body.prompts(), COMPLETION_DEFAULT_MAX_TOKENS
+        states = self._start(request, body, prompts, default)
+        options = body.stream_options
+        return states, body.stream, options is not None and options.include_usage
 
     async def models(self, request: Request) -> JsonResponse:
         """``GET /v1/models``."""
@@ -143,13 +163,12 @@ class OpenAIRoutes:
         )
 
     async def _respond(
-        self, request: Call, body, states, *, chat: bool
+        self, request: Call, states, stream: bool, include_usage: bool, *, chat: bool
     ) -> JsonResponse | EventStream:
         gen = self.generator
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{states[0].rid}"
         created = int(time.time())
-        if body.stream:
-            include_usage = body.stream_options is not None and body.stream_options.include_usage
+        if stream:
             events = self._events(states, rid, created, chat, include_usage)
             return gen.stream(request, states, events)
         await gen.finish(request, states)

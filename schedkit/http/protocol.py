@@ -28,10 +28,15 @@ __all__ = [
 
 TokenId = Annotated[int, msgspec.Meta(ge=0, le=2**32 - 1)]
 MaxPrompts = 256
-# Sampling knobs: no effect on the simulated model's tokens, so any valid value is accepted.
+# Sampling knobs: no effect on the simulated model's tokens, so any valid value is accepted
+# (the ranges vLLM and SGLang check; top_k -1 or 0 means the whole vocabulary, as in vLLM).
 Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)] | None
 Probability = Annotated[float, msgspec.Meta(ge=0, le=1)] | None
+TopP = Annotated[float, msgspec.Meta(gt=0, le=1)] | None
+TopK = Annotated[int, msgspec.Meta(ge=-1, le=2**31 - 1)] | None
 Penalty = Annotated[float, msgspec.Meta(ge=-2, le=2)] | None
+RepetitionPenalty = Annotated[float, msgspec.Meta(gt=0, le=2)] | None
+Seed = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | None
 
 
 class ApiError(Exception):
@@ -52,6 +57,7 @@ _KINDS = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    405: "invalid_request_error",
     408: "timeout_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
@@ -89,15 +95,15 @@ class _Common(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     stop_token_ids: Annotated[list[TokenId], msgspec.Meta(max_length=256)] | None = None
     # Accepted, no effect on a simulated model.
     temperature: Temperature = None
-    top_p: Probability = None
-    top_k: int | None = None
+    top_p: TopP = None
+    top_k: TopK = None
     min_p: Probability = None
-    seed: int | None = None
+    seed: Seed = None
     frequency_penalty: Penalty = None
     presence_penalty: Penalty = None
-    repetition_penalty: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    repetition_penalty: RepetitionPenalty = None
     user: Annotated[str, msgspec.Meta(max_length=256)] | None = None
-    sampling_seed: int | None = None
+    sampling_seed: Seed = None
     # SGLang extensions that routers send with their defaults; no effect without stop strings,
     # special tokens or a reasoning parser.
     no_stop_trim: bool = False
@@ -197,7 +203,8 @@ def refused_fields(body: _Common) -> ApiError | None:
     """The first field set to something the front end cannot honour, as an error naming it."""
     checks: list[tuple[str, bool]] = [
         ("n", body.n not in (None, 1)),
-        ("logprobs", body.logprobs not in (None, False)),
+        # logprobs=0 asks a completion for the sampled tokens' own log probabilities.
+        ("logprobs", body.logprobs is not None and body.logprobs is not False),
         ("top_logprobs", body.top_logprobs not in (None, 0)),
         ("logit_bias", bool(body.logit_bias)),
         ("stop", bool(body.stop)),

@@ -3,10 +3,13 @@
 uvicorn bounds idle keep-alive connections; what it leaves open, ``GuardedProtocol`` closes:
 past ``max_connections`` a new connection gets ``503`` with ``Retry-After`` and is closed;
 request headers must arrive within ``header_timeout`` seconds (``408``) and within
-``max_header_bytes`` (``431``), so a client dribbling headers (slowloris) or sending endless
-ones holds a connection for a bounded time and memory; the body must arrive within
-``body_timeout`` seconds of the headers (``408``), timed here so that a body sent with its
-headers (nearly every request) costs no timer. A lost connection calls the
+``max_header_bytes`` (``431``, however the bytes are split into reads), so a client dribbling
+headers (slowloris) or sending endless ones holds a connection for a bounded time and memory;
+the body must arrive within ``body_timeout`` seconds of the headers (``408``), timed here so
+that a body sent with its headers (nearly every request) costs no timer. A request that is not
+HTTP/1.1 (a bad request line, header or body framing) gets a JSON ``400`` naming what is
+valid; upgrades (WebSocket, h2c) are not served, and such a request is answered as plain
+HTTP/1.1. A lost connection calls the
 ``schedkit.on_disconnect`` callable a route may put in its request's scope, so that a route
 waiting for its request learns of it without a task of its own reading ``receive``.
 
@@ -20,6 +23,7 @@ import asyncio
 import gc
 import json
 import logging
+import os
 import socket
 import sys
 
@@ -60,6 +64,7 @@ class GuardedProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         limits = self.limits
         self._header_bytes = 0
+        self._header_tail = b""
         self._in_headers = True
         self._header_timer: asyncio.TimerHandle | None = None
         self._in_body = False
@@ -84,12 +89,14 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self._in_headers:
-            self._header_bytes += len(data)
-            if self._header_bytes > self.limits.max_header_bytes and self._headers_pending(data):
+            seen = self._header_bytes
+            if seen + self._header_length(data) > self.limits.max_header_bytes:
                 message = f"request headers over {self.limits.max_header_bytes} bytes"
                 self.transport.write(_reply("431 Request Header Fields Too Large", message))
                 self.transport.close()
                 return
+            self._header_bytes = seen + len(data)
+            self._header_tail = data[-3:]
         super().data_received(data)
         # Timers only for a request left incomplete: one that arrives whole costs none.
         if self._in_headers and self._header_bytes and self._header_timer is None:
@@ -108,9 +115,24 @@ class GuardedProtocol(HttpToolsProtocol):
             self.transport.write(_reply("408 Request Timeout", message))
         self.transport.close()
 
-    def _headers_pending(self, data: bytes) -> bool:
-        # The bytes counted may include the start of a body sent with the headers.
-        return b"\r\n\r\n" not in data
+    def _header_length(self, data: bytes) -> int:
+        """The bytes of ``data`` that belong to the request's headers: up to the blank line
+        that ends them (found even when it straddles two reads), or all of it."""
+        if not self._header_bytes:
+            end = data.find(b"\r\n\r\n")
+            return len(data) if end < 0 else end + 4
+        tail = self._header_tail
+        end = (tail + data).find(b"\r\n\r\n")
+        return len(data) if end < 0 else end + 4 - len(tail)
+
+    def send_400_response(self, msg: str) -> None:
+        """The answer to bytes the HTTP parser refused, as JSON like every other error."""
+        message = (
+            "not a valid HTTP/1.1 request: send a request line, header lines and a blank line, "
+            "then a body framed by one Content-Length or by Transfer-Encoding: chunked (not both)"
+        )
+        self.transport.write(_reply("400 Bad Request", message))
+        self.transport.close()
 
     def on_headers_complete(self) -> None:
         self._in_headers = False
@@ -145,7 +167,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
 def serve(config: HttpConfig, ready=None) -> None:
     """Serve until SIGINT/SIGTERM; ``ready(url)`` is called once listening."""
-    app, _engine = build_app(config)
+    app, engine = build_app(config)
     limits = config.limits
     GuardedProtocol.limits = limits
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
@@ -165,6 +187,7 @@ def serve(config: HttpConfig, ready=None) -> None:
         access_log=False,
         timeout_keep_alive=int(max(1, limits.keep_alive_timeout)),
         h11_max_incomplete_event_size=limits.max_header_bytes,
+        ws="none",  # no WebSocket routes: an upgrade request is served as plain HTTP
         proxy_headers=False,
         server_header=False,
         date_header=False,
@@ -172,11 +195,16 @@ def serve(config: HttpConfig, ready=None) -> None:
     server = uvicorn.Server(uv_config)
     url = f"http://{host}:{port}"
 
+    parent = os.getppid()
+
     async def run() -> None:
+        engine.start()  # a scheduler that is not there: a one-line error, not the lifespan's
         task = asyncio.ensure_future(server.serve(sockets=[sock]))
         while not server.started and not task.done():
             await asyncio.sleep(0.01)
         if server.started:
+            watch = asyncio.ensure_future(_stop_when_orphaned(server, parent))
+            task.add_done_callback(lambda _: watch.cancel())
             # What startup made (modules, the app) lives as long as the process: out of the
             # collector's generations, a full collection while serving (a pause every
             # request waits through) walks only what requests made.
@@ -187,6 +215,18 @@ def serve(config: HttpConfig, ready=None) -> None:
         await task
 
     asyncio.run(run()) if not _has("uvloop") else _run_uvloop(run)
+
+
+async def _stop_when_orphaned(server: uvicorn.Server, parent: int) -> None:
+    """Stop serving once the process that started this one has gone (killed, say, with no
+    chance to stop its front end), instead of holding the port with no scheduler behind it."""
+    while os.getppid() == parent:
+        await asyncio.sleep(1.0)
+    print(
+        "schedkit http: the process that started this front end has ended; stopping",
+        file=sys.stderr,
+    )
+    server.should_exit = True
 
 
 def _has(module: str) -> bool:
@@ -217,6 +257,9 @@ def main() -> int:
 
     try:
         serve(config, ready)
+    except ConnectionError as exc:
+        print(f"schedkit http: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(
             f"schedkit http: cannot listen on {config.host}:{config.port}: {exc}", file=sys.stderr

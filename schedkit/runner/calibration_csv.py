@@ -134,7 +134,8 @@ def _lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             raise CalibrationError(f"{path}: not a regular file (a device, a pipe or a directory)")
-        with open(path, encoding="utf-8") as file:
+        # utf-8-sig: a byte-order mark (spreadsheets write one) is not part of the header.
+        with open(path, encoding="utf-8-sig") as file:
             number = 0
             while line := file.readline(MAX_LINE_CHARS + 1):
                 number += 1

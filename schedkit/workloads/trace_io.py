@@ -231,6 +231,12 @@ def iter_csv_rows(
             if missing:
                 log.add(1, f"the header lacks {', '.join(missing)}; it needs {', '.join(columns)}")
                 return
+            repeated = [c for c in columns if header.count(c) > 1]
+            if repeated:
+                log.add(
+                    1, f"the header names {', '.join(repeated)} more than once; which is meant?"
+                )
+                return
             where = [header.index(c) for c in columns]
             for row in reader:
                 if not row:

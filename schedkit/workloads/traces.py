@@ -43,7 +43,7 @@ from schedkit.core.schedule_batch import Req
 from schedkit.workloads.sniff import sniff_format
 from schedkit.workloads.sort_window import SORT_WINDOW_ITEMS, SortWindow
 from schedkit.workloads.trace_formats import FORMATS
-from schedkit.workloads.trace_io import MAX_TRACE_SECONDS, ProblemLog
+from schedkit.workloads.trace_io import MAX_REQUEST_TOKENS, MAX_TRACE_SECONDS, ProblemLog
 from schedkit.workloads.workload import Arrival, StaticWorkload, WorkloadError, arrival_times
 
 __all__ = [
@@ -99,8 +99,11 @@ def _check_options(
 ) -> None:
     if name not in FORMATS:
         raise ValueError(f"unknown trace format {name!r}; valid: {', '.join(FORMATS)}")
-    if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a whole number >= 1, got {block_size!r}")
+    if not isinstance(block_size, int) or not 1 <= block_size <= MAX_REQUEST_TOKENS:
+        raise ValueError(
+            f"block_size must be a whole number in [1, {MAX_REQUEST_TOKENS}] (the tokens a "
+            f"request may have), got {block_size!r}"
+        )
     if not 0 < speedup < math.inf:
         raise ValueError(f"speedup must be a finite number > 0, got {speedup!r}")
     if rate is not None and not rate > 0:

@@ -611,6 +611,10 @@ def test_rejects_bad_settings():
         ZmqServer(recv_seconds_per_call=0)
     with pytest.raises(ValueError, match="inproc:// belongs to libzmq"):
         ZmqServer(endpoint="inproc://zmq-server-test")
+    with pytest.raises(
+        ValueError, match=r"listens on tcp://HOST:PORT or ipc://PATH, got 'udp://x:5'$"
+    ):
+        ZmqServer(endpoint="udp://x:5")
 
 
 def test_refusals_are_logged_at_most_once_a_second(capsys):

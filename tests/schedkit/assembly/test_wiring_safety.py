@@ -52,6 +52,17 @@ def problems(path: Path) -> list[str]:
         ("components: {}\ncomponents: {}\n", 2, "components: duplicate key"),
         ("components:\n  providers:\n    type: parallel_state\n", 2, "reserved by the container"),
         ("components:\n  _hidden:\n    type: parallel_state\n", 2, "underscore"),
+        # Tags on mappings were read as plain ones: !!set gave a wiring of no components.
+        ("components: !!set {a, b}\n", 1, "components: unknown tag tag:yaml.org,2002:set"),
+        ("components:\n  a: !ref {type: parallel_state}\n", 2, "components.a: unknown tag !ref"),
+        ("components:\n  a:\n", 2, "components.a: an empty entry"),
+        (
+            "components:\n  a:\n    type: token_to_kv_pool_allocator\n"
+            "    args: {size: !ref b.free.__globals__}\n",
+            4,
+            "'__globals__' is private (it starts with an underscore)",
+        ),
+        ("plugins: [.evil]\ncomponents: {}\n", 1, "a plugin is an absolute module name"),
     ],
 )
 def test_structural_mistakes_name_file_and_line(tmp_path, text, line, problem):

@@ -9,7 +9,10 @@ import asyncio
 import contextlib
 import json
 import selectors
+import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -96,6 +99,35 @@ def test_keys_guard_every_route_and_the_admin_routes(hostile):
         }
 
 
+def test_a_rid_chosen_ahead_of_the_servers_own_takes_nobody_elses_request(hostile):
+    """A client that chose the rid the server would give next once had another key's request
+    refused (already in flight), and its own stream left hanging."""
+    _, url = hostile
+    with httpx.Client(base_url=url, timeout=30) as http:
+        last = http.post(
+            "/v1/completions", json={"prompt": "x", "max_tokens": 1}, headers=_auth("alice")
+        )
+        prefix, number = last.json()["id"].removeprefix("cmpl-").rsplit("-", 1)
+        squat = {
+            "input_ids": [1, 2],
+            "rid": f"{prefix}-{int(number) + 1}",
+            "sampling_params": {"max_new_tokens": 40},
+            "stream": True,
+        }
+        with http.stream("POST", "/generate", json=squat, headers=_auth("alice")) as stream:
+            lines = stream.iter_lines()
+            assert json.loads(next(lines).removeprefix("data: "))["meta_info"]["id"] == squat["rid"]
+            other = http.post(
+                "/v1/completions", json={"prompt": "y", "max_tokens": 2}, headers=_auth("bob")
+            )
+            assert other.status_code == 200, other.text
+            assert other.json()["id"] != f"cmpl-{squat['rid']}"
+            lines = [line for line in lines if line]
+        assert lines[-1] == "data: [DONE]"
+        finish = json.loads(lines[-2].removeprefix("data: "))["meta_info"]["finish_reason"]
+        assert finish == {"type": "length", "length": 40}
+
+
 def test_slowloris_headers_get_408(hostile):
     _, url = hostile
     with socket.create_connection(_address(url)) as raw:
@@ -115,12 +147,111 @@ def test_slowloris_headers_get_408(hostile):
         assert time.monotonic() - start < 5
 
 
-def test_oversized_headers_get_431(hostile):
+def test_a_body_dripped_a_byte_at_a_time_gets_408(hostile):
+    _, url = hostile
+    body = b'{"prompt": "x", "max_tokens": 2}' + b" " * 100
+    with socket.create_connection(_address(url)) as raw:
+        start = time.monotonic()
+        raw.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer alice-key\r\n"
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+        )
+        with contextlib.suppress(OSError):
+            for byte in body:  # 13 s in all, were it let through
+                raw.sendall(bytes([byte]))
+                time.sleep(0.1)
+        status, data = _status(raw)
+    assert status == 408 and b"request body not received within 2 s" in data, data[:200]
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("ended", [False, True], ids=["unended", "whole-in-one-read"])
+def test_oversized_headers_get_431(hostile, ended):
     _, url = hostile
     with socket.create_connection(_address(url)) as raw:
-        raw.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * (64 << 10))
-        status, _ = _status(raw)
-    assert status == 431
+        head = b"GET /health HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * (48 << 10)
+        raw.sendall(head + (b"\r\n\r\n" if ended else b""))
+        status, data = _status(raw)
+    assert status == 431, data[:200]
+    assert b"request headers over 16384 bytes" in data
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "message"),
+    [
+        (
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n"
+            b"transfer-encoding: chunked\r\n\r\n0\r\n\r\n",
+            400,
+            "not a valid HTTP/1.1 request",
+        ),
+        (b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", 400, "not a valid HTTP/1.1"),
+        (
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer alice-key\r\n"
+            b"content-encoding: gzip\r\ncontent-length: 2\r\n\r\n{}",
+            415,
+            "Content-Encoding 'gzip' is not supported",
+        ),
+        (  # no WebSocket routes: the upgrade is served as plain HTTP, keys checked
+            b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: upgrade\r\nupgrade: websocket\r\n"
+            b"sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+            401,
+            "missing or wrong API key",
+        ),
+        (
+            b"DELETE /v1/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer alice-key\r\n"
+            b"connection: close\r\n\r\n",
+            405,
+            "method DELETE not allowed",
+        ),
+    ],
+    ids=["content-length-and-chunked", "tls-hello", "gzip-body", "websocket-upgrade", "method"],
+)
+def test_malformed_http_gets_a_json_error(hostile, request_bytes, status, message):
+    _, url = hostile
+    with socket.create_connection(_address(url)) as raw:
+        raw.sendall(request_bytes)
+        got, data = _status(raw)
+    assert got == status, data[:300]
+    error = json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]
+    assert message in error["message"]
+    assert error["type"] != "server_error"  # the client's mistake, not the server's
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/completions", {"prompt": "x", "top_k": -5}, "top_k"),
+        ("/v1/completions", {"prompt": "x", "top_p": 0}, "top_p"),
+        ("/v1/completions", {"prompt": "x", "seed": 2**64}, "seed"),
+        ("/v1/completions", {"prompt": "x", "logprobs": 0}, "logprobs"),
+        ("/v1/completions", {"prompt": "x", "max_tokens": 2, "min_tokens": 3}, "min_tokens"),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user"}], "min_tokens": 10**9},
+            "min_tokens",
+        ),
+        ("/generate", {"text": "x", "sampling_params": {"temperature": -1}}, "temperature"),
+        ("/generate", {"text": "x", "sampling_params": {"top_p": 7}}, "top_p"),
+        ("/generate", {"text": "x", "sampling_params": {"top_k": 0}}, "top_k"),
+        ("/generate", {"text": "x", "sampling_params": {"min_p": -1}}, "min_p"),
+        ("/generate", {"text": "x", "sampling_params": {"frequency_penalty": 100}}, "penalty"),
+        ("/generate", {"text": "x", "sampling_params": {"repetition_penalty": 0}}, "penalty"),
+        (
+            "/generate",
+            {"text": "x", "sampling_params": {"max_new_tokens": 2, "min_new_tokens": 3}},
+            "min_new_tokens",
+        ),
+        ("/abort_request", {}, "rid"),
+    ],
+)
+def test_values_out_of_range_are_refused_naming_the_field(hostile, path, body, param):
+    """What SGLang's and vLLM's own checks refuse is refused, never accepted and ignored."""
+    _, url = hostile
+    with httpx.Client(base_url=url, timeout=10) as http:
+        response = http.post(path, json=body, headers=_auth("alice"))
+    assert response.status_code == 400, response.text
+    assert param in response.json()["error"]["param"], response.text
 
 
 def test_a_1_gib_body_is_refused_before_it_is_read(hostile):
@@ -266,6 +397,55 @@ def test_a_client_that_never_reads_its_stream_is_cut_off(hostile):
         raw.close()
 
 
+def _rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmRSS:", 1)[1].split()[0]) / 1024
+
+
+def test_queued_requests_hold_their_encoded_messages_not_their_decoded_bodies(hostile):
+    """240 queued prompts of 32,000 token ids: as decoded JSON (a Python int a token) they
+    held ~280 MiB in the front end; as the messages they wait to send, ~25 MiB."""
+    server, url = hostile
+    (front_end,) = _children(server.pid)
+    admin = _auth("admin")
+    body = json.dumps({"prompt": [[31999] * 32000] * 4, "max_tokens": 1}).encode()
+    assert len(body) < LIMITS["max_body_bytes"]
+
+    async def run() -> float:
+        limits = httpx.Limits(max_connections=70)
+        async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+            before = _rss_mib(front_end)
+            assert (await client.post("/pause_generation", headers=admin)).status_code == 200
+            try:
+                posts = [
+                    asyncio.ensure_future(
+                        client.post("/v1/completions", content=body, headers=_auth("alice"))
+                    )
+                    for _ in range(60)
+                ]
+                deadline = time.monotonic() + 60
+                while (await client.get("/get_load", headers=admin)).json()[0][
+                    "num_waiting_reqs"
+                ] < 240:
+                    assert time.monotonic() < deadline, "the requests were never all queued"
+                    await asyncio.sleep(0.1)
+                grown = _rss_mib(front_end) - before
+                aborted = await client.post(
+                    "/abort_request", json={"abort_all": True}, headers=admin
+                )
+                assert aborted.status_code == 200
+            finally:
+                assert (await client.post("/continue_generation", headers=admin)).status_code == 200
+            answers = await asyncio.gather(*posts)
+            assert {a.status_code for a in answers} == {400}, answers[0].text  # aborted
+            while (await client.get("/load", headers=admin)).json()["server_load"]:
+                await asyncio.sleep(0.05)
+            return grown
+
+    grown = asyncio.run(run())
+    assert grown < 100, f"the front end grew {grown:.0f} MiB"
+
+
 def test_a_flood_from_one_key_cannot_hold_back_another_keys_small_request(hostile):
     """With generation paused, one key queues a flood past the scheduler's window, then another
     key one small request: once generation continues, the small request takes the next freed
@@ -306,3 +486,65 @@ def test_a_flood_from_one_key_cannot_hold_back_another_keys_small_request(hostil
     # Behind the flood it would finish last; fair, it finishes with the first windowful.
     finished_before = sum(t < small_done for t in flood_done)
     assert finished_before <= 2 * LIMITS["max_forwarded_requests"], finished_before
+
+
+_ORPHAN_SCRIPT = """
+import json, subprocess, sys
+config = json.dumps({"port": 0, "scheduler_endpoint": sys.argv[1]}).encode()
+child = subprocess.Popen([sys.executable, "-m", "schedkit.http"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+child.stdin.write(config)
+child.stdin.close()
+print(child.pid, child.stdout.readline().decode().strip(), flush=True)
+child.wait()
+"""
+
+
+def test_a_front_end_without_its_scheduler_says_so_in_one_line(tmp_path):
+    endpoint = f"ipc://{tmp_path}/nothing-listens"
+    result = subprocess.run(
+        [sys.executable, "-m", "schedkit.http"],
+        input=json.dumps({"port": 0, "scheduler_endpoint": endpoint}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"schedkit http: cannot connect to the scheduler at {endpoint}")
+    assert "Traceback" not in result.stderr
+
+
+def test_a_front_end_whose_parent_is_killed_stops_serving(tmp_path):
+    """A scheduler killed outright (no chance to stop its front end) once left the front end
+    holding its port for ever."""
+    listener = socket.socket(socket.AF_UNIX)  # stands in for the scheduler's edge
+    listener.bind(str(tmp_path / "edge"))
+    listener.listen()
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _ORPHAN_SCRIPT, f"ipc://{tmp_path}/edge"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        pid, ready = parent.stdout.readline().split(" ", 1)
+        url = json.loads(ready)["http"]
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and b"zombie" not in _state(int(pid)):
+            assert time.monotonic() < deadline, "the orphaned front end is still running"
+            time.sleep(0.1)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(url + "/ping", timeout=5)
+    finally:
+        listener.close()
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+
+
+def _state(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/status").read_bytes()
+    except FileNotFoundError:
+        return b"zombie"

@@ -3,9 +3,11 @@ reports let through."""
 
 from __future__ import annotations
 
+import pytest
+
 from schedkit.http.config import Limits
 from schedkit.http.key_admission import KeyAdmission
-from schedkit.http.request_state import RequestState
+from schedkit.http.request_state import Overloaded, RequestState
 
 
 def _admission(**limits) -> tuple[KeyAdmission, list[bytes], list[int]]:
@@ -58,3 +60,24 @@ def test_a_load_report_counts_the_requests_sent_after_it_was_made():
     admission.output_arrived(None)
     admission.output_arrived({"num_waiting_reqs": 1, "num_waiting_uncached_tokens": 1})
     assert (admission.scheduler_waiting, admission.scheduler_waiting_tokens) == (1, 1)
+
+
+def test_queued_prompt_tokens_are_bounded():
+    """Requests wait here as encoded messages: their prompt tokens, not only their count, are
+    held to a bound (one request always may wait)."""
+    admission, sent, _ = _admission(max_forwarded_requests=1, max_queued_tokens=100)
+    admission.admit(_state("first", "a", 10))
+    big = _state("big", "a", 150)
+    admission.admit(big)  # over the bound alone: it may wait, alone
+    with pytest.raises(Overloaded) as refused:
+        admission.admit(_state("more", "b", 1))
+    assert refused.value.status == 503
+    assert "150 prompt tokens queued (max_queued_tokens=100)" in str(refused.value)
+    assert (admission.queued, admission.queued_tokens) == (1, 150)
+    admission.unqueue(big)
+    assert (admission.queued, admission.queued_tokens) == (0, 0)
+    admission.admit(_state("now", "b", 60))
+    admission.admit(_state("then", "c", 40))
+    assert admission.queued_tokens == 100 and sent == [b"first"]
+    with pytest.raises(Overloaded):
+        admission.admit(_state("over", "d", 1))

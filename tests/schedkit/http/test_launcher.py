@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from schedkit.http.config import parse_address
@@ -29,3 +31,27 @@ def test_bad_addresses_say_what_is_valid(text):
 def test_a_port_alone_is_on_loopback():
     assert parse_address("8000") == ("127.0.0.1", 8000)
     assert parse_address("[::1]:0") == ("::1", 0)
+
+
+@pytest.mark.parametrize(
+    ("keys", "admin", "field"),
+    [
+        ([""], None, "api_keys[0]"),
+        (["good", "with space"], None, "api_keys[1]"),
+        (["caf\u00e9"], None, "api_keys[0]"),
+        ([], "", "admin_api_key"),
+    ],
+)
+def test_a_key_no_client_could_send_is_refused(keys, admin, field):
+    """An empty key once dropped silently left every route open."""
+    match = rf"{re.escape(field)}: an API key is 1 or more printable ASCII characters"
+    with pytest.raises(ValueError, match=match):
+        HttpServer(
+            address="127.0.0.1:0", scheduler_endpoint="x", api_keys=keys, admin_api_key=admin
+        )
+
+
+@pytest.mark.parametrize("value", [float("inf"), 1e6])
+def test_a_time_limit_is_at_most_a_day(value):
+    with pytest.raises(ValueError, match=r"header_timeout"):
+        HttpServer(address="127.0.0.1:0", scheduler_endpoint="x", limits={"header_timeout": value})

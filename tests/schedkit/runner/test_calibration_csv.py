@@ -17,6 +17,9 @@ def test_a_one_request_prefill_may_give_context_tokens_instead_of_pairs(tmp_path
     assert prefill.attention_pairs == 512 * 512 + 512 * 513 // 2  # causal: prefix, then itself
     assert prefill.step_time == pytest.approx(0.0305)
     assert (decode.batch_size, decode.context_tokens) == (3, 3000)
+    # A spreadsheet's byte-order mark is not part of the first column's name.
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes().split(b"\n", 1)[1])
+    assert read_steps(path) == [prefill, decode]
 
 
 def test_bad_lines_are_reported_with_their_line_numbers(tmp_path):

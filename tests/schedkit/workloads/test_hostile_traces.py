@@ -99,6 +99,24 @@ def test_token_counts_of_1e9_and_1e10(tmp_path, capsys, fmt, header, row, count)
     assert status == 2 and f"{count} is over the 1048576 tokens a request may have" in problem
 
 
+def test_a_header_naming_a_column_twice(tmp_path, capsys):
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "TIMESTAMP,ContextTokens,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1,9,4\n"
+    )
+    status, err = run_here(path, "azure", capsys)
+    assert status == 2 and "names ContextTokens more than once" in located(err, f"{path}:1:")
+
+
+def test_a_block_size_over_a_request_is_refused_before_it_is_allocated(tmp_path, capsys):
+    path = tmp_path / "t.jsonl"
+    path.write_text(mooncake(0))
+    argv = ["run", "--workload", str(path), "--format", "mooncake", "--no-progress"]
+    assert main([*argv, "--trace-block-size", str(10**11)]) == 2
+    err = capsys.readouterr().err
+    assert "block_size must be a whole number in [1, 1048576]" in err and "Traceback" not in err
+
+
 def test_a_burstgpt_timestamp_of_1e300(tmp_path, capsys):
     path = tmp_path / "t.csv"
     path.write_text("Timestamp,Model,Request tokens,Response tokens\n0,m,4,4\n1e300,m,4,4\n")
