@@ -42,27 +42,38 @@ from schedkit.router import POLICIES, KvRouter, Route, make_policy, rank_endpoin
 # -- shared by the demos ---------------------------------------------------------------------
 
 
-def free_port_pair() -> int:
-    """A loopback port p such that p and p + 1 are both free (base port + DP rank)."""
-    for _ in range(100):
-        with socket.socket() as first:
+def free_port_bases(count: int) -> list[int]:
+    """``count`` loopback ports p, each with p + 1 free too (base port + DP rank), none
+    overlapping another: probed while every probe is held, so no two share a port."""
+    held: list[socket.socket] = []
+    bases: list[int] = []
+    try:
+        for _ in range(100 * count):
+            first, second = socket.socket(), socket.socket()
+            held += [first, second]
             first.bind(("127.0.0.1", 0))
             port = first.getsockname()[1]
-            with socket.socket() as second:
-                try:
-                    second.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-        return port
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            bases.append(port)
+            if len(bases) == count:
+                return bases
+    finally:
+        for probe in held:
+            probe.close()
     raise OSError("no two consecutive free loopback ports found")
 
 
-def demo_config() -> KvEventsConfig:
-    """Base live and replay endpoints on free loopback ports, for two DP ranks."""
-    return KvEventsConfig(
-        endpoint=f"tcp://127.0.0.1:{free_port_pair()}",
-        replay_endpoint=f"tcp://127.0.0.1:{free_port_pair()}",
+def demo_endpoints() -> tuple[KvEventsConfig, str]:
+    """Base live and replay endpoints for two DP ranks, and a metrics endpoint, on free
+    loopback ports."""
+    live, replay, metrics = free_port_bases(3)
+    config = KvEventsConfig(
+        endpoint=f"tcp://127.0.0.1:{live}", replay_endpoint=f"tcp://127.0.0.1:{replay}"
     )
+    return config, f"tcp://127.0.0.1:{metrics}"
 
 
 def last_seq(publisher: KvEventsPublisher) -> int:
@@ -133,10 +144,7 @@ class DemoRank:
 def run_demo(out: Callable[[str], None] = print) -> list[tuple[str, Route]]:
     """Two ranks cache different system prompts; the router sends requests where their
     prefix is cached, and by load when no rank holds it. Returns (request, route) pairs."""
-    config = demo_config()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        metrics_endpoint = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+    config, metrics_endpoint = demo_endpoints()
     router = KvRouter(
         rank_endpoints(config.endpoint, config.replay_endpoint, 2),
         page_size=16,
@@ -281,7 +289,7 @@ def run_schedulers(
     at a time: take in the ranks' events, route, submit, run both schedulers until idle.
     Prints each decision and a per-rank summary."""
     requests = family_requests() if requests is None else requests
-    config = demo_config()
+    config, _ = demo_endpoints()
     served: list[Served] = []
     with contextlib.ExitStack() as stack:
         ranks = build_schedulers(config, 2, stack)

@@ -67,7 +67,7 @@ def stored(tokens: list[int]) -> KVEventBatch:
 
 
 def test_a_publisher_restart_clears_the_rank():
-    port, replay = router.free_port_pair(), router.free_port_pair()
+    port, replay = router.free_port_bases(2)
     config = KvEventsConfig(
         endpoint=f"tcp://127.0.0.1:{port}", replay_endpoint=f"tcp://127.0.0.1:{replay}"
     )
