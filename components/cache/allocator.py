@@ -18,7 +18,11 @@ import attrs
 from schedkit.components.cache.slot_pages import slots_of, whole_pages, whole_pages_py
 from schedkit.core.component import ArgumentError, at_least, component
 
-__all__ = ["OutOfKVSlotsError", "TokenToKVPoolAllocator"]
+__all__ = ["MAX_POOL_SLOTS", "OutOfKVSlotsError", "TokenToKVPoolAllocator"]
+
+# The largest pool an allocator takes: seven times the largest preset's (qwen2.5-7b on four
+# H200s, ~9.0M tokens); the allocator holds a few dozen bytes per slot, so ~2.4 GiB at most.
+MAX_POOL_SLOTS = 1 << 26
 
 
 class OutOfKVSlotsError(RuntimeError):
@@ -56,6 +60,10 @@ class TokenToKVPoolAllocator:
     @classmethod
     def check_arguments(cls, args: Any) -> None:
         """Argument checks that need no build (``schedkit validate`` runs them too)."""
+        if args.size > MAX_POOL_SLOTS:
+            raise ArgumentError(
+                "size", f"size must be at most {MAX_POOL_SLOTS:,} slots, got {args.size:,}"
+            )
         if args.size % args.page_size:
             raise ArgumentError(
                 "size",

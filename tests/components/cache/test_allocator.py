@@ -114,6 +114,7 @@ def test_clear_frees_everything():
         (5, 2, "multiple of page_size=2"),
         (-1, 1, "size must be an integer >= 0"),
         (4, 0, "page_size"),
+        (10**20, 1, "size must be at most 67,108,864 slots, got 100,000,000,000,000,000,000"),
     ],
 )
 def test_bad_sizes_are_rejected(size, page_size, message):
