@@ -78,6 +78,11 @@ class SamplingParams:
             return f"stop_token_ids must be non-negative integers, got {self.stop_token_ids!r}"
         if not isinstance(self.min_new_tokens, int) or self.min_new_tokens < 0:
             return f"min_new_tokens must be an integer >= 0, got {self.min_new_tokens!r}"
+        if self.min_new_tokens > self.max_new_tokens:  # as SGLang's SamplingParams.verify
+            return (
+                f"min_new_tokens must be in [0, max_new_tokens({self.max_new_tokens})], "
+                f"got {self.min_new_tokens}"
+            )
         return None
 
 

@@ -11,3 +11,6 @@ def test_min_new_tokens_holds_off_eos_and_stop_tokens():
     req.check_finished(eos_token_id=2)
     assert req.finished_reason is not None and req.finished_reason.matched == 7
     assert SamplingParams(min_new_tokens=-1).validation_error().startswith("min_new_tokens")
+    too_many = SamplingParams(max_new_tokens=4, min_new_tokens=5).validation_error()
+    assert too_many == "min_new_tokens must be in [0, max_new_tokens(4)], got 5"
+    assert SamplingParams(max_new_tokens=4, min_new_tokens=4).validation_error() is None
