@@ -159,8 +159,10 @@ class Assembly:
 
 def _unknown(name: str, wiring: Wiring) -> str:
     close = difflib.get_close_matches(name, wiring.components, n=1)
-    hint = f"did you mean {close[0]}?" if close else f"components: {', '.join(wiring.components)}"
-    return f"unknown component {name!r}; {hint}"
+    names = ", ".join(wiring.components) or "none"
+    hint = f"did you mean {close[0]}?" if close else f"components: {names}"
+    where = f" in {', '.join(wiring.sources)}" if wiring.sources else ""
+    return f"unknown component {name!r}{where}; {hint}"
 
 
 def build(wiring: Wiring | Mapping, overrides: Mapping[str, object] | None = None) -> Assembly:
