@@ -90,7 +90,7 @@ def add_parser(subparsers: Any) -> None:
         type=number(int),
         default=DEFAULT_MAX_PAGES,
         help="pages held at once past which page rules stop until the stream clears them "
-        f"(default {DEFAULT_MAX_PAGES:,}, ~100 bytes each)",
+        f"(default {DEFAULT_MAX_PAGES:,}, 76-132 bytes each)",
     )
     p.add_argument(
         "--timeout",
