@@ -33,7 +33,7 @@ from schedkit.kv_events import (
     PublisherRestarted,
 )
 from schedkit.kv_events.conformance import CheckedSubscriber, StreamChecker
-from schedkit.kv_events.page_rules import DEFAULT_MAX_PAGES
+from schedkit.kv_events.page_rules import DEFAULT_MAX_CHECKED_PAGES
 
 __all__ = [
     "add_parser",
@@ -88,9 +88,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--max-pages",
         type=number(int),
-        default=DEFAULT_MAX_PAGES,
+        default=DEFAULT_MAX_CHECKED_PAGES,
         help="pages held at once past which page rules stop until the stream clears them "
-        f"(default {DEFAULT_MAX_PAGES:,}, 76-132 bytes each)",
+        f"(default {DEFAULT_MAX_CHECKED_PAGES:,}, 76-132 bytes each)",
     )
     p.add_argument(
         "--timeout",

@@ -30,7 +30,7 @@ import contextlib
 import msgspec
 
 from schedkit.kv_events.findings import Findings
-from schedkit.kv_events.page_rules import DEFAULT_MAX_PAGES, PageRules
+from schedkit.kv_events.page_rules import DEFAULT_MAX_CHECKED_PAGES, PageRules
 from schedkit.kv_events.structs import (
     PROFILES,
     AllBlocksCleared,
@@ -57,7 +57,7 @@ class StreamChecker:
         *,
         dp_rank: int | None = None,
         has_replay: bool = True,
-        max_pages: int = DEFAULT_MAX_PAGES,
+        max_pages: int = DEFAULT_MAX_CHECKED_PAGES,
     ) -> None:
         self.profile = profile
         self.dp_rank = dp_rank

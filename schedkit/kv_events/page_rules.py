@@ -23,11 +23,11 @@ from schedkit.kv_events.attention_groups import MAIN_ATTENTION_KINDS
 from schedkit.kv_events.event_structs import BlockRemoved, BlockStored
 from schedkit.kv_events.findings import Findings
 
-__all__ = ["DEFAULT_MAX_PAGES", "PageRules"]
+__all__ = ["DEFAULT_MAX_CHECKED_PAGES", "PageRules"]
 
 # (group, page) keys held. Measured (64-bit hashes, one medium): 76 bytes a page without a
 # group (SGLang), 132 with one (vLLM names group 0): 76-132 MiB at the bound.
-DEFAULT_MAX_PAGES = 1 << 20
+DEFAULT_MAX_CHECKED_PAGES = 1 << 20
 
 # A held page's media: one medium with one copy (the usual case, kept as the medium itself),
 # else {medium: copies}.
@@ -38,7 +38,7 @@ class PageRules:
     """Follows the pages of one stream and records in ``findings`` what breaks the rules."""
 
     def __init__(
-        self, findings: Findings, *, profile: str, max_pages: int = DEFAULT_MAX_PAGES
+        self, findings: Findings, *, profile: str, max_pages: int = DEFAULT_MAX_CHECKED_PAGES
     ) -> None:
         if max_pages < 1:
             raise ValueError(f"max_pages must be >= 1, got {max_pages}")
