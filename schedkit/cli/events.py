@@ -33,6 +33,7 @@ from schedkit.kv_events import (
     PublisherRestarted,
 )
 from schedkit.kv_events.conformance import CheckedSubscriber, StreamChecker
+from schedkit.kv_events.page_rules import DEFAULT_MAX_CHECKED_PAGES
 
 __all__ = [
     "add_parser",
@@ -84,6 +85,13 @@ def add_parser(subparsers: Any) -> None:
         help="the attn_dp_rank every batch must carry (default: the first batch's)",
     )
     p.add_argument("--count", type=number(int), help="stop after N batches")
+    p.add_argument(
+        "--max-pages",
+        type=number(int),
+        default=DEFAULT_MAX_CHECKED_PAGES,
+        help="pages held at once past which page rules stop until the stream clears them "
+        f"(default {DEFAULT_MAX_CHECKED_PAGES:,}, 76-132 bytes each)",
+    )
     p.add_argument(
         "--timeout",
         type=number(float),
@@ -241,7 +249,12 @@ def _logs_silenced() -> Iterator[None]:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Run ``schedkit events check``: 0 when the stream conforms, 1 when it does not."""
-    checker = StreamChecker(args.profile, dp_rank=args.dp_rank, has_replay=args.replay is not None)
+    checker = StreamChecker(
+        args.profile,
+        dp_rank=args.dp_rank,
+        has_replay=args.replay is not None,
+        max_pages=args.max_pages,
+    )
     # The report says what the subscriber would log (bad frames, payloads, lost history).
     with _logs_silenced():
         try:

@@ -12,10 +12,10 @@ with the subscriber's notices in between. The rules:
   seq going back to 0 counts as one;
 - no history is lost for good;
 - every batch carries the stream's rank (``dp_rank``, else the first batch's);
-- parents are stored before children, removed pages were stored, no page is stored twice, a
-  BlockStored holds ``block_size`` tokens per hash; a page is held per KV-cache group (vLLM's
-  ``group_idx``: a hybrid model stores a page in several) and per medium (a tier's copy of a
-  page still on the GPU is no second store), and its parent in any medium of its group.
+- parents are stored before children, removed pages were stored, a BlockStored holds
+  ``block_size`` tokens per hash, and under SGLang's profiles no page is stored twice
+  (``page_rules``: per KV-cache group and medium, vLLM's pages counted in copies, at most
+  ``max_pages`` held).
 
 Problems are reported by cause: page problems that come after lost history, after a payload
 that did not decode, or after a live anomaly the recovered stream could not undo, count under
@@ -30,6 +30,7 @@ import contextlib
 import msgspec
 
 from schedkit.kv_events.findings import Findings
+from schedkit.kv_events.page_rules import DEFAULT_MAX_CHECKED_PAGES, PageRules
 from schedkit.kv_events.structs import (
     PROFILES,
     AllBlocksCleared,
@@ -51,16 +52,20 @@ class StreamChecker:
     ``conformant`` when batches came and nothing broke."""
 
     def __init__(
-        self, profile: str = "sglang", *, dp_rank: int | None = None, has_replay: bool = True
+        self,
+        profile: str = "sglang",
+        *,
+        dp_rank: int | None = None,
+        has_replay: bool = True,
+        max_pages: int = DEFAULT_MAX_CHECKED_PAGES,
     ) -> None:
         self.profile = profile
         self.dp_rank = dp_rank
         self.has_replay = has_replay
-        # (group, hash) -> the media holding the page (group None: the engine names none)
-        self.held: dict[tuple[int | None, int], set[str | None]] = {}
         self.batches = 0
         self.events = 0
         self.findings = Findings()
+        self.pages = PageRules(self.findings, profile=profile, max_pages=max_pages)
         self._misfits = dict.fromkeys(PROFILES, 0)  # payloads each profile does not send
         self._seen: dict[int, int] = {}  # live seq -> payload hash, this publisher
         self._live_top: int | None = None
@@ -100,7 +105,7 @@ class StreamChecker:
         if isinstance(notice, HistoryLost):
             self.findings.record("lost", notice.expected, self._lost(notice), cause=True)
         elif isinstance(notice, PublisherRestarted):
-            self.held.clear()
+            self.pages.known_again(None)
             self.findings.known_again()
             if self._live is None:
                 self._seen.clear()
@@ -125,20 +130,11 @@ class StreamChecker:
         for event in batch.events:
             self.events += 1
             if type(event) is BlockStored:
-                self._stored(seq, event)
+                self.pages.stored(seq, event)
             elif type(event) is BlockRemoved:
-                group, medium = event.group_idx, event.medium
-                for h in event.block_hashes:
-                    media = self.held.get((group, h))
-                    if media is None or medium not in media:
-                        text = f"seq {seq}: removed {h}{_in(group, medium)}, which is not stored"
-                        self.findings.record("removed", seq, text)
-                    elif len(media) > 1:
-                        media.discard(medium)
-                    else:
-                        del self.held[group, h]
+                self.pages.removed(seq, event)
             elif type(event) is AllBlocksCleared:
-                self.held.clear()
+                self.pages.known_again(seq)
                 self.findings.known_again()
 
     def bad_frames(self, count: int) -> None:
@@ -175,31 +171,7 @@ class StreamChecker:
             self.dp_rank = rank
         elif rank != self.dp_rank:
             text = f"seq {seq}: attn_dp_rank {rank}, the stream's rank is {self.dp_rank}"
-            self.findings.record(f"rank {rank}", seq, text, follows=False)
-
-    def _stored(self, seq: int, event: BlockStored) -> None:
-        hashes = event.block_hashes
-        if not hashes:
-            text = f"seq {seq}: a BlockStored with no hashes"
-            self.findings.record("hashes", seq, text, follows=False)
-            return
-        if event.block_size < 1 or len(event.token_ids) != event.block_size * len(hashes):
-            text = (
-                f"seq {seq}: {len(event.token_ids)} token ids for {len(hashes)} hashes of "
-                f"block_size {event.block_size}"
-            )
-            self.findings.record("tokens", seq, text, follows=False)
-        group, medium = event.group_idx, event.medium
-        parent = event.parent_block_hash
-        if parent is not None and (group, parent) not in self.held:
-            text = f"seq {seq}: parent {parent} of {hashes[0]}{_in(group, None)} not stored"
-            self.findings.record("parent", seq, text)
-        for h in hashes:
-            media = self.held.setdefault((group, h), set())
-            if medium in media:
-                text = f"seq {seq}: {h}{_in(group, medium)} stored again without being removed"
-                self.findings.record("stored", seq, text)
-            media.add(medium)
+            self.findings.record("rank", seq, text, follows=False)
 
     def _lost(self, notice: HistoryLost) -> str:
         first = notice.expected
@@ -253,13 +225,15 @@ class StreamChecker:
         if follow:
             problems += f" (+{follow} that follow from them)"
         verdict = "conformant" if self.conformant else "NOT conformant"
+        if self.pages.partial:
+            verdict += " (pages checked in part)"
         lines = [
             f"{verdict}: {self.batches} batches, {self.events} events, {problems}, "
-            f"{sum(map(len, self.held.values()))} pages held"
+            f"{self.pages.pages_held} pages held"
         ]
         if self.batches == 0:
             lines.append("  no batch arrived")
-        return lines + self.findings.lines()
+        return lines + self.pages.lines() + self.findings.lines()
 
 
 def _seqs(first: int, last: int) -> str:
@@ -289,13 +263,3 @@ class CheckedSubscriber(KvEventSubscriber):
         errors = self.decode_errors
         super()._apply(seq, payload, out, decoded)
         self.checker.apply(seq, payload, out[-1][1] if self.decode_errors == errors else None)
-
-
-def _in(group: int | None, medium: str | None) -> str:
-    """Where a page is, when the stream names it: `` (group 1, CPU)``."""
-    where = []
-    if group is not None:
-        where.append(f"group {group}")
-    if medium is not None and medium != "GPU":
-        where.append(medium)
-    return f" ({', '.join(where)})" if where else ""

@@ -7,33 +7,25 @@ from collections.abc import Container, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import islice, repeat, takewhile
 
-import structlog
-
 from schedkit.kv_events.attention_groups import AttentionGroups
 from schedkit.kv_events.hashing import page_hashes
+from schedkit.kv_events.index_limits import (
+    DEFAULT_MAX_PAGES,
+    DEFAULT_MAX_RANKS,
+    DEFAULT_UNANNOUNCED_PAGES,
+    DEFAULT_VIOLATION_THRESHOLD,
+    RankLimits,
+)
 from schedkit.kv_events.structs import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
 
 __all__ = [
     "DEFAULT_MAX_PAGES",
+    "DEFAULT_MAX_RANKS",
     "DEFAULT_UNANNOUNCED_PAGES",
     "DEFAULT_VIOLATION_THRESHOLD",
     "KvIndex",
 ]
 
-log = structlog.get_logger(__name__)
-
-# The most pages a rank may announce: ~64 bytes each in the index (the hash and its slot in the
-# rank's set), so ~64 MiB at the bound.
-DEFAULT_MAX_PAGES = 1 << 20
-# Pages a rank may hold in the index before it announces its pool (~4 MiB): 1M tokens at
-# 16-token pages, twice Llama-3-8B's pool on one H100. A rank with a bigger pool or smaller
-# pages is indexed in part until it announces its pool.
-DEFAULT_UNANNOUNCED_PAGES = 1 << 16
-# Protocol violations (a page stored past the rank's pool, a medium name past the bounds
-# below) after which ``violating(rank)`` is True.
-DEFAULT_VIOLATION_THRESHOLD = 1024
-_MAX_MEDIUM_CHARS = 32
-_MAX_MEDIA = 16  # distinct medium names kept (GPU, CPU, disk tiers...); others count as None
 _NOTHING_HELD: frozenset[int] = frozenset()
 _consume = deque(maxlen=0).extend  # runs an iterator to its end in C, keeping nothing
 
@@ -45,7 +37,7 @@ def first_missing(held: Container[int], hashes: Sequence[int], start: int = 0) -
     return start + len(list(takewhile(held.__contains__, tail)))
 
 
-class KvIndex:
+class KvIndex(RankLimits):
     """Each rank's held pages (block hashes, with their medium), built from event batches.
 
     Fed with event batches (``apply``), it answers how many leading pages of a token sequence
@@ -66,22 +58,16 @@ class KvIndex:
     announced its pool holds at most ``unannounced_pages``: a page stored past that is not
     kept either, but counted in ``unindexed(rank)``, not as a violation (it broke no promise),
     and the first one is logged with what to do.
+
+    The ranks are the caller's when it names them (``apply(batch, rank)``: a router follows
+    one endpoint per rank it was configured with). A batch applied without a rank goes to the
+    rank the batch names, which the publisher chooses: the index takes a rank it does not know
+    that way only while it knows fewer than ``max_ranks`` (64); a batch naming one more is not
+    applied, counted in ``bad_input["rank"]`` and the first one logged
+    (``kv_events.index_refused``) with what to do.
     """
 
-    __slots__ = (
-        "_capacity",
-        "_groups",
-        "_held",
-        "_media",
-        "_other_medium",
-        "_unindexed",
-        "_usual_medium",
-        "_violations",
-        "max_pages",
-        "medium",
-        "unannounced_pages",
-        "violation_threshold",
-    )
+    __slots__ = ("_groups", "_held", "_other_medium", "_usual_medium", "medium")
 
     def __init__(
         self,
@@ -89,53 +75,32 @@ class KvIndex:
         max_pages: int = DEFAULT_MAX_PAGES,
         unannounced_pages: int = DEFAULT_UNANNOUNCED_PAGES,
         violation_threshold: int = DEFAULT_VIOLATION_THRESHOLD,
+        max_ranks: int = DEFAULT_MAX_RANKS,
         medium: str | None = None,
     ) -> None:
-        if min(max_pages, unannounced_pages, violation_threshold) < 1:
-            raise ValueError("max_pages, unannounced_pages and violation_threshold must be >= 1")
-        self.max_pages = max_pages
-        self.unannounced_pages = min(unannounced_pages, max_pages)
-        self.violation_threshold = violation_threshold
+        super().__init__(
+            max_pages=max_pages,
+            unannounced_pages=unannounced_pages,
+            violation_threshold=violation_threshold,
+            max_ranks=max_ranks,
+        )
         self.medium = medium
         self._held: dict[int, set[int]] = {}
         self._usual_medium: dict[int, str | None] = {}  # rank -> medium of its first page
         self._other_medium: dict[int, dict[int, str | None]] = {}  # rank -> {hash: medium}
-        self._capacity: dict[int, int] = {}
-        self._violations: dict[int, int] = {}
-        self._unindexed: dict[int, int] = {}
-        self._media: dict[str, str] = {}
         self._groups = AttentionGroups()
 
-    def set_capacity(self, rank: int, pages: int) -> None:
-        """The pool ``rank`` announced, in pages (clamped to 1..``max_pages``)."""
-        self._capacity[rank] = max(1, min(int(pages), self.max_pages))
-
-    def capacity(self, rank: int) -> int:
-        """The most pages ``rank`` may hold in the index."""
-        return self._capacity.get(rank, self.unannounced_pages)
-
-    def announced(self, rank: int) -> bool:
-        """Whether ``rank``'s pool is known (``set_capacity``)."""
-        return rank in self._capacity
-
-    def unindexed(self, rank: int) -> int:
-        """Pages ``rank`` stored past ``unannounced_pages`` before it announced its pool."""
-        return self._unindexed.get(rank, 0)
-
-    def violations(self, rank: int) -> int:
-        """Protocol violations counted against ``rank``."""
-        return self._violations.get(rank, 0)
-
-    def violating(self, rank: int) -> bool:
-        """True once ``rank`` has ``violation_threshold`` violations or more."""
-        return self._violations.get(rank, 0) >= self.violation_threshold
-
     def apply(self, batch: EventBatch, rank: int | None = None) -> None:
-        """Apply a batch's events to ``rank`` (default: the batch's ``attn_dp_rank``, else 0)."""
-        if rank is None:
+        """Apply a batch's events to ``rank`` (default: the batch's ``attn_dp_rank``, else 0;
+        a rank named so that would be past ``max_ranks`` is refused: see the class)."""
+        named = rank is None
+        if named:
             rank = batch.attn_dp_rank if batch.attn_dp_rank is not None else 0
         held = self._held.get(rank)
         if held is None:
+            if named and len(self._held) >= self.max_ranks:
+                self._refuse_rank(rank, len(self._held))
+                return
             held = self._held[rank] = set()
             self._other_medium[rank] = {}
         other = self._other_medium[rank]
@@ -190,39 +155,6 @@ class KvIndex:
                 self._violate(rank, excess, f"stored pages past its pool of {capacity}")
             else:
                 self._unannounced_excess(rank, excess)
-
-    def _unannounced_excess(self, rank: int, count: int) -> None:
-        before = self._unindexed.get(rank, 0)
-        self._unindexed[rank] = before + count
-        if not before:
-            log.warning(
-                "kv_events.index_pool_unknown",
-                rank=rank,
-                indexed=self.unannounced_pages,
-                fix="give the router the rank's pool (capacity=) or let it send KvMetrics",
-            )
-
-    def _medium(self, medium: str, rank: int) -> str | None:
-        known = self._media.get(medium)
-        if known is not None:
-            return known
-        if len(medium) > _MAX_MEDIUM_CHARS or len(self._media) >= _MAX_MEDIA:
-            self._violate(rank, 1, f"a medium name past the bounds: {medium[:40]!r}")
-            return None
-        self._media[medium] = medium
-        return medium
-
-    def _violate(self, rank: int, count: int, what: str) -> None:
-        before = self._violations.get(rank, 0)
-        self._violations[rank] = before + count
-        if before < self.violation_threshold <= before + count:
-            log.warning(
-                "kv_events.index_violations",
-                rank=rank,
-                violations=before + count,
-                threshold=self.violation_threshold,
-                last=what,
-            )
 
     def clear_rank(self, rank: int) -> None:
         """Forget every block of ``rank`` (after AllBlocksCleared, a restart or lost history)."""

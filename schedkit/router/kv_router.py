@@ -71,7 +71,9 @@ class KvRouter(Router):
     to the load board (``report``) and its running + waiting requests replace the requests in
     flight the router counted (requests routed since add to them); the last report per rank
     stays in ``reported``. A report
-    that does not decode as ``KvMetrics`` is dropped and counted in ``bad_reports``.
+    that does not decode as ``KvMetrics`` is dropped and counted in ``bad_reports``, one from a
+    rank the router was not given in ``unknown_rank_reports`` (the first of each logged); a
+    rank taken out of routing has its reports ignored.
 
     Each rank's index holds at most its pool: ``capacity`` (pages per rank, from the ranks'
     config) or its reported ``kv_total_blocks``; a rank that keeps storing past it
@@ -105,6 +107,7 @@ class KvRouter(Router):
         self.reported: dict[int, KvMetrics] = {}
         self.routed_since_report = dict.fromkeys(self.ranks, 0)
         self.bad_reports = 0
+        self.unknown_rank_reports = 0
         self.untrusted: list[int] = []
         for rank, pages in (capacity or {}).items():
             self.index.set_capacity(rank, pages)
@@ -180,7 +183,11 @@ class KvRouter(Router):
                     log.warning("router.bad_load_report", error=str(exc)[:200])
                 continue
             rank = report.data_parallel_rank
-            if rank in self.routed_since_report and rank in self.subscribers:
+            if rank not in self.routed_since_report:  # not a rank this router follows
+                self.unknown_rank_reports += 1
+                if self.unknown_rank_reports == 1:
+                    log.warning("router.load_report_unknown_rank", rank=rank, ranks=self.ranks)
+            elif rank in self.subscribers:
                 self.reported[rank] = report
                 self.routed_since_report[rank] = 0
                 self.report(

@@ -252,6 +252,7 @@ def test_broken_page_rules_are_listed(capsys):
         pub.publish(KVEventBatch(0.0, [BlockStored([2], None, [1] * 4, 4, None)] * 2))
         assert pub.flush()
         code, lines = check(pub, capsys, "--count", "3")
+        bounded = check(pub, capsys, "--count", "3", "--max-pages", "1")
     finally:
         pub.shutdown()
     assert code == 1
@@ -262,6 +263,14 @@ def test_broken_page_rules_are_listed(capsys):
         "  seq 1: removed 7, which is not stored",
         "  seq 2: 2 stored again without being removed",
     ]
+    # Past --max-pages the page rules stop, and the report says from where.
+    code, lines = bounded
+    assert code == 1 and lines[0].startswith("NOT conformant (pages checked in part): ")
+    assert (
+        lines[1]
+        == "  pages not checked from seq 2 on: more than 1 pages held at once (--max-pages)"
+    )
+    assert "  seq 2: 2 stored again without being removed" not in lines and len(lines) == 5
 
 
 def test_nothing_arriving_is_not_conformant(capsys):
@@ -488,6 +497,7 @@ def test_the_logging_configuration_is_restored_after_a_check(endpoint, capsys):
         endpoint=endpoint,
         topic="",
         count=None,
+        max_pages=1000,
         timeout=0.1,
     )
     assert cmd_check(args) == (2 if endpoint == "not-an-endpoint" else 1)

@@ -22,7 +22,23 @@ from schedkit.kv_events import (
     encode_batch,
 )
 from schedkit.kv_events.conformance import StreamChecker
-from tests.schedkit.kv_events.newest import bytes_hash_payload, cleared_payload, hybrid_payloads
+from tests.schedkit.kv_events.engine_structs import (
+    VllmNewestBatch,
+    VllmNewestBlockRemoved,
+    VllmNewestBlockStored,
+)
+from tests.schedkit.kv_events.newest import (
+    H1,
+    H2,
+    H3,
+    PAGE,
+    bytes_hash_payload,
+    cleared_payload,
+    hybrid_payloads,
+)
+from tests.schedkit.kv_events.newest import (
+    stored as vllm_stored,
+)
 
 INT64_MIN, UINT64_MAX = -(2**63), 2**64 - 1
 
@@ -215,6 +231,85 @@ def test_bytes_block_hashes_are_a_cause_that_says_what_to_do():
         "are bytes at `$[1][0].block_hashes[0]`"
     )
     assert "run vLLM with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1" in lines[1]
+
+
+def vllm_payload(ts: float, *events) -> bytes:
+    return msgspec.msgpack.encode(VllmNewestBatch(ts, list(events), 0))
+
+
+def test_what_vllm_sends_for_reused_duplicated_and_offloaded_pages_conforms():
+    """vLLM 0.33 (v1/core/block_pool.py, kv_offload): a request in kv_cache_report_mode
+    "full" re-reports the pages it reused from block 0 (never removed for it); two requests
+    computing a page at once each store and each remove it; the offload connector announces
+    a page it has no metadata for with no tokens and block_size 0; a sliding-window group
+    skips the pages outside its window (fewer hashes than its tokens, even none)."""
+    placeholder = VllmNewestBlockStored([H3], None, [], 0, None, "CPU", None, group_idx=0)
+    window = vllm_stored([H3], H2, 1, "sliding_window")
+    window.token_ids = window.token_ids * 2  # the page before H3 was out of the window
+    none_in_window = vllm_stored([], H1, 1, "sliding_window")
+    none_in_window.token_ids = [7] * PAGE
+    payloads = [
+        vllm_payload(1.0, vllm_stored([H1, H2], None, 0, "full_attention")),
+        vllm_payload(2.0, vllm_stored([H1, H2], None, 0, "full_attention")),  # re-reported
+        vllm_payload(3.0, *[vllm_stored([H3], H2, 0, "full_attention")] * 2),  # computed twice
+        vllm_payload(4.0, placeholder, window, none_in_window),
+        vllm_payload(
+            5.0,
+            *[VllmNewestBlockRemoved([H3], "GPU", 0)] * 2,
+            VllmNewestBlockRemoved([H3], "CPU", 0),
+            VllmNewestBlockRemoved([H2, H1], "GPU", 0),
+        ),
+    ]
+    checker = StreamChecker("vllm")
+    for seq, payload in enumerate(payloads):
+        live(checker, seq, payload)
+    # H1, H2: one copy each left (the re-report's); H3 in group 1.
+    assert checker.report() == ["conformant: 5 batches, 11 events, 0 problems, 3 pages held"]
+    # What is still wrong: a page removed once more than it was stored, a main-attention
+    # page without its tokens, tokens for more pages than hashes in a main-attention group.
+    removed = VllmNewestBlockRemoved([H1], "GPU", 0)
+    no_tokens = vllm_stored([H3], None, 0, "full_attention")
+    no_tokens.token_ids = []
+    short = vllm_stored([H3], None, 0, "full_attention")
+    short.token_ids = short.token_ids * 2
+    for seq, event in enumerate([removed, removed, no_tokens, short], 5):
+        live(checker, seq, vllm_payload(float(seq), event))
+    assert checker.report()[1:] == [
+        "  seq 7: 0 token ids for 1 hashes of block_size 4 (and 1 more like it: seqs 8)",
+        f"  seq 6: removed {H1} (group 0), which is not stored",
+    ]
+
+
+def test_the_pages_held_are_bounded_and_the_report_says_what_went_unchecked():
+    checker = StreamChecker(max_pages=3)
+    for seq in range(5):  # the fourth page goes past the bound: pages unchecked from seq 3
+        live(checker, seq, stored(seq + 1, seq or None))
+    live(checker, 5, KVEventBatch(5.0, [BlockRemoved([1, 99])], 0))  # not checked
+    assert checker.conformant
+    assert checker.report() == [
+        "conformant (pages checked in part): 6 batches, 6 events, 0 problems, 0 pages held",
+        "  pages not checked from seq 3 on: more than 3 pages held at once (--max-pages)",
+    ]
+    live(checker, 6, KVEventBatch(6.0, [AllBlocksCleared()], 0))  # known again: checked
+    live(checker, 7, stored(8, 7))
+    live(checker, 8, stored(9, 8))
+    assert checker.report() == [
+        "NOT conformant (pages checked in part): 9 batches, 9 events, 1 problems, 2 pages held",
+        "  pages not checked from seq 3 until seq 6 cleared them: more than 3 pages held at "
+        "once (--max-pages)",
+        "  seq 7: parent 7 of 8 not stored",
+    ]
+
+
+def test_a_stream_naming_many_ranks_adds_one_line():
+    checker = StreamChecker(dp_rank=0)
+    for seq in range(1000):
+        live(checker, seq, stored(seq + 1, seq or None, rank=seq + 1))
+    assert checker.report()[1:] == [
+        "  seq 0: attn_dp_rank 1, the stream's rank is 0 (and 999 more like it: seqs 1, 2, 3, "
+        "4, 5, ...)"
+    ]
+    assert len(checker.findings.by_kind) == 1
 
 
 # -- fuzzing ------------------------------------------------------------------------------

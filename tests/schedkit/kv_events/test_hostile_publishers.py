@@ -8,11 +8,20 @@ import time
 import msgspec
 import pytest
 
-from schedkit.kv_events import PROFILES, HistoryLost, KvEventSubscriber, encode_batch, get_profile
+from schedkit.kv_events import (
+    PROFILES,
+    HistoryLost,
+    KvEventSubscriber,
+    KvIndex,
+    encode_batch,
+    get_profile,
+)
 from schedkit.kv_events.structs import MAX_BATCH_BYTES, decode_batch
 from schedkit.kv_events.subscriber import ReplayBounds
 from schedkit.kv_events.wire_shape import shape_problems
+from tests.schedkit.kv_events.engine_structs import VllmNewestBatch
 from tests.schedkit.kv_events.hostile import RawPublisher, deep_batch, page_batch
+from tests.schedkit.kv_events.newest import stored as vllm_stored
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -105,3 +114,30 @@ def test_bad_input_is_counted_by_kind_and_logged_once_per_kind():
     assert [fields["kind"] for _, fields in log.lines] == ["payload", "live_frames"]
     assert log.lines[0][1]["source"] == "tcp://127.0.0.1:1"
     assert len(log.lines[0][1]["error"]) == 200
+
+
+def test_a_publisher_naming_a_new_rank_in_every_batch_grows_no_index(closing):
+    """vLLM batches (its own declarations) naming data_parallel_rank 0..299 over a real
+    socket: an index applying them without a rank keeps max_ranks of them, refuses the rest."""
+    pub = closing(RawPublisher())
+    sub = closing(KvEventSubscriber(pub.endpoint))
+    payloads = [
+        msgspec.msgpack.encode(
+            VllmNewestBatch(float(rank), [vllm_stored([rank + 1], None, 0, "full_attention")], rank)
+        )
+        for rank in range(300)
+    ]
+    index = KvIndex(max_ranks=4)
+    got: list = []
+    pub.send_until(0, payloads[0], lambda: got.extend(sub.poll(20)) or got)
+    for seq in range(1, 300):
+        pub.send(seq, payloads[seq])
+    deadline = time.monotonic() + 10
+    while not got or got[-1][0] < 299:
+        assert time.monotonic() < deadline, len(got)
+        got += sub.poll(20)
+    for _, batch in got:
+        index.apply(batch)
+    kept = [batch.attn_dp_rank for _, batch in got[:4]]
+    assert index.ranks() == kept and index.bad_input["rank"] == len(got) - 4 >= 250
+    assert index.match_hashes([kept[-1] + 1], kept[-1:]) == {kept[-1]: 1}

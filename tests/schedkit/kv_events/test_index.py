@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from structlog.testing import capture_logs
 
 from schedkit.kv_events import (
     AllBlocksCleared,
@@ -13,7 +14,7 @@ from schedkit.kv_events import (
     page_hashes,
 )
 from schedkit.kv_events.attention_groups import MAX_GROUPS
-from schedkit.kv_events.index import DEFAULT_UNANNOUNCED_PAGES
+from schedkit.kv_events.index import DEFAULT_MAX_RANKS, DEFAULT_UNANNOUNCED_PAGES
 from schedkit.kv_events.index_decode import decode_for_index
 from schedkit.kv_events.structs import decode_batch
 from tests.schedkit.kv_events.newest import H1, H2, H3, REMOTE, cleared_payload, hybrid_payloads
@@ -99,6 +100,25 @@ def test_rank_defaults_to_the_batch_rank_then_zero_and_can_be_overridden():
     assert index.blocks(0) == set(page_hashes([1], 1))
     assert index.blocks(3) == set(page_hashes([2], 1))
     assert index.blocks(5) == set(page_hashes([3], 1))
+
+
+def test_ranks_named_by_batches_are_bounded_and_the_refusal_is_counted_and_logged():
+    index = KvIndex(max_ranks=3)
+    index.apply(at(None, *stored([1], 1)))
+    index.apply(at(3, *stored([2], 1)))
+    with capture_logs() as logs:
+        for rank in range(100, 10_100):  # a publisher naming a new rank in every batch
+            index.apply(at(rank, *stored([rank], 1)))
+    assert index.ranks() == [0, 3, 100] and index.bad_input["rank"] == 9_999
+    assert [entry["rank"] for entry in logs] == [101]  # the first refusal, once
+    assert logs[0]["event"] == "kv_events.index_refused" and "apply(batch, rank)" in logs[0]["fix"]
+    index.apply(at(3, *stored([4], 1)))  # a known rank still applies
+    index.apply(at(7, *stored([5], 1)), rank=5)  # a rank the caller names is the caller's
+    assert index.blocks(3) == set(page_hashes([2], 1) + page_hashes([4], 1))
+    assert index.ranks() == [0, 3, 5, 100] and index.bad_input.total == 9_999
+    assert KvIndex().max_ranks == DEFAULT_MAX_RANKS == 64
+    with pytest.raises(ValueError, match="max_ranks"):
+        KvIndex(max_ranks=0)
 
 
 def test_namespace_and_medium():

@@ -67,13 +67,15 @@ def test_kv_router_drops_a_load_report_that_does_not_decode():
     try:
         push.connect(metrics)
         push.send(b"not msgpack at all \xc1")
+        # A report naming a rank the router was not given (the last field).
+        push.send(msgspec.msgpack.encode(["KvMetrics", 3, 8, 10, 100, 2, 0.1, 0.5, 7]))
         # SGLang's KvMetrics on the wire: a tagged msgpack array.
         push.send(msgspec.msgpack.encode(["KvMetrics", 3, 8, 10, 100, 2, 0.1, 0.5, 0]))
         deadline = time.monotonic() + 5
         while 0 not in kv.reported:
             assert time.monotonic() < deadline
             kv.poll(10)
-        assert kv.bad_reports == 1
+        assert kv.bad_reports == 1 and kv.unknown_rank_reports == 1 and 7 not in kv.reported
         assert kv.reported_load(0) == 5  # 3 running + 2 waiting
         assert (kv.loads[0].kv_usage, kv.loads[0].reported_waiting) == (0.1, 2)
     finally:
