@@ -106,7 +106,8 @@ def test_assembly_override_swaps_within_the_block_and_restores(wiring, built):
 
 
 def test_misspelt_override_names_raise(wiring, built):
-    with pytest.raises(WiringError, match="unknown component 'countr' in .*; did you mean counter"):
+    misspelt = r"unknown component 'countr' in .*; did you mean counter"
+    with pytest.raises(WiringError, match=misspelt):
         build(wiring, overrides={"countr": object()})
     assembly = built(wiring)
     with (
