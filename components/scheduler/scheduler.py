@@ -37,7 +37,10 @@ from schedkit.components.scheduler.new_token_ratio import NewTokenRatio
 from schedkit.components.scheduler.prefill_step_bound import PrefillStepBound
 from schedkit.components.scheduler.scheduler_batches import SchedulerBatches
 from schedkit.components.scheduler.scheduler_decode_runs import SchedulerDecodeRuns
-from schedkit.components.scheduler.scheduler_requests import SchedulerRequests
+from schedkit.components.scheduler.scheduler_requests import (
+    MIN_CONTEXT_LENGTH,
+    SchedulerRequests,
+)
 from schedkit.components.scheduler.waiting_queue import WaitingQueue
 from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.core.protocols import (
@@ -111,6 +114,18 @@ class Scheduler(SchedulerRequests, SchedulerBatches, SchedulerDecodeRuns):
     # ``max_prefill_step_seconds`` (``prefill_step_bound``); None keeps SGLang's token bounds.
     max_prefill_step_seconds: float | None = None
     prefill_seconds: Callable[[int, int], float] | None = None
+    # The model's limits, applied on arrival as SGLang does (``scheduler_requests``):
+    # ``context_length`` (SGLang's ``context_len``) refuses a prompt of ``max_req_input_len``
+    # tokens or more, or cuts it to that with ``allow_auto_truncate``, and clips max_new_tokens
+    # to what the context leaves; ``vocab_size`` refuses token ids at or above it. None: no
+    # such limit (only the KV pool bounds a request).
+    context_length: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(at_least(MIN_CONTEXT_LENGTH))
+    )
+    vocab_size: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(at_least(1))
+    )
+    allow_auto_truncate: bool = False
 
     waiting_queue: WaitingQueue = attrs.field(init=False, factory=WaitingQueue)
     running_batch: ScheduleBatch = attrs.field(
@@ -128,6 +143,8 @@ class Scheduler(SchedulerRequests, SchedulerBatches, SchedulerDecodeRuns):
     prefill_tokens_cached_host: int = attrs.field(init=False, default=0)
     finished_count: int = attrs.field(init=False, default=0)
     _page_size: int = attrs.field(init=False, default=1)
+    # SGLang's max_req_len: min(context_length - 1, KV pool - 1); None without context_length.
+    _max_req_len: int | None = attrs.field(init=False, default=None)
     _kv: KVSlots = attrs.field(init=False, repr=False)
     _ratio: NewTokenRatio = attrs.field(init=False, repr=False)
     # Set when admission failed for lack of KV room; cleared when a request leaves or arrives.
@@ -168,10 +185,21 @@ class Scheduler(SchedulerRequests, SchedulerBatches, SchedulerDecodeRuns):
                 "max_prefill_step_seconds and prefill_seconds go together (the bound and the "
                 "model runner's prefill_seconds to apply it by); set both or neither",
             )
+        # Last: the pool size may be known only once the allocator is built.
+        context = args.context_length
+        if isinstance(context, int) and min(context, args.allocator.size) < MIN_CONTEXT_LENGTH:
+            raise ArgumentError(
+                "context_length",
+                f"context_length ({context}) and the KV pool ({args.allocator.size} tokens) "
+                f"must both be >= {MIN_CONTEXT_LENGTH}: a request needs room for a prompt "
+                "token and the 5 tokens SGLang keeps back from max_req_input_len",
+            )
 
     def __attrs_post_init__(self) -> None:
         self.check_arguments(self)
         self._page_size = self.allocator.page_size
+        if self.context_length is not None:
+            self._max_req_len = min(self.context_length, self.allocator.size) - 1
         self._ratio = NewTokenRatio.conservative(
             self.init_new_token_ratio,
             self.min_new_token_ratio,

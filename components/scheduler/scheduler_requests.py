@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from typing import Any, Literal
 
+import attrs
 import structlog
 
 from schedkit.components.io.io_struct import ControlReply
 from schedkit.core.schedule_batch import MAX_TOKEN_ID, FinishAbort, Req
 
-__all__ = ["SchedulerRequests"]
+__all__ = ["MIN_CONTEXT_LENGTH", "SchedulerRequests"]
+
+# SGLang keeps max_req_input_len 5 tokens below max_req_len (min(context_len, KV pool) - 1)
+# and needs it > 0: the smallest context (and pool) a scheduler with a context_length takes.
+_INPUT_MARGIN = 5
+MIN_CONTEXT_LENGTH = _INPUT_MARGIN + 2
 
 # The scheduler's logger: its records name the scheduler whichever part of it logs.
 log = structlog.get_logger("schedkit.components.scheduler.scheduler")
@@ -22,7 +29,8 @@ class SchedulerRequests:
 
     Uses the scheduler's ``waiting_queue``, ``running_batch``, ``chunked_req``, ``paused``,
     ``allocator``, ``tree_cache``, ``batch_result_processor``, ``now``, ``on_pause``,
-    ``get_loads``, ``processed_prefill_tokens``, ``_page_size``, ``_ratio``,
+    ``get_loads``, ``processed_prefill_tokens``, ``context_length``, ``vocab_size``,
+    ``allow_auto_truncate``, ``_max_req_len``, ``_page_size``, ``_ratio``,
     ``_prefill_blocked``, ``_retract`` and ``_finished``.
     """
 
@@ -31,8 +39,9 @@ class SchedulerRequests:
     # ---- requests ----------------------------------------------------------------------
 
     def submit(self, req: Req) -> None:
-        """Queue a request, or finish it at once with FinishAbort if it is invalid or can
-        never fit in the KV pool."""
+        """Queue a request, or finish it at once with FinishAbort if it is invalid, outside
+        the model's vocabulary or context (``vocab_size``, ``context_length``) or can never
+        fit in the KV pool."""
         error = req.sampling_params.validation_error()
         ids = req.origin_input_ids
         if error is None and not ids:
@@ -40,6 +49,10 @@ class SchedulerRequests:
         packed = isinstance(ids, array) and ids.typecode == "I"  # in range by construction
         if error is None and not packed and (min(ids) < 0 or max(ids) > MAX_TOKEN_ID):
             error = f"input_ids must be token ids in [0, {MAX_TOKEN_ID}]"
+        if error is None and self.vocab_size is not None:
+            error = _vocabulary_error(ids, self.vocab_size)
+        if error is None and self._max_req_len is not None:
+            error = self._fit_to_context(req)
         if error is None:
             prompt, new = len(req.origin_input_ids), req.sampling_params.max_new_tokens
             if -(-(prompt + new) // self._page_size) * self._page_size > self.allocator.size:
@@ -56,6 +69,36 @@ class SchedulerRequests:
         req.arrival_processed_tokens = self.processed_prefill_tokens
         self.waiting_queue.append(req)
         self._prefill_blocked = False
+
+    def _fit_to_context(self, req: Req) -> str | None:
+        """SGLang's arrival checks against the context (``validate_input_length`` and the
+        clip of max_new_tokens in ``handle_generate_request``): the refusal message, or None
+        once the prompt (cut with ``allow_auto_truncate``) and max_new_tokens fit."""
+        max_req_len = self._max_req_len
+        assert max_req_len is not None
+        max_req_input_len = max_req_len - _INPUT_MARGIN
+        prompt = len(req.origin_input_ids)
+        if prompt >= max_req_input_len:
+            if not self.allow_auto_truncate:
+                return (
+                    f"Input length ({prompt} tokens) exceeds the maximum allowed length "
+                    f"({max_req_input_len} tokens). Use a shorter input or enable "
+                    "--allow-auto-truncate."
+                )
+            log.warning(
+                "prompt truncated to the context",
+                rid=req.rid,
+                input_len=prompt,
+                max_req_input_len=max_req_input_len,
+            )
+            req.origin_input_ids = req.origin_input_ids[:max_req_input_len]
+            prompt = max_req_input_len
+        room = max_req_len - prompt - 1
+        params = req.sampling_params
+        if params.max_new_tokens > room:
+            # A copy: one SamplingParams may be shared by many requests of a workload.
+            req.sampling_params = attrs.evolve(params, max_new_tokens=room)
+        return None
 
     def _submit_guarded(self, req: Req) -> None:
         # One request must never take the loop down: whatever submit raises finishes it.
@@ -158,3 +201,15 @@ class SchedulerRequests:
         except ValueError as exc:
             log.warning("control request failed", type=kind, error=str(exc))
             item.reply(ControlReply(type=str(kind), ok=False, message=str(exc)))
+
+
+def _vocabulary_error(ids: Sequence[int], vocab_size: int) -> str | None:
+    """SGLang's refusal of token ids at or above the vocabulary size (its tokenizer manager's
+    ``_validate_input_ids_in_vocab``), naming the first such id instead of the whole prompt."""
+    if max(ids) < vocab_size:
+        return None
+    position = next(i for i, token in enumerate(ids) if token >= vocab_size)
+    return (
+        f"The input_ids contains values greater than the vocab size ({vocab_size}): "
+        f"token id {ids[position]} at position {position}."
+    )

@@ -75,18 +75,30 @@ def add_wiring_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--model",
         type=_preset_name(presets.model),
-        help=f"{', '.join(presets.MODELS)} (default with --gpu/--tp: llama3-8b)",
+        help=f"{', '.join(presets.MODELS)} (default with --gpu/--tp/--model-limits: llama3-8b)",
     )
     group.add_argument(
         "--gpu",
         type=_preset_name(presets.gpu),
-        help=f"{', '.join(presets.GPUS)} (default with --model/--tp: h100)",
+        help=f"{', '.join(presets.GPUS)} (default with --model/--tp/--model-limits: h100)",
     )
     group.add_argument(
         "--tp",
         type=number(int),
         help="tensor-parallel GPUs (default: the model's, 4 for llama3-70b, else 1)",
     )
+    group.add_argument(
+        "--model-limits",
+        choices=presets.MODEL_LIMITS,
+        default="off",
+        help="refuse on arrival, as SGLang does, prompts of the model's context length or more "
+        "and token ids outside its vocabulary (refuse), or cut such prompts (truncate); off "
+        "(default): trace replays keep their long prompts (docs/running.md)",
+    )
+
+
+def _preset_asked(args: argparse.Namespace) -> bool:
+    return bool(args.model or args.gpu or args.tp or args.model_limits != "off")
 
 
 def wiring_sources(
@@ -96,14 +108,14 @@ def wiring_sources(
     ``add_wiring_args`` options name, for a command that loads the wiring more than once;
     ``announce`` prints the preset's figures."""
     file = args.file or wirings.path()
-    if not (args.model or args.gpu or args.tp):
+    if not _preset_asked(args):
         return file, list(args.overlay)
     try:
         preset, line = presets.preset_overlay(
-            load_wiring(file, *args.overlay), args.model, args.gpu, args.tp
+            load_wiring(file, *args.overlay), args.model, args.gpu, args.tp, args.model_limits
         )
     except presets.PresetError as exc:
-        raise WiringError(f"--model/--gpu/--tp: {exc}") from None
+        raise WiringError(f"--model/--gpu/--tp/--model-limits: {exc}") from None
     if announce:
         print(f"schedkit: preset {line}", file=sys.stderr)
     return file, [preset, *args.overlay]
@@ -115,8 +127,13 @@ def run_provenance(args: argparse.Namespace) -> dict[str, Any]:
     from schedkit import __version__
 
     preset = None
-    if args.model or args.gpu or args.tp:
-        preset = {"model": args.model, "gpu": args.gpu, "tp": args.tp}
+    if _preset_asked(args):
+        preset = {
+            "model": args.model,
+            "gpu": args.gpu,
+            "tp": args.tp,
+            "model_limits": args.model_limits,
+        }
     provenance = {
         "schedkit_version": __version__,
         "wiring": str(args.file or wirings.path()),

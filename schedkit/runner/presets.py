@@ -33,6 +33,13 @@ per token per GPU over bandwidth. Tensor-parallel all-reduce time is not modelle
   github.com/inference-sim/inference-sim, docs/guide/latency-models.md: beta7 per step,
   beta6 per request).
 
+Model limits (``model_limits``, off by default): ``refuse`` gives every scheduler the
+model's ``context_length`` and ``vocab_size``, so that it refuses on arrival what SGLang
+refuses (a prompt at or over ``max_req_input_len``, token ids outside the vocabulary) and
+clips max_new_tokens to what the context leaves; ``truncate`` cuts an over-long prompt
+instead, as SGLang's ``--allow-auto-truncate``. Off, a preset is a cost model and a KV pool:
+trace replays keep prompts longer than the model's context (docs/running.md says why).
+
 To fit your own stack's measured step times, use ``schedkit calibrate``.
 """
 
@@ -44,12 +51,14 @@ import attrs
 
 from schedkit.assembly.wiring import Wiring
 from schedkit.components.cache.allocator import TokenToKVPoolAllocator
+from schedkit.components.scheduler.scheduler import Scheduler
 from schedkit.runner.model_runner import SimulatedModelRunner
 from schedkit.runner.specs import GPUS, MODELS, GpuSpec, ModelSpec, PresetError, gpu, model
 
 __all__ = [
     "GPUS",
     "MODELS",
+    "MODEL_LIMITS",
     "GpuSpec",
     "ModelSpec",
     "PresetError",
@@ -59,9 +68,12 @@ __all__ = [
     "model",
     "preset_overlay",
     "runner_args",
+    "scheduler_limits",
 ]
 
 MEM_FRACTION_STATIC = 0.88
+# What a preset does about the model's context and vocabulary (see the module docstring).
+MODEL_LIMITS = ("off", "refuse", "truncate")
 # llama3-8b on one h100, fitted to measured step times (see the module docstring).
 FITTED_COEFFICIENTS = {
     "prefill_fixed": 2.356e-3,
@@ -149,21 +161,48 @@ def runner_args(m: ModelSpec, g: GpuSpec, tp: int = 1) -> dict[str, Any]:
     return args
 
 
-def describe(m: ModelSpec, g: GpuSpec, tp: int, pool: int) -> str:
+def describe(m: ModelSpec, g: GpuSpec, tp: int, pool: int, model_limits: str = "off") -> str:
     """One line saying what a preset sets, for the command line."""
     kv = kv_bytes_per_token(m, tp)
+    limits = model_limits
+    if model_limits != "off":  # SGLang's max_req_input_len: min(context, pool) - 1 - 5
+        limits += f" from {min(m.context_length, pool) - 6:,} prompt tokens"
     return (
         f"{m.name} ({m.params / 1e9:.2f} B params) on {tp} x {g.name}: KV pool {pool:,} tokens "
-        f"({kv / 1024:g} KiB per token per GPU), vocab {m.vocab:,}"
+        f"({kv / 1024:g} KiB per token per GPU), vocab {m.vocab:,}, context "
+        f"{m.context_length:,} (model limits {limits})"
     )
 
 
+def scheduler_limits(m: ModelSpec, model_limits: str) -> dict[str, Any]:
+    """The ``scheduler`` arguments that apply model ``m``'s context and vocabulary as SGLang
+    does: ``refuse`` or ``truncate`` (an over-long prompt cut), see the module docstring."""
+    if model_limits not in MODEL_LIMITS[1:]:
+        raise PresetError(
+            f"model limits {model_limits!r} set no scheduler arguments; valid: refuse, truncate"
+        )
+    return {
+        "context_length": m.context_length,
+        "vocab_size": m.vocab,
+        "allow_auto_truncate": model_limits == "truncate",
+    }
+
+
 def preset_overlay(
-    wiring: Wiring, model_name: str | None, gpu_name: str | None, tp: int | None = None
+    wiring: Wiring,
+    model_name: str | None,
+    gpu_name: str | None,
+    tp: int | None = None,
+    model_limits: str = "off",
 ) -> tuple[dict[str, Any], str]:
     """An overlay setting every simulated model runner of ``wiring`` and every KV allocator's
     pool to a preset (model default ``llama3-8b``, GPU default ``h100``, ``tp`` the model's
-    default), and a line describing it."""
+    default), with ``model_limits`` ``refuse`` or ``truncate`` every scheduler's context and
+    vocabulary too, and a line describing it."""
+    if model_limits not in MODEL_LIMITS:
+        raise PresetError(
+            f"unknown model limits {model_limits!r}; valid: {', '.join(MODEL_LIMITS)}"
+        )
     m = model(model_name or "llama3-8b")
     g = gpu(gpu_name or "h100")
     tp = tp or m.default_tp
@@ -186,4 +225,17 @@ def preset_overlay(
             components[name] = {"args": {"size": pool}}
     if pool is None:
         pool = kv_pool_tokens(m, g, tp)
-    return {"components": components}, describe(m, g, tp, pool)
+    if model_limits != "off":
+        schedulers = [
+            name
+            for name, spec in wiring.components.items()
+            if spec.cls is not None and issubclass(spec.cls, Scheduler)
+        ]
+        if not schedulers:
+            raise PresetError(
+                f"model limits {model_limits!r} set a scheduler's arguments, and the wiring "
+                "has no component of that type"
+            )
+        for name in schedulers:
+            components[name] = {"args": scheduler_limits(m, model_limits)}
+    return {"components": components}, describe(m, g, tp, pool, model_limits)

@@ -4,11 +4,14 @@ Models (bf16 weights and KV; the shape from each model's ``config.json`` on the 
 hub: llama3-8b meta-llama/Meta-Llama-3-8B, llama3-70b meta-llama/Meta-Llama-3-70B, qwen2.5-7b
 Qwen/Qwen2.5-7B-Instruct, mistral-7b mistralai/Mistral-7B-v0.3)::
 
-    name         layers  hidden  heads  kv_heads  head_dim  intermediate  vocab   TP
-    llama3-8b    32      4096    32     8         128       14336         128256  1
-    llama3-70b   80      8192    64     8         128       28672         128256  4 (or 8)
-    qwen2.5-7b   28      3584    28     4         128       18944         152064  1
-    mistral-7b   32      4096    32     8         128       14336         32768   1
+    name         layers  hidden  heads  kv_heads  head_dim  intermediate  vocab   context  TP
+    llama3-8b    32      4096    32     8         128       14336         128256  8192     1
+    llama3-70b   80      8192    64     8         128       28672         128256  8192     4 (or 8)
+    qwen2.5-7b   28      3584    28     4         128       18944         152064  32768    1
+    mistral-7b   32      4096    32     8         128       14336         32768   32768    1
+
+``vocab`` is ``vocab_size`` and ``context`` is ``max_position_embeddings`` (none of the four
+sets ``rope_scaling``, so it is the context length SGLang derives, ``model_config.context_len``).
 
 ``head_dim`` is ``hidden / heads`` for all four. Parameters are counted from the shape
 (embeddings and LM head untied, SwiGLU MLP, norms; Qwen's q/k/v biases are left out): 8.03 B,
@@ -50,6 +53,7 @@ class ModelSpec:
     head_dim: int
     intermediate: int
     vocab: int
+    context_length: int
     default_tp: int = 1
 
     @property
@@ -97,6 +101,7 @@ MODELS: dict[str, ModelSpec] = {
             head_dim=128,
             intermediate=14336,
             vocab=128256,
+            context_length=8192,
         ),
         ModelSpec(
             name="llama3-70b",
@@ -108,6 +113,7 @@ MODELS: dict[str, ModelSpec] = {
             head_dim=128,
             intermediate=28672,
             vocab=128256,
+            context_length=8192,
             default_tp=4,
         ),
         ModelSpec(
@@ -120,6 +126,7 @@ MODELS: dict[str, ModelSpec] = {
             head_dim=128,
             intermediate=18944,
             vocab=152064,
+            context_length=32768,
         ),
         ModelSpec(
             name="mistral-7b",
@@ -131,6 +138,7 @@ MODELS: dict[str, ModelSpec] = {
             head_dim=128,
             intermediate=14336,
             vocab=32768,
+            context_length=32768,
         ),
     )
 }
