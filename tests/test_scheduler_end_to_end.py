@@ -18,7 +18,7 @@ from schedkit import Req, SamplingParams
 from schedkit.components.cache.cache_keys import fill_ids_prefix
 from schedkit.kv_events import KvEventSubscriber, KvIndex, page_hashes
 from schedkit.testing import cache_page_hashes
-from schedkit.testing.serving import free_endpoint, start_serve
+from schedkit.testing.serving import free_endpoint, start_serve, stop_serve
 
 ROOT = Path(__file__).resolve().parents[1]
 WIRING = ROOT / "wiring.yaml"
@@ -372,4 +372,37 @@ def test_schedkit_serve_takes_requests_and_control_and_stops_cleanly():
         if server.poll() is None:
             server.kill()
         server.wait()
+    assert "Traceback" not in server.stderr.read()
+
+
+def test_schedkit_serve_refuses_what_the_model_refuses_with_model_limits():
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        from send_requests import Client
+    finally:
+        sys.path.pop(0)
+    server, requests = start_serve(args=("--model", "llama3-8b", "--model-limits", "refuse"))
+    client = Client(requests)
+    try:
+        assert "ready" in json.loads(server.stdout.readline())
+        client.generate("long", [7] * 8186, max_new_tokens=4)  # max_req_input_len: 8,186
+        client.generate("oov", [5, 128256, 6], max_new_tokens=4)
+        client.generate("fits", [9] * 8180, max_new_tokens=50)  # clipped to 8191 - 8180 - 1
+        results = client.collect({"long", "oov", "fits"}, timeout=60)
+        assert results["long"]["finish"] == {
+            "type": "abort",
+            "message": "Input length (8186 tokens) exceeds the maximum allowed length (8186 "
+            "tokens). Use a shorter input or enable --allow-auto-truncate.",
+        }
+        assert results["oov"]["finish"] == {
+            "type": "abort",
+            "message": "The input_ids contains values greater than the vocab size (128256): "
+            "token id 128256 at position 1.",
+        }
+        assert results["long"]["tokens"] == results["oov"]["tokens"] == []
+        assert results["fits"]["finish"] == {"type": "length", "length": 10}
+        assert len(results["fits"]["tokens"]) == 10
+    finally:
+        client.close()
+        stop_serve(server)
     assert "Traceback" not in server.stderr.read()

@@ -115,7 +115,7 @@ def wiring_sources(
             load_wiring(file, *args.overlay), args.model, args.gpu, args.tp, args.model_limits
         )
     except presets.PresetError as exc:
-        raise WiringError(f"--model/--gpu/--tp/--model-limits: {exc}") from None
+        raise WiringError(f"--model/--gpu/--tp: {exc}") from None
     if announce:
         print(f"schedkit: preset {line}", file=sys.stderr)
     return file, [preset, *args.overlay]

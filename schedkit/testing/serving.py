@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from typing import IO
 
 from schedkit import wirings
@@ -33,11 +34,13 @@ def start_serve(
     stderr: int | IO[str] = subprocess.PIPE,
     admin_token: str | None = None,
     max_open_files: int | None = None,
+    args: Sequence[str] = (),
 ) -> tuple[subprocess.Popen, str]:
-    """``schedkit serve`` on the shipped default wiring with the ``serve`` overlay, its request
-    endpoint and KV events on free ports (``admin_token`` for control messages; the process's
-    descriptor limit lowered to ``max_open_files``); returns the process (text stdout, whose
-    first line is the ready message) and the request endpoint."""
+    """``schedkit serve`` on the shipped default wiring with the ``serve`` overlay and ``args``
+    (presets, more overlays), its request endpoint and KV events on free ports (``admin_token``
+    for control messages; the process's descriptor limit lowered to ``max_open_files``);
+    returns the process (text stdout, whose first line is the ready message) and the request
+    endpoint."""
     endpoint = free_endpoint()
     env = {
         **os.environ,
@@ -55,7 +58,7 @@ def start_serve(
             resource.setrlimit(resource.RLIMIT_NOFILE, (max_open_files, max_open_files))
 
     server = subprocess.Popen(
-        [*command, "-o", str(wirings.path("serve"))],
+        [*command, "-o", str(wirings.path("serve")), *args],
         env=env,
         preexec_fn=limit,
         stdout=subprocess.PIPE,

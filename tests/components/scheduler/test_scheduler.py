@@ -211,6 +211,55 @@ def test_unfittable_and_invalid_requests_are_aborted_and_the_loop_goes_on():
     assert env.s.finished_count == 5
 
 
+def test_model_limits_refuse_and_clip_as_sglang_does():
+    # SGLang: max_req_len = min(context_len - 1, pool - 1) = 63, max_req_input_len = 58.
+    env = build(pool=512, context_length=64, vocab_size=100)
+    shared = SamplingParams(max_new_tokens=20)
+    at_limit = make_req("at_limit", tokens(58, 1))
+    fits = Req(rid="fits", origin_input_ids=tokens(57, 1), sampling_params=shared)
+    short = Req(rid="short", origin_input_ids=tokens(3, 97), sampling_params=shared)
+    oov = make_req("oov", [5, 6, 100, 7, 250])
+    oov_packed = Req(rid="oov_packed", origin_input_ids=array("I", [1, 2, 3, 70000]))
+    for req in (at_limit, fits, short, oov, oov_packed):
+        env.s.submit(req)
+    env.s.run_until_idle()
+    assert at_limit.finished_reason == FinishAbort(
+        "Input length (58 tokens) exceeds the maximum allowed length (58 tokens). Use a shorter "
+        "input or enable --allow-auto-truncate."
+    )
+    assert oov.finished_reason == FinishAbort(
+        "The input_ids contains values greater than the vocab size (100): token id 100 at "
+        "position 2."
+    )
+    assert "token id 70000 at position 3" in oov_packed.finished_reason.message
+    # max_new_tokens clipped to max_req_len - prompt - 1 = 5, on a copy of the shared params
+    assert fits.finished_reason == FinishLength(5) and len(fits.output_ids) == 5
+    assert short.finished_reason == FinishLength(20) and shared.max_new_tokens == 20
+    for req in (at_limit, oov, oov_packed):
+        assert env.streamer.finishes[req.rid] == 1 and req.output_ids == []
+    assert env.allocator.available_size() == env.pool - env.cache.evictable_size()
+    # The KV pool bounds max_req_len too (pool 32: max_req_input_len 26).
+    env = build(pool=32, context_length=64)
+    small = make_req("small", tokens(26, 1))
+    env.s.submit(small)
+    assert "maximum allowed length (26 tokens)" in small.finished_reason.message
+    # Without limits (the default) a long prompt of any ids runs as before.
+    env = build(pool=512)
+    free = make_req("free", tokens(300, 1_000_000))
+    env.s.submit(free)
+    env.s.run_until_idle()
+    assert free.finished_reason == FinishLength(8)
+
+
+def test_auto_truncate_cuts_the_prompt_to_max_req_input_len():
+    env = build(pool=512, context_length=64, allow_auto_truncate=True)
+    long = make_req("long", tokens(100, 1), max_new_tokens=50)
+    env.s.submit(long)
+    env.s.run_until_idle()
+    assert list(long.origin_input_ids) == tokens(58, 1)
+    assert long.finished_reason == FinishLength(4)  # 63 - 58 - 1
+
+
 def test_shared_prefix_is_not_recomputed():
     env = build()
     shared = tokens(12, 500)
@@ -521,6 +570,9 @@ def test_random_workloads_finish_exactly_once(seed):
         ({"min_new_token_ratio": -0.1}, "min_new_token_ratio"),
         ({"init_new_token_ratio": 1.2}, "init_new_token_ratio"),
         ({"schedule_conservativeness": -1.0}, "schedule_conservativeness"),
+        ({"context_length": 6}, "context_length must be an integer >= 7"),
+        ({"vocab_size": 0}, "vocab_size"),
+        ({"pool": 6, "context_length": 4096}, r"KV pool \(6 tokens\) must both be >= 7"),
     ],
 )
 def test_bad_settings_are_refused(settings, message):

@@ -185,7 +185,7 @@ def test_run_json_keys_carry_units_and_echo_what_produced_them(tmp_path):
         "schedkit_version": __version__,
         "wiring": "wiring.yaml",
         "overlays": [str(overlay)],
-        "preset": {"model": "llama3-8b", "gpu": None, "tp": None},
+        "preset": {"model": "llama3-8b", "gpu": None, "tp": None, "model_limits": "off"},
         "workload": "synthetic:chat",
         "format": None,
         "num_requests": 20,

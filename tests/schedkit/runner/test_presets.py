@@ -99,3 +99,26 @@ def test_preset_overlay_needs_a_simulated_runner():
     )
     with pytest.raises(PresetError, match="no component of that type"):
         presets.preset_overlay(wiring, "llama3-8b", "h100")
+
+
+def test_model_limits_give_every_scheduler_the_model_context_and_vocabulary():
+    wiring = load_wiring(ROOT_WIRING)
+    overlay, line = presets.preset_overlay(wiring, "qwen2.5-7b", None)
+    assert "scheduler" not in overlay["components"]  # off by default: trace replays unchanged
+    assert "context 32,768 (model limits off)" in line
+    overlay, line = presets.preset_overlay(wiring, "llama3-8b", "h100", model_limits="refuse")
+    assert overlay["components"]["scheduler"]["args"] == {
+        "context_length": 8192,
+        "vocab_size": 128256,
+        "allow_auto_truncate": False,
+    }
+    assert "model limits refuse from 8,186 prompt tokens" in line
+    merged = load_wiring(ROOT_WIRING, overlay).components["scheduler"].args
+    assert (merged["context_length"], merged["vocab_size"]) == (8192, 128256)
+    overlay, _ = presets.preset_overlay(wiring, "mistral-7b", None, model_limits="truncate")
+    assert overlay["components"]["scheduler"]["args"]["allow_auto_truncate"] is True
+    with pytest.raises(PresetError, match="valid: off, refuse, truncate"):
+        presets.preset_overlay(wiring, None, None, model_limits="clip")
+    runner_only = load_wiring({"components": {"model_runner": {"type": "simulated_model_runner"}}})
+    with pytest.raises(PresetError, match="set a scheduler's arguments"):
+        presets.preset_overlay(runner_only, None, None, model_limits="refuse")
