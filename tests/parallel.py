@@ -155,6 +155,7 @@ BESIDE_OTHERS = (
     "tests/schedkit/testing/test_isolation.py",
     "tests/schedkit/workloads/test_arrivals.py",
     "tests/schedkit/workloads/test_hostile_traces.py",
+    "tests/schedkit/workloads/test_json_array.py",
     "tests/schedkit/workloads/test_order_statistics.py",
     "tests/schedkit/workloads/test_samples.py",
     "tests/schedkit/workloads/test_shaped.py",

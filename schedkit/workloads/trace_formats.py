@@ -33,9 +33,6 @@ import itertools
 import math
 import random
 import re
-import struct
-import zlib
-from array import array
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,6 +42,7 @@ import attrs
 import msgspec
 
 from schedkit.core.schedule_batch import Req, SamplingParams
+from schedkit.workloads.json_array import iter_json_array
 from schedkit.workloads.jsonl_format import jsonl_records, jsonl_requests
 from schedkit.workloads.trace_io import (
     MAX_REQUEST_TOKENS,
@@ -52,15 +50,17 @@ from schedkit.workloads.trace_io import (
     decode_item,
     decode_lines,
     iter_csv_rows,
-    iter_json_array,
 )
-from schedkit.workloads.workload import VOCAB
+from schedkit.workloads.trace_tokens import (
+    CHARS_PER_TOKEN,
+    hash_id_prompt,
+    random_prompt,
+    text_tokens,
+)
 
-__all__ = ["FORMATS", "TraceFormat", "hash_id_prompt", "hash_id_tokens", "text_tokens"]
+__all__ = ["FORMATS", "TraceFormat"]
 
-Record = tuple[int, "float | None", Any]
-_U32 = struct.Struct("=I").pack  # a token as array('I') holds it (native order, 4 bytes)
-_U32_SIZE = array("I").itemsize  # line, arrival in seconds (None: from --rate), data
+Record = tuple[int, "float | None", Any]  # line, arrival in seconds (None: from --rate), data
 MakeRequest = Callable[[int, Any], Req]
 
 
@@ -80,36 +80,6 @@ class TraceFormat:
 def _trace_params(output_tokens: int) -> SamplingParams:
     # A trace gives each request's output length: it runs to that length.
     return SamplingParams(max_new_tokens=output_tokens, ignore_eos=True, stream=True)
-
-
-def random_prompt(rng: random.Random, n: int) -> list[int]:
-    """``n`` random token ids in ``VOCAB`` from ``rng`` (two random bytes each: fast)."""
-    low, span = VOCAB[0], VOCAB[1] - VOCAB[0]
-    return [t % span + low for t in array("H", rng.randbytes(2 * n))]
-
-
-def hash_id_tokens(hash_ids: list[int], input_length: int, block_size: int) -> list[int]:
-    """The prompt of a Mooncake record, as Dynamo's mocker makes it: ``block_size`` copies of
-    each hash id (mod 2**32), cut to ``input_length``."""
-    return hash_id_prompt(hash_ids, input_length, block_size).tolist()
-
-
-def hash_id_prompt(hash_ids: list[int], input_length: int, block_size: int) -> array:
-    """``hash_id_tokens`` packed (``array('I')``), its bytes made a block at a time."""
-    raw = b"".join([_U32(hash_id & 0xFFFFFFFF) * block_size for hash_id in hash_ids])
-    tokens = array("I")
-    tokens.frombytes(memoryview(raw)[: _U32_SIZE * input_length])
-    return tokens
-
-
-CHARS_PER_TOKEN = 4
-
-
-def text_tokens(text: str) -> list[int]:
-    """``text`` as token ids: one per 4 characters, the CRC-32 of those characters in VOCAB."""
-    low, span = VOCAB[0], VOCAB[1] - VOCAB[0]
-    step = CHARS_PER_TOKEN
-    return [zlib.crc32(text[i : i + step].encode()) % span + low for i in range(0, len(text), step)]
 
 
 # --- mooncake -----------------------------------------------------------------------------

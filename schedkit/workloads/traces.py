@@ -1,5 +1,6 @@
 """Trace files as workloads: ``open_trace`` is the one entry point (``schedkit run --workload``
-and the fleet command both call it); ``write_mooncake_like`` writes a Mooncake-shaped trace.
+and the fleet command both call it); ``write_mooncake_like`` (``mooncake_writer``) writes a
+Mooncake-shaped trace.
 
 A trace is read twice, a record at a time, never whole: once when opened, to report every bad
 line before anything runs (each distinct problem once, at its first line, with a count) and to
@@ -40,6 +41,7 @@ from pathlib import Path
 import attrs
 
 from schedkit.core.schedule_batch import Req
+from schedkit.workloads.mooncake_writer import write_mooncake_like
 from schedkit.workloads.sniff import sniff_format
 from schedkit.workloads.sort_window import SORT_WINDOW_ITEMS, SortWindow
 from schedkit.workloads.trace_formats import FORMATS
@@ -261,63 +263,3 @@ def load_jsonl(path: str | Path, rate: float | None = None, seed: int = 0) -> St
     """A schedkit JSONL workload read whole, sorted by arrival (``open_trace`` streams it)."""
     workload = open_trace(path, "jsonl", rate=rate, seed=seed)
     return StaticWorkload(sorted(workload.initial(), key=lambda a: a.time))
-
-
-def write_mooncake_like(
-    path: str | Path,
-    num_requests: int,
-    *,
-    seed: int = 0,
-    rate: float = 4.0,
-    block_size: int = 512,
-    num_prefixes: int = 32,
-    prefix_blocks: tuple[int, int] = (1, 4),
-    follow_up: float = 0.5,
-    max_input: int = 16384,
-) -> Path:
-    """Write a Mooncake-shaped JSONL trace of ``num_requests`` requests to ``path``.
-
-    Like a real Mooncake trace, new hash ids are consecutive integers and requests share them
-    in two ways: a new conversation starts with one of ``num_prefixes`` shared system prompts
-    (``prefix_blocks`` blocks each, popularity falling as 1/rank), and with probability
-    ``follow_up`` a request continues an open conversation instead: its prompt is the previous
-    prompt plus the answer plus a new message, so it repeats the previous prompt's full
-    blocks. Messages (median ~300 tokens) and answers (median ~150) are log-normal; arrivals
-    are Poisson at ``rate`` per second, timestamps in whole milliseconds.
-    """
-    rng = random.Random(seed)
-    next_id = itertools.count()
-    prefixes = [
-        [next(next_id) for _ in range(rng.randint(*prefix_blocks))] for _ in range(num_prefixes)
-    ]
-    popularity = list(itertools.accumulate(1 / (rank + 1) for rank in range(num_prefixes)))
-    open_conversations: list[tuple[list[int], int, int]] = []  # hash_ids, input, output
-    now = 0.0
-    with open(path, "w", encoding="utf-8") as out:
-        for _ in range(num_requests):
-            now += rng.expovariate(rate)
-            message = min(4096, max(8, int(rng.lognormvariate(5.7, 0.9))))
-            output = min(1024, max(4, int(rng.lognormvariate(5.0, 0.8))))
-            shared: list[int] = []
-            length = 0
-            if open_conversations and rng.random() < follow_up:
-                which = rng.randrange(len(open_conversations))
-                ids, previous, answer = open_conversations[which]
-                length = previous + answer + message
-                if length <= max_input:
-                    shared = ids[: previous // block_size]
-                open_conversations[which] = open_conversations[-1]
-                open_conversations.pop()
-            if not shared:
-                shared = rng.choices(prefixes, cum_weights=popularity)[0]
-                length = len(shared) * block_size + message
-            blocks = -(-length // block_size)
-            ids = shared + [next(next_id) for _ in range(blocks - len(shared))]
-            open_conversations.append((ids, length, output))
-            if len(open_conversations) > 256:
-                open_conversations.pop(rng.randrange(len(open_conversations)))
-            out.write(
-                f'{{"timestamp": {int(now * 1000)}, "input_length": {length}, '
-                f'"output_length": {output}, "hash_ids": [{", ".join(map(str, ids))}]}}\n'
-            )
-    return Path(path)

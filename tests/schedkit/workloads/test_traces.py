@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from schedkit.workloads.trace_formats import hash_id_tokens, text_tokens
+from schedkit.workloads.trace_tokens import hash_id_tokens, text_tokens
 from schedkit.workloads.traces import guess_format, open_trace, write_mooncake_like
 from schedkit.workloads.workload import WorkloadError
 
