@@ -25,13 +25,12 @@ token after the first, ``schedkit.workloads.samples.Tally``), and its TPOT is th
 (``bench_serving`` leaves the first chunk's extra tokens out of its ITL samples.)
 
 Sending is in ``live_sending``, receiving in ``live_receiving``, watching the workers and
-taking one out in ``live_health`` (each mixed into ``LiveFleet``); they share the bookkeeping
-of requests in flight kept here.
+taking one out in ``live_health``, ending requests and summarising the run in ``live_totals``
+(each mixed into ``LiveFleet``); they share the bookkeeping of requests in flight kept here.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections import deque
@@ -40,19 +39,14 @@ from collections.abc import Callable, Mapping, Sequence
 import zmq
 
 from schedkit.core.schedule_batch import Req
-from schedkit.fleet.admission import (
-    AdmissionLimits,
-    Dispatcher,
-    Outcome,
-    describe_admission,
-    route_by,
-)
+from schedkit.fleet.admission import AdmissionLimits, Dispatcher, route_by
 from schedkit.fleet.launch import LAUNCHERS, WorkerStartError
 from schedkit.fleet.live_health import LiveHealth
 from schedkit.fleet.live_receiving import LiveReceiving
 from schedkit.fleet.live_sending import LiveSending
+from schedkit.fleet.live_totals import LiveTotals
 from schedkit.fleet.records import RecordRequest
-from schedkit.fleet.summary import FleetSummary, WorkerTotals, fleet_summary, router_figures
+from schedkit.fleet.summary import FleetSummary
 from schedkit.fleet.workers import LiveWorkers
 from schedkit.router import KvRouter, Router, make_policy
 from schedkit.sim.driver import Tally
@@ -62,7 +56,7 @@ from schedkit.workloads.workload import Workload
 __all__ = ["LAUNCHERS", "LiveFleet", "WorkerStartError"]
 
 
-class LiveFleet(LiveSending, LiveReceiving, LiveHealth, LiveWorkers):
+class LiveFleet(LiveSending, LiveReceiving, LiveHealth, LiveTotals, LiveWorkers):
     """Start with ``start()`` (or ``with``), drive a workload with ``run()``, ``close()``."""
 
     def __init__(
@@ -243,30 +237,6 @@ class LiveFleet(LiveSending, LiveReceiving, LiveHealth, LiveWorkers):
     def _elapsed(self) -> float:
         return time.monotonic() - self._start_time
 
-    def _dispatcher_closed(self, req: Req, rank: int | None, outcome: Outcome) -> None:
-        """A request the dispatcher ended: refused or timed out at the router, refused by a
-        worker, or failed for want of a worker."""
-        self._end(req, rank, outcome)
-
-    def _end(self, req: Req, rank: int | None, outcome: Outcome) -> None:
-        req.finished_output = True
-        self._sent_at.pop(req.rid, None)
-        if self.router is not None:
-            self.router.finished(req.rid)
-        if rank is not None and outcome in ("done", "failed"):
-            self._tallies[rank].add(req)
-            if outcome == "done":
-                self._input_tokens[rank] += len(req.origin_input_ids)
-            else:
-                self._failed[rank] += 1
-        if self.record is not None:
-            self.record(req, rank, outcome, 0.0)
-        if self._pending is not None:
-            self._pending.finished(req, self._elapsed())
-        self._ended += 1
-        if self._progress is not None:
-            self._progress(self._ended, self._elapsed())
-
     # ---- stopping and summarising ---------------------------------------------------------
 
     def close(self) -> None:
@@ -274,39 +244,3 @@ class LiveFleet(LiveSending, LiveReceiving, LiveHealth, LiveWorkers):
         super().close()
         if isinstance(self.router, KvRouter):
             self.router.close()
-
-    def _summary(self, wall: float, interrupted: bool) -> FleetSummary:
-        d = self.dispatcher
-        stats = [self.stats.get(rank, {}) for rank in range(self.num_workers)]
-        workers = [
-            WorkerTotals(
-                tally=self._tallies[rank],
-                routed=self.routed[rank],
-                refused=d.refused[rank],
-                timed_out=d.timed_out[rank],
-                failed=self._failed[rank],
-                input_tokens=self._input_tokens[rank],
-                cached_tokens=s.get("cached_tokens", 0),
-                computed_tokens=s.get("computed_tokens", 0),
-                peak_held_requests=d.peak_held_requests[rank],
-                peak_held_tokens=d.peak_held_tokens[rank],
-                wall_seconds=s.get("uptime_seconds", math.nan),
-                peak_rss_mib=s.get("peak_rss_mb", math.nan),
-                alive=self.alive[rank],
-                taken_out=self.deaths.get(rank),
-            )
-            for rank, s in enumerate(stats)
-        ]
-        return fleet_summary(
-            policy=self.policy,
-            mode="live",
-            replay=self.replay,
-            admission=describe_admission(self.admission),
-            workers=workers,
-            router=router_figures(d),
-            run_seconds=wall,
-            simulated_seconds=math.nan,
-            wall_seconds=wall,
-            setup_seconds=self.startup_seconds,
-            interrupted=interrupted,
-        )
