@@ -17,7 +17,13 @@ from collections.abc import Callable
 
 import zmq
 
-from schedkit.kv_events.replay_client import LEARN, RECONNECT, ReplayBounds, ReplayClient
+from schedkit.kv_events.replay_client import (
+    LEARN,
+    RECONNECT,
+    REPLAY,
+    ReplayBounds,
+    ReplayClient,
+)
 from schedkit.kv_events.replay_exchange import ReplayExchange
 from schedkit.kv_events.sequencing import LiveFrame
 from schedkit.kv_events.structs import KVEventBatch
@@ -52,6 +58,7 @@ class SubscriberSockets(ReplayExchange):
         self._replay: ReplayClient | None = None
         self._monitor = None  # tells when the live socket (re)connects
         self._connections = 0
+        self._draining = False  # dropping a restarted publisher's queued frames
         # Whatever is open when the subscriber is collected unclosed; see _close_abandoned.
         self._sockets: list[zmq.Socket] = [self._sub]
         self._finalizer = weakref.finalize(self, _close_abandoned, self._sockets, endpoint)
@@ -110,6 +117,12 @@ class SubscriberSockets(ReplayExchange):
                 replay.give_up()
             self._ask(RECONNECT)
             return
+        if self._draining:
+            if not self._drop_queued():
+                return
+            # The new publisher's frames dropped after its replay was answered.
+            self._ask(REPLAY, start=0 if self._last is None else self._last + 1)
+            return
         sub = self._sub
         for _ in range(_MAX_READ):
             if replay is not None and replay.holding:
@@ -127,14 +140,23 @@ class SubscriberSockets(ReplayExchange):
                 return
 
     def _drain_live(self) -> None:
-        """Drop the live frames queued (at most what this poll call may read)."""
+        """Drop the live frames queued, until the queue is found empty: this poll call drops
+        what it may read, the next ones the rest before they read anything live."""
+        self._draining = True
+        self._drop_queued()
+
+    def _drop_queued(self) -> bool:
+        """Drop queued live frames until none is left (True) or this call's reading is
+        spent (False)."""
         for _ in range(_MAX_READ):
             try:
                 self._sub.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
-                return
+                self._draining = False
+                return True
             if time.monotonic() >= self._work_until:
-                return
+                return False
+        return False
 
     def _reconnected(self) -> bool:
         """Whether the live socket connected again since the last call (not the first time)."""
