@@ -145,9 +145,11 @@ def caught_up(pub, sub) -> int:
 
 
 def deaf(sub: KvEventSubscriber, deaf: bool) -> None:
-    """Make the subscriber miss (or hear again) live batches; its socket stays connected."""
+    """Make the subscriber miss (or hear again) live batches; its socket stays connected.
+    Deaf at once: a SUB socket filters what it reads itself, queued frames included. It
+    hears again what is published once the subscription reaches the publisher: callers
+    wait for that on what they receive, never on the clock."""
     sub._sub.setsockopt(zmq.UNSUBSCRIBE if deaf else zmq.SUBSCRIBE, b"")
-    time.sleep(0.1)  # the (un)subscription reaches the publisher
 
 
 @pytest.mark.parametrize("unseen", ["past", "exact"])

@@ -21,6 +21,17 @@ def arrival_seconds(pub: ZmqEventPublisher, sub: KvEventSubscriber, i: int) -> f
         assert time.monotonic() - start < 5, f"batch {i} never arrived"
 
 
+def asleep(pub: ZmqEventPublisher, timeout: float = 10.0) -> bool:
+    """Wait until the sender thread sleeps (a quiet spell of ``IDLE_AFTER`` seconds, then
+    its next look at the queue, later on a loaded machine); whether it does in ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not pub._asleep:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def test_batches_go_out_without_flush_while_polling_and_after_sleeping(closing):
     pub = closing(ZmqEventPublisher(config()))
     sub = closing(KvEventSubscriber(pub.endpoint))
@@ -33,22 +44,24 @@ def test_batches_go_out_without_flush_while_polling_and_after_sleeping(closing):
     # Within a few poll intervals (generous for a loaded machine), never a stall.
     assert polling[len(polling) // 2] < 50 * POLL_INTERVAL
 
-    time.sleep(IDLE_AFTER + 0.1)
-    assert pub._asleep, "the sender should sleep after a quiet spell"
+    quiet = time.monotonic()
+    assert asleep(pub), "the sender should sleep after a quiet spell"
+    assert time.monotonic() - quiet >= IDLE_AFTER
     assert arrival_seconds(pub, sub, 100) < 0.5
     assert pub.published >= 21 and pub.dropped == 0
 
 
 def test_flush_and_shutdown_wake_a_sleeping_sender(closing):
     pub = closing(ZmqEventPublisher(config()))  # shut down even if an assertion fails first
-    time.sleep(IDLE_AFTER + 0.1)
-    assert pub._asleep
+    assert asleep(pub)
     pub.publish(batch(0))
     start = time.monotonic()
     assert pub.flush(timeout=2.0)
-    time.sleep(IDLE_AFTER + 0.1)
+    flushed = time.monotonic() - start
+    assert asleep(pub)
+    start = time.monotonic()
     pub.shutdown(timeout=1.0)
-    assert time.monotonic() - start < 1.5
+    assert flushed + time.monotonic() - start < 1.5 - (IDLE_AFTER + 0.1)
     assert not pub._sender.is_alive() and pub.published == 1
 
 
