@@ -86,3 +86,19 @@ def wait_released(*endpoints: str, timeout: float = 30.0) -> None:
                     if time.monotonic() > deadline:
                         raise AssertionError(f"{endpoint} still held after {timeout}s") from None
             time.sleep(0.005)
+
+
+def wait_connected(endpoint: str, timeout: float = 10.0) -> None:
+    """Wait until a TCP connection to the loopback ``endpoint`` is established (as the
+    kernel sees it: the connecting socket's I/O thread learns it at once after)."""
+    port = int(endpoint.rsplit(":", 1)[1])
+    remote = f"0100007F:{port:04X}"
+    deadline = time.monotonic() + timeout
+    while True:
+        with open("/proc/net/tcp") as table:
+            rows = [line.split() for line in table.readlines()[1:]]
+        if any(row[2] == remote and row[3] == "01" for row in rows):  # 01: ESTABLISHED
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no connection to {endpoint} after {timeout}s")
+        time.sleep(0.005)

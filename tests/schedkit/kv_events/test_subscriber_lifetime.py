@@ -31,6 +31,7 @@ from tests.schedkit.kv_events.helpers import (
     poll_until,
     seqs,
     subscriber_for,
+    wait_connected,
     wait_live,
     wait_released,
 )
@@ -84,7 +85,7 @@ def test_a_restart_right_after_publishing_delivers_the_new_stream(closing, first
         new.publish(batch(100 + i))
     new.flush()
     if first_poll == "after_reconnect":
-        time.sleep(0.5)  # the live socket is connected to the new publisher
+        wait_connected(endpoint)  # the live socket is connected to the new publisher
 
     got = wait_live(new, sub, timeout=10.0)
     poll_until(sub, lambda g: any(b.events == [AllBlocksCleared()] for _, b in g), got)
