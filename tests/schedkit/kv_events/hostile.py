@@ -41,15 +41,18 @@ def page_batch(i: int, pages: int = 1, page: int = 4) -> KVEventBatch:
 
 
 class RawPublisher:
-    """A PUB socket that sends ``[topic, seq, payload]`` frames as given, and a ROUTER on the
-    replay endpoint that a thread answers: each request gets ``payload`` (by default a batch
-    of 64 pages) under seqs from 0 up, forever, and never the end marker."""
+    """A publishing socket (an XPUB, which tells when a subscription arrives) that sends
+    ``[topic, seq, payload]`` frames as given, and a ROUTER on the replay endpoint that a
+    thread answers: each request gets ``payload`` (by default a batch of 64 pages) under seqs
+    from 0 up, forever, and never the end marker."""
 
     def __init__(self, endless_replay: bool = False, payload: bytes | None = None) -> None:
         self.context = zmq.Context()
         self.endpoint, self.replay_endpoint = free_endpoint(), free_endpoint()
-        self.pub = self.context.socket(zmq.PUB)
+        self.pub = self.context.socket(zmq.XPUB)
         self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self._subscribed = False
         self.pub.bind(self.endpoint)
         self.replies_sent = 0
         self._stop = threading.Event()
@@ -69,13 +72,21 @@ class RawPublisher:
         self.pub.send_multipart([b"", seq.to_bytes(8, "big"), payload])
 
     def send_until(self, seq: int, payload: bytes, received, timeout: float = 5.0) -> None:
-        """Send the frame again until ``received()`` (a late SUB misses the first ones)."""
+        """Send the frame once a subscription has reached this socket (what goes out before
+        is dropped), then wait until ``received()``. Once only: a frame sent again could
+        reach the subscriber twice, and a seq seen twice is a restart to it."""
         deadline = time.monotonic() + timeout
+        while not self._subscribed:
+            if time.monotonic() > deadline:
+                raise AssertionError("no subscription reached the publisher")
+            received()  # the subscriber at work meanwhile, as it would be
+            if self.pub.poll(0):
+                self.pub.recv()
+                self._subscribed = True
+        self.send(seq, payload)
         while not received():
             if time.monotonic() > deadline:
                 raise AssertionError("the subscriber received nothing")
-            self.send(seq, payload)
-            time.sleep(0.02)
 
     def _answer(self, router: zmq.Socket) -> None:
         clients: list[list] = []  # [identity, next seq]
