@@ -89,7 +89,8 @@ class KvEventSubscriber(SubscriberSockets):
     ones (or continue them exactly) is still told apart. The subscriber then reports
     ``PublisherRestarted`` (if it had delivered anything) and replays the new publisher from
     seq 0, its ``AllBlocksCleared`` included, right after the notice. Unless the seq went
-    back, it first discards the live frames queued so far: the old publisher's tail may be
+    back, it first discards the live frames queued so far, all of them, over as many ``poll``
+    calls as that takes, before it reads anything live: the old publisher's tail may be
     among them and nothing tells them apart; what the new one sent among them is replayed.
     Replay answers are matched to requests by their order, so an epoch check in flight when
     the live socket connects again is given up under a new identity. After a reconnect to
