@@ -165,7 +165,7 @@ class ReplayExchange(StreamSequencing):
                 self._frame.epoch = SILENT if answer is None else answer
                 self._prepare(out)
         elif self._new_epoch(answer):
-            self._restarted(answer)
+            self._restarted(answer, request.kind == RECONNECT)
         else:
             if answer and self._epoch is None:
                 self._epoch = answer

@@ -85,7 +85,7 @@ class StreamSequencing:
     def _ask(self, kind: str, *, start: int = 0, frame: LiveFrame | None = None) -> ReplayRequest:
         raise NotImplementedError
 
-    def _drain_live(self) -> None:
+    def _drain_live(self, reconnected: bool) -> None:
         raise NotImplementedError
 
     def _new_epoch(self, epoch: object) -> bool:
@@ -150,18 +150,19 @@ class StreamSequencing:
             # The frame came after a gap: it, and what is queued behind it, may be the old
             # publisher's tail. What the new one sent since the replay was answered is
             # queued there too, so it is asked for again once the queue is dropped.
-            self._drain_live()
+            self._drain_live(reconnected=False)
             self._ask(REPLAY, start=0 if self._last is None else self._last + 1)
 
-    def _restarted(self, epoch: bytes) -> None:
-        """A new publisher answers an epoch check: drop what is queued live (the old one's
-        tail may be there) and replay the new one from 0; the restart is reported with the
-        replay, before its batches."""
+    def _restarted(self, epoch: bytes, reconnected: bool) -> None:
+        """A new publisher answers an epoch check (``reconnected``: the one asked when the
+        live socket connected again): drop what is queued live (the old one's tail may be
+        there) and replay the new one from 0; the restart is reported with the replay, before
+        its batches."""
         last = self._last
         self._epoch = epoch
         self._last = self._live_last = None
         self._frame = None  # answers still due for it are ignored
-        self._drain_live()
+        self._drain_live(reconnected)
         self._ask(REPLAY, start=0).restart = last
 
     def _replayed(

@@ -92,6 +92,9 @@ class KvEventSubscriber(SubscriberSockets):
     back, it first discards the live frames queued so far, all of them, over as many ``poll``
     calls as that takes, before it reads anything live: the old publisher's tail may be
     among them and nothing tells them apart; what the new one sent among them is replayed.
+    Unless the restart was seen when the live socket connected again, what comes in live
+    is discarded until it does (it does once the old connection is read to its end: the
+    rest of the tail may still be on it), for at most ``replay_timeout`` seconds.
     Replay answers are matched to requests by their order, so an epoch check in flight when
     the live socket connects again is given up under a new identity. After a reconnect to
     the same publisher it replays what went out while the live socket was away; otherwise

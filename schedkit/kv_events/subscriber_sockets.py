@@ -59,6 +59,8 @@ class SubscriberSockets(ReplayExchange):
         self._monitor = None  # tells when the live socket (re)connects
         self._connections = 0
         self._draining = False  # dropping a restarted publisher's queued frames
+        self._drain_waits_until = 0.0  # and what its connection may still bring until then
+        self._drain_wait = replay_timeout
         # Whatever is open when the subscriber is collected unclosed; see _close_abandoned.
         self._sockets: list[zmq.Socket] = [self._sub]
         self._finalizer = weakref.finalize(self, _close_abandoned, self._sockets, endpoint)
@@ -115,6 +117,7 @@ class SubscriberSockets(ReplayExchange):
             # its. It is given up, under a new identity that no late answer reaches.
             if replay.requests:  # epoch checks only: nothing holds live frames here
                 replay.give_up()
+            self._drain_waits_until = 0.0  # an old connection was read to its end
             self._ask(RECONNECT)
             return
         if self._draining:
@@ -139,19 +142,26 @@ class SubscriberSockets(ReplayExchange):
             if time.monotonic() >= self._work_until:
                 return
 
-    def _drain_live(self) -> None:
-        """Drop the live frames queued, until the queue is found empty: this poll call drops
-        what it may read, the next ones the rest before they read anything live."""
+    def _drain_live(self, reconnected: bool) -> None:
+        """Drop the live frames queued: this poll call what it may read, the next ones the
+        rest before they read anything live. Unless the live socket has just connected again
+        (``reconnected``), the old connection may still be bringing in its tail (the queue
+        holds ``hwm`` frames): what comes in is dropped until the socket connects again,
+        which it does only once it has read the old connection to its end, or until
+        ``replay_timeout`` has passed."""
         self._draining = True
+        self._drain_waits_until = 0.0 if reconnected else time.monotonic() + self._drain_wait
         self._drop_queued()
 
     def _drop_queued(self) -> bool:
-        """Drop queued live frames until none is left (True) or this call's reading is
-        spent (False)."""
+        """Drop queued live frames until none is left and none is still expected from the
+        old connection (True), or this call's reading is spent (False)."""
         for _ in range(_MAX_READ):
             try:
                 self._sub.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
+                if time.monotonic() < self._drain_waits_until:
+                    return False
                 self._draining = False
                 return True
             if time.monotonic() >= self._work_until:

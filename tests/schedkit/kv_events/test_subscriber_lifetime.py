@@ -22,7 +22,6 @@ from schedkit.kv_events import (
     PublisherRestarted,
     ZmqEventPublisher,
     encode_batch,
-    subscriber_sockets,
 )
 from schedkit.kv_events.replay import END_SEQ, EPOCH_REQUEST
 from tests.schedkit.kv_events.helpers import (
@@ -220,108 +219,6 @@ def test_batches_sent_while_the_live_socket_was_away_are_replayed_once_it_is_bac
         live.close()
         router.close()
         context.term()
-
-
-def test_an_old_tail_longer_than_one_poll_reads_is_not_taken_for_the_new_stream(
-    closing, monkeypatch
-):
-    # The old publisher's last frames wait in the live queue when the subscriber sees the
-    # new one's epoch; it drops them, however many polls that takes (here two frames a poll).
-    monkeypatch.setattr(subscriber_sockets, "_MAX_READ", 2)
-    old = zmq.Context()
-    live, router = old.socket(zmq.XPUB), old.socket(zmq.ROUTER)
-    for sock in (live, router):
-        sock.setsockopt(zmq.LINGER, 0)
-    endpoint = f"tcp://127.0.0.1:{live.bind_to_random_port('tcp://127.0.0.1')}"
-    replay_endpoint = f"tcp://127.0.0.1:{router.bind_to_random_port('tcp://127.0.0.1')}"
-    sub = closing(
-        KvEventSubscriber(
-            endpoint, replay_endpoint, hwm=64, replay_timeout=30, epoch_check_interval=60
-        )
-    )
-    try:
-        assert router.poll(5000)
-        identity, _, request = router.recv_multipart()
-        assert request == EPOCH_REQUEST
-        router.send_multipart([identity, b"", b"", END_SEQ, b"old-epoc"])
-        assert live.poll(5000)
-        live.recv()  # the subscription
-        live.send_multipart([b"", (0).to_bytes(8, "big"), encode_batch(batch(0))])
-        assert seqs(poll_until(sub, lambda g: g, [])) == [0]
-        for seq in range(1, 11):  # the tail, left unread
-            live.send_multipart([b"", seq.to_bytes(8, "big"), encode_batch(batch(seq))])
-    finally:
-        live.close()
-        router.close()
-        old.term()
-    context = zmq.Context()
-    live, router = context.socket(zmq.XPUB), context.socket(zmq.ROUTER)
-    sent: list[bytes] = []
-
-    def publish(events: list) -> None:
-        sent.append(encode_batch(KVEventBatch(100.0 + len(sent), events)))
-        live.send_multipart([b"", (len(sent) - 1).to_bytes(8, "big"), sent[-1]])
-
-    try:
-        for sock, where in ((live, endpoint), (router, replay_endpoint)):
-            sock.setsockopt(zmq.LINGER, 0)
-            bind_again(sock, where)
-        # The subscription comes once the live socket has connected again, which it does
-        # only after reading the old connection to its end: the whole tail is queued. (Its
-        # subscription goes out when the socket processes its commands, which reading the
-        # socket's EVENTS does, without reading a frame.)
-        deadline = time.monotonic() + 10.0
-        while not live.poll(20):
-            assert time.monotonic() < deadline, "the live socket never connected again"
-            sub._sub.getsockopt(zmq.EVENTS)
-        live.recv()
-        publish([AllBlocksCleared()])
-        publish([])
-        publish([])
-
-        def serve_replays() -> None:
-            while router.poll(0):
-                identity, _, request = router.recv_multipart()
-                if request != EPOCH_REQUEST:
-                    for seq in range(int.from_bytes(request, "big"), len(sent)):
-                        frames = [identity, b"", b"", seq.to_bytes(8, "big"), sent[seq]]
-                        router.send_multipart(frames)
-                epoch = b"new-epoc" if request == EPOCH_REQUEST else b""
-                router.send_multipart([identity, b"", b"", END_SEQ, epoch])
-
-        got: list = []
-        deadline = time.monotonic() + 10.0
-        while not any(isinstance(n, PublisherRestarted) for n in sub.notices) or (
-            not got or got[-1][0] < 2
-        ):
-            assert time.monotonic() < deadline, (seqs(got), sub.notices)
-            serve_replays()
-            got += sub.poll(20)
-        publish([])  # one more, after the tail is gone
-        while got[-1][0] < 3:
-            assert time.monotonic() < deadline, (seqs(got), sub.notices)
-            serve_replays()
-            got += sub.poll(20)
-    finally:
-        live.close()
-        router.close()
-        context.term()
-    assert [(type(n), n.last_seq, n.reason) for n in sub.notices] == [
-        (PublisherRestarted, 0, "epoch")
-    ]
-    assert [(seq, b.ts) for seq, b in got] == [(0, 100.0), (1, 101.0), (2, 102.0), (3, 103.0)]
-
-
-def bind_again(sock: zmq.Socket, endpoint: str) -> None:
-    """Bind ``sock`` where a socket just closed, which may hold the port for a moment."""
-    deadline = time.monotonic() + 5.0
-    while True:
-        try:
-            sock.bind(endpoint)
-            return
-        except zmq.ZMQError:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
 
 
 class Owner:
