@@ -145,11 +145,9 @@ def caught_up(pub, sub) -> int:
 
 
 def deaf(sub: KvEventSubscriber, deaf: bool) -> None:
-    """Make the subscriber miss (or hear again) live batches; its socket stays connected.
-    Deaf at once: a SUB socket filters what it reads itself, queued frames included. It
-    hears again what is published once the subscription reaches the publisher: callers
-    wait for that on what they receive, never on the clock."""
+    """Make the subscriber miss (or hear again) live batches; its socket stays connected."""
     sub._sub.setsockopt(zmq.UNSUBSCRIBE if deaf else zmq.SUBSCRIBE, b"")
+    time.sleep(0.1)  # the (un)subscription reaches the publisher
 
 
 @pytest.mark.parametrize("unseen", ["past", "exact"])
