@@ -118,14 +118,18 @@ def test_a_client_that_leaves_mid_request_has_its_request_aborted(http_server, h
             while http.get("/load").json()["server_load"] == 0 and time.monotonic() < deadline:
                 time.sleep(0.02)
         assert http.get("/load").json()["server_load"] == 1
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
+    loads: dict = {}
     while time.monotonic() < deadline:
-        loads = http.get("/get_server_info").json()["internal_states"][0]
+        info = http.get("/get_server_info")
+        if info.status_code == 503:  # the scheduler did not answer its load query in time
+            continue
+        loads = info.json()["internal_states"][0]
         if http.get("/load").json()["server_load"] == 0 and loads["num_running_reqs"] == 0:
             break
         time.sleep(0.05)
     assert http.get("/load").json()["server_load"] == 0
-    assert loads["num_running_reqs"] == 0
+    assert loads.get("num_running_reqs") == 0, loads
 
 
 def test_unknown_route_and_method(http):
