@@ -1,17 +1,13 @@
-"""The host-memory tier's node and arguments: ``HiTreeNode`` (a radix node that may hold a
-host copy of its KV), the write policies and the default transfer figures."""
+"""The host-memory tier's arguments: the write policies and the default transfer figures."""
 
 from __future__ import annotations
 
 import attrs
 
-from schedkit.components.cache.tree_node import TreeNode
-
 __all__ = [
     "H100_PCIE5_HOST_BANDWIDTH",
     "LLAMA3_8B_KV_BYTES_PER_TOKEN",
     "WRITE_POLICIES",
-    "HiTreeNode",
     "check_positive",
     "check_write_policy",
 ]
@@ -21,14 +17,6 @@ WRITE_POLICIES = ("write_through", "write_back")
 LLAMA3_8B_KV_BYTES_PER_TOKEN = 131072
 # Host-to-device copy rate achieved over PCIe Gen5 x16 (64 GB/s raw) on an H100.
 H100_PCIE5_HOST_BANDWIDTH = 50e9
-
-
-class HiTreeNode(TreeNode):
-    """A node of the host-tier cache: one that may also hold its KV in host memory
-    (``host_value``, ``backuped``, ``protect_host`` / ``release_host``, kept on ``TreeNode``
-    as in SGLang, where every node has them)."""
-
-    __slots__ = ()
 
 
 def check_write_policy(instance: object, attribute: attrs.Attribute, value: object) -> None:

@@ -35,7 +35,6 @@ from schedkit.components.cache.cache_params import MatchPrefixParams
 from schedkit.components.cache.hi_tree_node import (
     H100_PCIE5_HOST_BANDWIDTH,
     LLAMA3_8B_KV_BYTES_PER_TOKEN,
-    HiTreeNode,
     check_positive,
     check_write_policy,
 )
@@ -48,7 +47,7 @@ from schedkit.components.cache.tree_node import TreeNode, tokens_of
 from schedkit.core.component import ArgumentError, at_least, component
 from schedkit.kv_events.structs import MEDIUM_GPU
 
-__all__ = ["HiRadixCache", "HiTreeNode"]
+__all__ = ["HiRadixCache"]
 
 
 @takes_cache_init_params
@@ -62,8 +61,6 @@ class HiRadixCache(HostTier, DeviceEviction, RadixCache):
     (SGLang's threshold, 10). ``kv_bytes_per_token`` and ``host_bandwidth`` (bytes/s) price a
     load-back.
     """
-
-    node_type = HiTreeNode
 
     hicache_ratio: float = attrs.field(default=2.0, validator=check_positive)
     hicache_size: int = attrs.field(default=0, validator=at_least(0))
@@ -196,7 +193,7 @@ class HiRadixCache(HostTier, DeviceEviction, RadixCache):
         """Drop every entry from both pools and announce ``AllBlocksCleared`` (events on)."""
         slots: list[int] = []
         host: list[int] = []
-        for node in self._clear(self.node_type([], [], None, None, self._tick())):
+        for node in self._clear(TreeNode([], [], None, None, self._tick())):
             if node.value:
                 slots += node.value
             if node.host_value:
@@ -217,7 +214,7 @@ class HiRadixCache(HostTier, DeviceEviction, RadixCache):
         """Every device KV slot the cache holds, depth-first (host-only nodes hold none)."""
         return device_values_flatten(self)
 
-    def _through(self, parent: HiTreeNode, child: HiTreeNode, given: list[int] | None) -> list[int]:
+    def _through(self, parent: TreeNode, child: TreeNode, given: list[int] | None) -> list[int]:
         """As ``RadixCache._through``; a host-only node takes the given slots (or new ones)
         and is back on the device, and with write-through a device node without a host copy
         gets one."""
@@ -230,12 +227,12 @@ class HiRadixCache(HostTier, DeviceEviction, RadixCache):
             self.write_backup(child)
         return duplicates
 
-    def _stored(self, leaf: HiTreeNode) -> None:
+    def _stored(self, leaf: TreeNode) -> None:
         """With write-through, a new node gets its host copy at once."""
         if self.hicache_write_policy == "write_through":
             self.write_backup(leaf)
 
-    def _revive(self, parent: HiTreeNode, child: HiTreeNode, given: list[int] | None) -> None:
+    def _revive(self, parent: TreeNode, child: TreeNode, given: list[int] | None) -> None:
         """Put host-only ``child`` back on the device with the ``given`` slots (None: new)."""
         if given is None:
             child.protect_host()

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from heapq import heapify, heappop, heappush
 
 from schedkit.components.cache.cache_params import EvictParams, EvictResult
-from schedkit.components.cache.hi_tree_node import HiTreeNode
 from schedkit.components.cache.radix_tree import RadixTree
 from schedkit.components.cache.tree_node import TreeNode
 from schedkit.kv_events.structs import MEDIUM_GPU
@@ -50,7 +49,7 @@ class DeviceEviction:
                 break
         return evicted
 
-    def _evict_backuped(self, leaf: HiTreeNode) -> int:
+    def _evict_backuped(self, leaf: TreeNode) -> int:
         """Free a device leaf's slots, keeping it in the tree with its host copy."""
         n = len(leaf.value)
         if self._events is not None:
@@ -63,7 +62,7 @@ class DeviceEviction:
         self._push_if_device_leaf(leaf.parent)
         return n
 
-    def _evict_regular(self, leaf: HiTreeNode) -> int:
+    def _evict_regular(self, leaf: TreeNode) -> int:
         """Take a device leaf without a host copy out of the tree (its host-only subtree
         too)."""
         n = len(leaf.value)
@@ -99,7 +98,7 @@ class DeviceEviction:
                 self._push(node)  # its children are host-only: a device leaf from now on
         return RadixTree._unlock(self, node)
 
-    def _evictable_leaves(self) -> Iterator[HiTreeNode]:
+    def _evictable_leaves(self) -> Iterator[TreeNode]:
         heap, key = self._heap, self._evict_key
         while heap:
             queued, _, leaf = heappop(heap)

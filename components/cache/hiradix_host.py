@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
 
-from schedkit.components.cache.hi_tree_node import HiTreeNode
+from schedkit.components.cache.tree_node import TreeNode
 from schedkit.kv_events.structs import MEDIUM_CPU
 
 __all__ = ["HostTier"]
@@ -26,7 +26,7 @@ class HostTier:
         """Tokens held in the host pool."""
         return self.host_allocator.size - self.host_allocator.available_size()
 
-    def write_backup(self, node: HiTreeNode) -> int:
+    def write_backup(self, node: TreeNode) -> int:
         """Copy ``node``'s device KV to the host pool (evicting host-only leaves if it is
         full); returns the tokens copied, 0 if the host pool cannot hold them."""
         n = len(node.value)
@@ -61,12 +61,12 @@ class HostTier:
             self._push_host(node)
         return evicted
 
-    def _drop_host_subtree(self, node: HiTreeNode) -> None:
+    def _drop_host_subtree(self, node: TreeNode) -> None:
         for child in list(node.children.values()):
             self._drop_host_subtree(child)
         self._drop_host(node)
 
-    def _drop_host(self, node: HiTreeNode) -> int:
+    def _drop_host(self, node: TreeNode) -> int:
         """Take a host-only leaf out of the tree and free its host slots."""
         n = len(node.host_value)
         if self._events is not None:
@@ -80,7 +80,7 @@ class HostTier:
             self._push_host(parent)
         return n
 
-    def _push_host(self, node: HiTreeNode) -> None:
+    def _push_host(self, node: TreeNode) -> None:
         heap = self._host_heap
         if len(heap) > 2 * self._num_nodes + 64:
             heap[:] = [

@@ -65,9 +65,6 @@ class RadixCache(RadixReqCaching, RadixTree):
     matches are empty and inserted slots are freed.
     """
 
-    # The class of the cache's nodes (the host-tier cache's carry a host copy).
-    node_type = TreeNode
-
     def __attrs_post_init__(self) -> None:
         self._setup()
         self.reset()
@@ -173,7 +170,7 @@ class RadixCache(RadixReqCaching, RadixTree):
                 new_value = self._alloc(node, end - pos)
             else:
                 new_value = value if whole else value[pos:end]
-            leaf = self.node_type(new_key, new_value, node, namespace, tick())
+            leaf = TreeNode(new_key, new_value, node, namespace, tick())
             leaf.priority = priority
             node = self._attach(leaf, raw)
             self._stored(leaf)
@@ -234,7 +231,7 @@ class RadixCache(RadixReqCaching, RadixTree):
     def reset(self) -> None:
         """Drop every entry, free its slots and announce ``AllBlocksCleared`` (events on)."""
         slots: list[int] = []
-        for node in self._clear(self.node_type([], [], None, None, self._tick())):
+        for node in self._clear(TreeNode([], [], None, None, self._tick())):
             slots += node.value
             node.value = None
         if slots:
