@@ -34,6 +34,7 @@ from schedkit.kv_events import (
 )
 from schedkit.kv_events.conformance import CheckedSubscriber, StreamChecker
 from schedkit.kv_events.page_rules import DEFAULT_MAX_CHECKED_PAGES
+from schedkit.logs import restore_structlog, structlog_state
 
 __all__ = [
     "add_parser",
@@ -239,12 +240,12 @@ def cmd_tail(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def _logs_silenced() -> Iterator[None]:
     """structlog logs nothing below CRITICAL inside; its configuration is restored after."""
-    config = structlog.get_config()
+    saved = structlog_state()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(CRITICAL))
     try:
         yield
     finally:
-        structlog.configure(**config)
+        restore_structlog(saved)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
